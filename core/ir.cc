@@ -1,0 +1,160 @@
+#include "core/ir.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace pt {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kFloat32: case DType::kInt32: case DType::kUInt32: return 4;
+    case DType::kFloat64: case DType::kInt64: case DType::kUInt64: return 8;
+    case DType::kFloat16: case DType::kBFloat16: case DType::kInt16: case DType::kUInt16: return 2;
+    case DType::kInt8: case DType::kUInt8: case DType::kBool: return 1;
+    case DType::kUndefined: case DType::kString: return 0;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt64: return "int64";
+    case DType::kInt32: return "int32";
+    case DType::kInt16: return "int16";
+    case DType::kInt8: return "int8";
+    case DType::kUInt64: return "uint64";
+    case DType::kUInt32: return "uint32";
+    case DType::kUInt16: return "uint16";
+    case DType::kUInt8: return "uint8";
+    case DType::kBool: return "bool";
+    case DType::kString: return "string";
+    case DType::kUndefined: return "undefined";
+  }
+  return "undefined";
+}
+
+bool is_floating(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
+         t == DType::kBFloat16;
+}
+
+int64_t TensorType::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << '[';
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? "," : "") << shape[i];
+  s << ']';
+  return s.str();
+}
+
+std::string TensorType::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
+
+int64_t Node::attr_int(const std::string& key, int64_t fallback) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  const int64_t* v = std::get_if<int64_t>(&it->second);
+  PT_CHECK(v, "attribute '" + key + "' of " + label() + " is not an int");
+  return *v;
+}
+
+float Node::attr_float(const std::string& key, float fallback) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  const float* v = std::get_if<float>(&it->second);
+  PT_CHECK(v, "attribute '" + key + "' of " + label() + " is not a float");
+  return *v;
+}
+
+std::string Node::attr_string(const std::string& key, const std::string& fallback) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  const std::string* v = std::get_if<std::string>(&it->second);
+  PT_CHECK(v, "attribute '" + key + "' of " + label() + " is not a string");
+  return *v;
+}
+
+std::vector<int64_t> Node::attr_ints(const std::string& key) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return {};
+  const auto* v = std::get_if<std::vector<int64_t>>(&it->second);
+  PT_CHECK(v, "attribute '" + key + "' of " + label() + " is not a list of ints");
+  return *v;
+}
+
+std::string Node::label() const { return "node '" + name + "' (" + op_type + ")"; }
+
+int64_t Graph::opset() const {
+  auto it = opsets.find("");
+  if (it == opsets.end()) it = opsets.find("ai.onnx");
+  return it == opsets.end() ? 0 : it->second;
+}
+
+ValueId Graph::add_value(const std::string& value_name, const TensorType& type) {
+  PT_CHECK(by_name_.count(value_name) == 0, "duplicate value name " + value_name);
+  ValueId id = static_cast<ValueId>(values.size());
+  values.push_back(Value{value_name, type, -1, {}, nullptr});
+  by_name_[value_name] = id;
+  return id;
+}
+
+ValueId Graph::add_initializer(const std::string& value_name, Tensor data) {
+  ValueId id = add_value(value_name, data.type);
+  values[static_cast<size_t>(id)].init = std::make_shared<const Tensor>(std::move(data));
+  initializers.push_back(id);
+  return id;
+}
+
+int Graph::add_node(Node node) {
+  nodes.push_back(std::move(node));
+  return static_cast<int>(nodes.size()) - 1;
+}
+
+ValueId Graph::find(const std::string& value_name) const {
+  auto it = by_name_.find(value_name);
+  return it == by_name_.end() ? kNoValue : it->second;
+}
+
+void Graph::rebuild_uses() {
+  by_name_.clear();
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i].producer = -1;
+    values[i].consumers.clear();
+    by_name_[values[i].name] = static_cast<ValueId>(i);
+  }
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    for (ValueId v : nodes[n].outputs)
+      if (v != kNoValue) values[static_cast<size_t>(v)].producer = static_cast<int>(n);
+    for (ValueId v : nodes[n].inputs) {
+      if (v == kNoValue) continue;
+      auto& c = values[static_cast<size_t>(v)].consumers;
+      if (c.empty() || c.back() != static_cast<int>(n)) c.push_back(static_cast<int>(n));
+    }
+  }
+}
+
+int64_t Graph::parameter_bytes() const {
+  int64_t total = 0;
+  for (ValueId v : initializers)
+    if (is_floating(value(v).type.dtype)) total += value(v).type.bytes();
+  return total;
+}
+
+int64_t Graph::parameter_count() const {
+  int64_t total = 0;
+  for (ValueId v : initializers)
+    if (is_floating(value(v).type.dtype)) total += value(v).type.numel();
+  return total;
+}
+
+}  // namespace pt

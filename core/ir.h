@@ -1,0 +1,127 @@
+// core/ir.h: the graph every pass works on. onnx_import makes it from a ModelProto; partition,
+// autodiff and exec read it. Knows nothing of protobuf.
+//
+// A Graph is a list of Nodes in topological order over a table of Values (tensors). Every Value
+// has a concrete TensorType once import is done. Initializers are Values carrying data; graph
+// inputs are the Values fed at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace pt {
+
+// Numbered as ONNX's TensorProto.DataType so that conversion is a cast.
+enum class DType : int32_t {
+  kUndefined = 0,
+  kFloat32 = 1,
+  kUInt8 = 2,
+  kInt8 = 3,
+  kUInt16 = 4,
+  kInt16 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+  kString = 8,
+  kBool = 9,
+  kFloat16 = 10,
+  kFloat64 = 11,
+  kUInt32 = 12,
+  kUInt64 = 13,
+  kBFloat16 = 16,
+};
+
+size_t dtype_size(DType t);        // bytes per element; 0 for undefined and string
+const char* dtype_name(DType t);   // "float32", "int64", ...
+bool is_floating(DType t);
+
+struct TensorType {
+  DType dtype = DType::kUndefined;
+  std::vector<int64_t> shape;  // concrete after import; a scalar has shape {}
+
+  int64_t numel() const;
+  int64_t bytes() const { return numel() * static_cast<int64_t>(dtype_size(dtype)); }
+  std::string str() const;  // "float32[8,128,256]"
+  bool operator==(const TensorType& o) const { return dtype == o.dtype && shape == o.shape; }
+};
+
+std::string shape_str(const std::vector<int64_t>& shape);  // "[8,128,256]"
+
+// Host data of an initializer or a constant attribute, row-major.
+struct Tensor {
+  TensorType type;
+  std::vector<std::byte> data;
+
+  template <class T>
+  const T* as() const { return reinterpret_cast<const T*>(data.data()); }
+  template <class T>
+  T* as() { return reinterpret_cast<T*>(data.data()); }
+};
+
+using ValueId = int32_t;
+constexpr ValueId kNoValue = -1;  // an omitted optional input
+
+struct Value {
+  std::string name;
+  TensorType type;
+  int producer = -1;                    // node index, -1 for graph inputs and initializers
+  std::vector<int> consumers;           // node indices, ascending; filled by rebuild_uses()
+  std::shared_ptr<const Tensor> init;   // set for initializers
+  bool is_initializer() const { return init != nullptr; }
+};
+
+using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>,
+                               std::vector<float>, std::vector<std::string>, Tensor>;
+
+struct Node {
+  std::string name;
+  std::string op_type;
+  std::string domain;  // "" is the default ONNX domain
+  std::vector<ValueId> inputs;   // kNoValue marks an omitted optional input
+  std::vector<ValueId> outputs;
+  std::map<std::string, AttrValue> attrs;
+
+  bool has_attr(const std::string& key) const { return attrs.count(key) != 0; }
+  int64_t attr_int(const std::string& key, int64_t fallback) const;
+  float attr_float(const std::string& key, float fallback) const;
+  std::string attr_string(const std::string& key, const std::string& fallback) const;
+  std::vector<int64_t> attr_ints(const std::string& key) const;  // empty when absent
+  // Name for messages: "node 'mm1' (MatMul)".
+  std::string label() const;
+};
+
+class Graph {
+ public:
+  std::string name;
+  std::map<std::string, int64_t> opsets;  // domain -> version; "" is the ONNX domain
+  int64_t ir_version = 8;
+  std::string producer_name;
+
+  std::vector<Value> values;
+  std::vector<Node> nodes;          // topological order
+  std::vector<ValueId> inputs;      // fed at run time (no initializers)
+  std::vector<ValueId> outputs;
+  std::vector<ValueId> initializers;
+
+  int64_t opset() const;  // version of the default domain
+  ValueId add_value(const std::string& value_name, const TensorType& type);
+  ValueId add_initializer(const std::string& value_name, Tensor data);
+  int add_node(Node node);  // appends; call rebuild_uses() after a batch of edits
+  ValueId find(const std::string& value_name) const;  // kNoValue if absent
+  const Value& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }
+  Value& value(ValueId id) { return values.at(static_cast<size_t>(id)); }
+  // Recomputes producer/consumers and the name index from nodes. O(nodes + values).
+  void rebuild_uses();
+  // Total bytes of float initializers (the trainable parameters).
+  int64_t parameter_bytes() const;
+  int64_t parameter_count() const;
+
+ private:
+  std::map<std::string, ValueId> by_name_;
+};
+
+}  // namespace pt

@@ -103,14 +103,15 @@ int64_t Graph::opset() const {
 ValueId Graph::add_value(const std::string& value_name, const TensorType& type) {
   PT_CHECK(by_name_.count(value_name) == 0, "duplicate value name " + value_name);
   ValueId id = static_cast<ValueId>(values.size());
-  values.push_back(Value{value_name, type, -1, {}, nullptr});
+  values.push_back(Value{value_name, type, -1, {}, nullptr, false});
   by_name_[value_name] = id;
   return id;
 }
 
-ValueId Graph::add_initializer(const std::string& value_name, Tensor data) {
+ValueId Graph::add_initializer(const std::string& value_name, Tensor data, bool constant) {
   ValueId id = add_value(value_name, data.type);
   values[static_cast<size_t>(id)].init = std::make_shared<const Tensor>(std::move(data));
+  values[static_cast<size_t>(id)].constant = constant;
   initializers.push_back(id);
   return id;
 }
@@ -146,14 +147,14 @@ void Graph::rebuild_uses() {
 int64_t Graph::parameter_bytes() const {
   int64_t total = 0;
   for (ValueId v : initializers)
-    if (is_floating(value(v).type.dtype)) total += value(v).type.bytes();
+    if (value(v).is_parameter()) total += value(v).type.bytes();
   return total;
 }
 
 int64_t Graph::parameter_count() const {
   int64_t total = 0;
   for (ValueId v : initializers)
-    if (is_floating(value(v).type.dtype)) total += value(v).type.numel();
+    if (value(v).is_parameter()) total += value(v).type.numel();
   return total;
 }
 

@@ -70,8 +70,11 @@ struct Value {
   TensorType type;
   int producer = -1;                    // node index, -1 for graph inputs and initializers
   std::vector<int> consumers;           // node indices, ascending; filled by rebuild_uses()
-  std::shared_ptr<const Tensor> init;   // set for initializers
+  std::shared_ptr<const Tensor> init;   // set for initializers and folded constants
+  bool constant = false;                // data known at import, never trained (folded, Constant)
   bool is_initializer() const { return init != nullptr; }
+  // A trainable parameter: a floating-point initializer the model file carried.
+  bool is_parameter() const { return init != nullptr && !constant && is_floating(type.dtype); }
 };
 
 using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>,
@@ -109,7 +112,7 @@ class Graph {
 
   int64_t opset() const;  // version of the default domain
   ValueId add_value(const std::string& value_name, const TensorType& type);
-  ValueId add_initializer(const std::string& value_name, Tensor data);
+  ValueId add_initializer(const std::string& value_name, Tensor data, bool constant = false);
   int add_node(Node node);  // appends; call rebuild_uses() after a batch of edits
   ValueId find(const std::string& value_name) const;  // kNoValue if absent
   const Value& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }

@@ -1,0 +1,90 @@
+#include "cli/commands.h"
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <iostream>
+
+#include "cli/driver.h"
+#include "core/error.h"
+
+namespace pt {
+namespace {
+
+void add_model_args(CLI::App* cmd, ModelArgs* m) {
+  cmd->add_option("model", m->model, "ONNX model file")->required();
+  cmd->add_option("--micro-batch,-b", m->micro_batch, "binds the batch dimension")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--dim", m->dims, "binds a named symbolic dimension: NAME=VALUE (repeatable)");
+}
+
+struct Command {
+  const char* name;
+  const char* help;
+  std::function<void(CLI::App*)> define;  // adds options, binding them to the args below
+  std::function<int()> run;
+};
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"pipetrain: train ONNX models with pipeline parallelism"};
+  app.require_subcommand(1);
+  InspectArgs inspect;
+  PartitionArgs partition;
+
+  const std::vector<Command> commands = {
+      {"ops", "print the table of supported ops", [](CLI::App*) {}, [] { return run_ops(); }},
+      {"inspect", "ops, parameters, FLOPs per sample, unsupported ops",
+       [&](CLI::App* c) {
+         add_model_args(c, &inspect.model);
+         c->add_flag("--nodes", inspect.nodes, "list every node with its cost");
+         c->add_flag("--json", inspect.json, "print one JSON object");
+       },
+       [&] { return run_inspect(inspect); }},
+      {"partition", "cut the model into balanced stages; --export writes them as ONNX",
+       [&](CLI::App* c) {
+         add_model_args(c, &partition.model);
+         c->add_option("--stages,-s", partition.stages, "pipeline stages (devices)")
+             ->required()
+             ->check(CLI::PositiveNumber);
+         c->add_option("--strategy", partition.strategy, "balanced | params | uniform | manual");
+         c->add_option("--cut-after", partition.cut_after, "manual: node names to cut after")
+             ->delimiter(',');
+         c->add_option("--memory-limit", partition.memory_limit,
+                       "per device: parameters, optimizer state, activations in flight");
+         c->add_option("--chunks-per-stage", partition.chunks_per_stage,
+                       "chunks per device (2: V-shaped placement)")
+             ->check(CLI::PositiveNumber);
+         c->add_option("--export", partition.export_dir, "write stage_K.onnx files here");
+         c->add_flag("--json", partition.json, "print one JSON object");
+       },
+       [&] { return run_partition(partition); }},
+  };
+
+  std::vector<std::pair<CLI::App*, const Command*>> subs;
+  for (const Command& cmd : commands) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.help);
+    cmd.define(sub);
+    subs.push_back({sub, &cmd});
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "error: " << e.what() << "; see `pipetrain " << (argc > 1 ? argv[1] : "")
+              << " --help`\n";
+    return 2;
+  }
+  try {
+    for (auto& [sub, cmd] : subs)
+      if (sub->parsed()) return cmd->run();
+  } catch (const UserError& e) {
+    std::cout.flush();
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  return 2;
+}
+
+}  // namespace pt

@@ -1,0 +1,98 @@
+#include "cli/driver.h"
+
+#include <filesystem>
+#include <iostream>
+
+#include <onnx/checker.h>
+
+#include "cli/report.h"
+#include "core/error.h"
+#include "onnx_import/export.h"
+#include "onnx_import/import.h"
+#include "onnx_import/load.h"
+#include "partition/cost_model.h"
+#include "partition/cut.h"
+#include "partition/partitioner.h"
+
+namespace pt {
+namespace {
+
+ImportOptions import_options(const ModelArgs& m) {
+  ImportOptions o;
+  o.batch = m.micro_batch;
+  o.dims = parse_dims(m.dims);
+  return o;
+}
+
+PartitionOptions partition_options(const PartitionArgs& a) {
+  PartitionOptions o;
+  o.stages = a.stages;
+  o.chunks_per_stage = a.chunks_per_stage;
+  o.strategy = parse_strategy(a.strategy);
+  o.cut_after = a.cut_after;
+  if (!a.memory_limit.empty()) o.memory.limit = parse_bytes(a.memory_limit, "--memory-limit");
+  if (o.strategy == Strategy::kManual && a.cut_after.empty())
+    throw UserError("--strategy manual", "needs the nodes to cut after",
+                    "pass --cut-after NODE,NODE,...");
+  return o;
+}
+
+// Writes stage_K.onnx per chunk, in forward order. Every model is built and checked before the
+// first file is written, and each file is written atomically.
+void export_stages(const Graph& g, const PartitionPlan& plan, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<onnx::ModelProto> models;
+  for (const ChunkPlan& c : plan.chunks) {
+    models.push_back(to_model_proto(cut_chunk(g, c)));
+    try {
+      onnx::checker::check_model(models.back());
+    } catch (const std::exception& e) {
+      PT_CHECK(false, "stage " + std::to_string(c.index) + " fails the onnx checker: " + e.what());
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError(dir, "cannot create the export folder: " + ec.message(), "choose another --export");
+  for (size_t k = 0; k < models.size(); ++k)
+    save_model(models[k], (fs::path(dir) / ("stage_" + std::to_string(k) + ".onnx")).string());
+}
+
+}  // namespace
+
+int run_ops() {
+  print_op_table(std::cout);
+  return 0;
+}
+
+int run_inspect(const InspectArgs& a) {
+  const std::vector<std::string> unsupported = unsupported_ops(read_model(a.model.model));
+  if (!unsupported.empty()) {
+    std::cout << a.model.model << ": " << unsupported.size() << " unsupported node(s):\n";
+    for (const std::string& u : unsupported) std::cout << "  " << u << "\n";
+    throw UserError(a.model.model, unsupported.size() == 1 ? "1 node has an unsupported op (" + unsupported[0] + ")"
+                                           : std::to_string(unsupported.size()) + " nodes have unsupported ops (first: " + unsupported[0] + ")",
+                    "`pipetrain ops` lists the supported ops");
+  }
+  Graph g = import_model(a.model.model, import_options(a.model));
+  std::vector<NodeCost> costs = estimate_costs(g);
+  if (a.json)
+    std::cout << inspect_json(g, costs).dump(2) << "\n";
+  else
+    print_inspect(std::cout, g, costs, a.model.model, a.model.micro_batch, a.nodes);
+  return 0;
+}
+
+int run_partition(const PartitionArgs& a) {
+  const PartitionOptions options = partition_options(a);
+  Graph g = import_model(a.model.model, import_options(a.model));
+  std::vector<NodeCost> costs = estimate_costs(g);
+  PartitionPlan plan = plan_partition(g, costs, options);
+  if (!a.export_dir.empty()) export_stages(g, plan, a.export_dir);
+  if (a.json)
+    std::cout << partition_json(g, plan).dump(2) << "\n";
+  else
+    print_partition_table(std::cout, g, plan, a.model.model, a.model.micro_batch);
+  return 0;
+}
+
+}  // namespace pt

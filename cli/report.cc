@@ -1,0 +1,152 @@
+#include "cli/report.h"
+
+#include <cstdio>
+#include <map>
+#include <ostream>
+
+#include "onnx_import/op_table.h"
+#include "partition/linear_partition.h"
+
+namespace pt {
+namespace {
+
+nlohmann::json tensors_json(const Graph& g, const std::vector<ValueId>& ids) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (ValueId v : ids)
+    arr.push_back({{"name", g.value(v).name},
+                   {"shape", g.value(v).type.shape},
+                   {"dtype", dtype_name(g.value(v).type.dtype)}});
+  return arr;
+}
+
+std::string tensor_list(const Graph& g, const std::vector<ValueId>& ids) {
+  std::string s;
+  for (ValueId v : ids) s += (s.empty() ? "" : ", ") + g.value(v).name + " " + g.value(v).type.str();
+  return s.empty() ? "-" : s;
+}
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_count(double x) {
+  const char* suffix[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (x >= 1000 && i < 5) {
+    x /= 1000;
+    ++i;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, i == 0 ? "%.0f%s" : "%.3g%s", x, suffix[i]);
+  return buf;
+}
+
+nlohmann::json partition_json(const Graph& g, const PartitionPlan& plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const ChunkPlan& c : plan.chunks) {
+    stages.push_back({{"index", c.index},
+                      {"device", c.device},
+                      {"nodes", c.end - c.begin},
+                      {"first_node", g.nodes[static_cast<size_t>(c.begin)].name},
+                      {"last_node", g.nodes[static_cast<size_t>(c.end - 1)].name},
+                      {"params", c.param_count},
+                      {"param_bytes", c.param_bytes},
+                      {"flops_fwd", c.flops_fwd},
+                      {"flops_bwd", c.flops_bwd},
+                      {"activation_bytes", c.activation_bytes},
+                      {"memory_bytes", c.memory},
+                      {"cost", c.cost},
+                      {"share", plan.total_cost ? double(c.cost) / double(plan.total_cost) : 0.0},
+                      {"inputs", tensors_json(g, c.inputs)},
+                      {"outputs", tensors_json(g, c.outputs)}});
+  }
+  return {{"strategy", strategy_name(plan.strategy)},
+          {"devices", plan.devices},
+          {"chunks_per_stage", plan.chunks_per_stage},
+          {"total_cost", plan.total_cost},
+          {"stages", stages},
+          {"imbalance", plan.imbalance}};
+}
+
+void print_partition_table(std::ostream& os, const Graph& g, const PartitionPlan& plan,
+                           const std::string& model_path, int64_t micro_batch) {
+  os << model_path << ": " << plan.chunks.size() << " stages on " << plan.devices
+     << " devices, strategy " << strategy_name(plan.strategy) << ", micro-batch " << micro_batch
+     << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%5s %6s %6s %9s %10s %10s %11s %11s %7s\n", "stage", "device",
+                "nodes", "params", "fwd FLOP", "bwd FLOP", "act/mb", "memory", "share");
+  os << line;
+  for (const ChunkPlan& c : plan.chunks) {
+    const double share = plan.total_cost ? 100.0 * double(c.cost) / double(plan.total_cost) : 0;
+    std::snprintf(line, sizeof line, "%5d %6d %6d %9s %10s %10s %11s %11s %6.1f%%\n", c.index,
+                  c.device, c.end - c.begin, format_count(double(c.param_count)).c_str(),
+                  format_count(double(c.flops_fwd)).c_str(),
+                  format_count(double(c.flops_bwd)).c_str(),
+                  format_bytes(c.activation_bytes).c_str(), format_bytes(c.memory).c_str(), share);
+    os << line;
+    os << "        in:  " << tensor_list(g, c.inputs) << "\n";
+    os << "        out: " << tensor_list(g, c.outputs) << "\n";
+  }
+  os << "imbalance " << fixed(plan.imbalance, 3) << " (largest device cost / mean device cost)\n";
+}
+
+void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
+                   const std::string& model_path, int64_t micro_batch, bool list_nodes) {
+  std::map<std::string, int> histogram;
+  for (const Node& n : g.nodes) histogram[n.op_type]++;
+  const NodeCost total = total_cost(costs);
+  os << model_path << ": opset " << g.opset() << ", " << g.nodes.size() << " nodes (after folding), "
+     << format_count(double(g.parameter_count())) << " parameters ("
+     << format_bytes(g.parameter_bytes()) << ")\n";
+  for (ValueId v : g.inputs) os << "input  " << g.value(v).name << " " << g.value(v).type.str() << "\n";
+  for (ValueId v : g.outputs) os << "output " << g.value(v).name << " " << g.value(v).type.str() << "\n";
+  const double b = double(micro_batch);
+  os << "FLOPs per sample: forward " << format_count(double(total.flops_fwd) / b) << ", backward-input "
+     << format_count(double(total.flops_bwd_input) / b) << ", backward-weight "
+     << format_count(double(total.flops_bwd_weight) / b) << "; kept activations per sample "
+     << format_bytes(total.saved_bytes / micro_batch) << "\n";
+  os << "ops:";
+  for (const auto& [op, count] : histogram) os << " " << op << "=" << count;
+  os << "\nunsupported: none\n";
+  if (!list_nodes) return;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    os << i << " " << n.name << " " << n.op_type << " fwd=" << costs[i].flops_fwd
+       << " bwd=" << costs[i].flops_bwd() << " saved=" << costs[i].saved_bytes << "\n";
+  }
+}
+
+nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs) {
+  std::map<std::string, int> histogram;
+  for (const Node& n : g.nodes) histogram[n.op_type]++;
+  const NodeCost total = total_cost(costs);
+  return {{"opset", g.opset()},
+          {"nodes", g.nodes.size()},
+          {"ops", histogram},
+          {"params", g.parameter_count()},
+          {"param_bytes", g.parameter_bytes()},
+          {"flops_fwd", total.flops_fwd},
+          {"flops_bwd_input", total.flops_bwd_input},
+          {"flops_bwd_weight", total.flops_bwd_weight},
+          {"saved_bytes", total.saved_bytes},
+          {"inputs", tensors_json(g, g.inputs)},
+          {"outputs", tensors_json(g, g.outputs)},
+          {"unsupported", nlohmann::json::array()}};
+}
+
+void print_op_table(std::ostream& os) {
+  for (const OpEntry& e : op_table()) {
+    std::string name = std::string(e.domain).empty() ? e.op_type : std::string(e.domain) + "::" + e.op_type;
+    char line[256];
+    std::snprintf(line, sizeof line, "%-28s %-9s %s\n", name.c_str(),
+                  e.support == OpSupport::kRun ? "run" : "fold-only", e.note);
+    os << line;
+  }
+}
+
+}  // namespace pt

@@ -1,0 +1,27 @@
+// cli/report.h: what the subcommands print. Tables for people, JSON for scripts.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/ir.h"
+#include "partition/partitioner.h"
+
+namespace pt {
+
+nlohmann::json partition_json(const Graph& g, const PartitionPlan& plan);
+void print_partition_table(std::ostream& os, const Graph& g, const PartitionPlan& plan,
+                           const std::string& model_path, int64_t micro_batch);
+
+void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
+                   const std::string& model_path, int64_t micro_batch, bool list_nodes);
+nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs);
+
+void print_op_table(std::ostream& os);
+
+// 1234567 -> "1.23M"; FLOPs and counts for tables.
+std::string format_count(double x);
+
+}  // namespace pt

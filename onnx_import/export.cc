@@ -1,0 +1,71 @@
+#include "onnx_import/export.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "onnx_import/proto_convert.h"
+
+namespace pt {
+
+onnx::ModelProto to_model_proto(const Graph& g) {
+  onnx::ModelProto m;
+  m.set_ir_version(g.ir_version);
+  m.set_producer_name("pipetrain");
+  for (const auto& [domain, version] : g.opsets) {
+    auto* o = m.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(version);
+  }
+  auto* gp = m.mutable_graph();
+  gp->set_name(g.name.empty() ? "pipetrain" : g.name);
+  std::set<ValueId> io;
+  for (ValueId v : g.inputs) {
+    type_to_value_info(g.value(v).type, g.value(v).name, gp->add_input());
+    io.insert(v);
+  }
+  for (ValueId v : g.outputs) {
+    type_to_value_info(g.value(v).type, g.value(v).name, gp->add_output());
+    io.insert(v);
+  }
+  for (ValueId v : g.initializers) {
+    tensor_to_proto(*g.value(v).init, g.value(v).name, gp->add_initializer());
+    io.insert(v);
+  }
+  for (const Node& n : g.nodes) {
+    auto* np = gp->add_node();
+    np->set_name(n.name);
+    np->set_op_type(n.op_type);
+    if (!n.domain.empty()) np->set_domain(n.domain);
+    for (ValueId v : n.inputs) np->add_input(v == kNoValue ? "" : g.value(v).name);
+    for (ValueId v : n.outputs) {
+      np->add_output(v == kNoValue ? "" : g.value(v).name);
+      if (v != kNoValue && !io.count(v))
+        type_to_value_info(g.value(v).type, g.value(v).name, gp->add_value_info());
+    }
+    for (const auto& [key, value] : n.attrs) attr_to_proto(key, value, np->add_attribute());
+  }
+  return m;
+}
+
+void save_model(const onnx::ModelProto& m, const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path tmp = target.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw UserError(path, "cannot be written", "check that its folder exists and is writable");
+    if (!m.SerializeToOstream(&out) || !out.flush()) {
+      out.close();
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw UserError(path, "writing failed (disk full?)", "free space and run again");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) throw UserError(path, "cannot be replaced: " + ec.message(), "check the folder's permissions");
+}
+
+}  // namespace pt

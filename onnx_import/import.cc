@@ -1,0 +1,292 @@
+#include "onnx_import/import.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "onnx_import/fold.h"
+#include "onnx_import/load.h"
+#include "onnx_import/op_table.h"
+#include "onnx_import/proto_convert.h"
+
+namespace pt {
+namespace {
+
+std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset) {
+  return path + ": node '" + n.name() + "' (" + n.op_type() + ", opset " + std::to_string(opset) +
+         ")";
+}
+
+void name_unnamed_nodes(onnx::GraphProto* g) {
+  std::set<std::string> taken;
+  for (const auto& n : g->node()) taken.insert(n.name());
+  int counter = 0;
+  for (auto& n : *g->mutable_node()) {
+    if (!n.name().empty()) continue;
+    std::string name;
+    do name = n.op_type() + "_" + std::to_string(counter++);
+    while (taken.count(name));
+    taken.insert(name);
+    n.set_name(name);
+  }
+}
+
+// Graph inputs that are not initializers (models with IR version < 4 list both).
+std::vector<onnx::ValueInfoProto*> runtime_inputs(onnx::GraphProto* g) {
+  std::set<std::string> inits;
+  for (const auto& t : g->initializer()) inits.insert(t.name());
+  std::vector<onnx::ValueInfoProto*> out;
+  for (auto& in : *g->mutable_input())
+    if (!inits.count(in.name())) out.push_back(&in);
+  return out;
+}
+
+void bind_dims(onnx::ModelProto* m, const ImportOptions& opts, const std::string& path) {
+  for (onnx::ValueInfoProto* in : runtime_inputs(m->mutable_graph())) {
+    if (!in->type().has_tensor_type() || !in->type().tensor_type().has_shape())
+      throw UserError(path + ": input '" + in->name() + "'", "has no shape",
+                      "export with named input shapes");
+    auto* dims = in->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim();
+    for (int axis = 0; axis < dims->size(); ++axis) {
+      auto& d = (*dims)[axis];
+      if (d.has_dim_value()) continue;
+      const std::string sym = d.dim_param();
+      auto it = opts.dims.find(sym);
+      if (!sym.empty() && it != opts.dims.end()) {
+        d.set_dim_value(it->second);
+      } else if (axis == 0) {
+        d.set_dim_value(opts.batch);
+      } else {
+        throw UserError(path + ": input '" + in->name() + "' axis " + std::to_string(axis),
+                        "dimension '" + sym + "' is symbolic",
+                        "bind it with --dim " + (sym.empty() ? std::string("NAME") : sym) +
+                            "=VALUE (or dims: in the config)");
+      }
+    }
+  }
+  // Outputs are re-inferred from the bound inputs.
+  for (auto& out : *m->mutable_graph()->mutable_output())
+    out.mutable_type()->mutable_tensor_type()->clear_shape();
+}
+
+// Re-infers every intermediate type from the inputs and initializers. Stale value infos are
+// dropped first: ONNX lets a value info override an initializer's own type.
+void infer_shapes(onnx::ModelProto* m, const std::string& path) {
+  m->mutable_graph()->clear_value_info();
+  try {
+    onnx::ShapeInferenceOptions options(/*check_type=*/false, /*strict_mode=*/1,
+                                        /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(*m, onnx::OpSchemaRegistry::Instance(), options);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    msg = msg.substr(0, msg.find('\n'));
+    throw UserError(path, "shape inference failed: " + msg,
+                    "check the bound dimensions (--micro-batch, --dim) against the model");
+  }
+}
+
+// Everything known about each tensor name: its type (when concrete) and constant data.
+struct Known {
+  std::map<std::string, TensorType> types;
+  std::map<std::string, Tensor> constants;        // folded, non-parameter initializers
+  std::set<std::string> parameters;               // float initializers from the file
+
+  void read(const onnx::GraphProto& g) {
+    types.clear();
+    auto take = [&](const onnx::ValueInfoProto& vi) {
+      TensorType t;
+      if (concrete_type(vi, &t)) types[vi.name()] = t;
+    };
+    for (const auto& v : g.input()) take(v);
+    for (const auto& v : g.value_info()) take(v);
+    for (const auto& v : g.output()) take(v);
+    for (const auto& t : g.initializer()) {
+      TensorType tt{static_cast<DType>(t.data_type()), {t.dims().begin(), t.dims().end()}};
+      types[t.name()] = tt;
+    }
+  }
+};
+
+// Constant inputs of node n, or false when one is not known. Shape needs only its input's type.
+bool constant_inputs(const onnx::NodeProto& n, Known& known, std::vector<Tensor>* storage,
+                     std::vector<const Tensor*>* inputs) {
+  storage->clear();
+  storage->reserve(static_cast<size_t>(n.input_size()));
+  inputs->clear();
+  for (const std::string& name : n.input()) {
+    if (name.empty()) {
+      inputs->push_back(nullptr);
+      continue;
+    }
+    auto c = known.constants.find(name);
+    if (c != known.constants.end()) {
+      inputs->push_back(&c->second);
+      continue;
+    }
+    auto t = known.types.find(name);
+    if ((n.op_type() == "Shape" || n.op_type() == "Size") && t != known.types.end()) {
+      // The values do not matter: a zero-filled tensor of the right shape stands in.
+      Tensor stand_in;
+      stand_in.type = t->second;
+      stand_in.data.resize(static_cast<size_t>(t->second.bytes()));
+      storage->push_back(std::move(stand_in));
+      inputs->push_back(&storage->back());
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+Node node_shell(const onnx::NodeProto& n, const std::string& where) {
+  Node node;
+  node.name = n.name();
+  node.op_type = n.op_type();
+  node.domain = n.domain();
+  for (const auto& a : n.attribute()) node.attrs[a.name()] = attr_from_proto(a, where);
+  node.outputs.assign(static_cast<size_t>(n.output_size()), kNoValue);
+  node.inputs.assign(static_cast<size_t>(n.input_size()), kNoValue);
+  return node;
+}
+
+// One pass over the nodes: folds every node whose inputs are constant. Returns how many.
+int fold_pass(onnx::ModelProto* m, Known& known, const ImportOptions& opts,
+              const std::string& path) {
+  auto* g = m->mutable_graph();
+  const int64_t opset = default_opset(*m);
+  std::set<std::string> graph_outputs;
+  for (const auto& o : g->output()) graph_outputs.insert(o.name());
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+  int folded = 0;
+  std::vector<Tensor> storage;
+  std::vector<const Tensor*> inputs;
+  for (auto& n : *g->mutable_node()) {
+    bool is_output = false;
+    for (const auto& o : n.output()) is_output = is_output || graph_outputs.count(o);
+    std::optional<std::vector<Tensor>> out;
+    if (!is_output && n.op_type() != "Dropout" && constant_inputs(n, known, &storage, &inputs))
+      out = evaluate_constant(node_shell(n, node_where(path, n, opset)), inputs, opset);
+    int64_t bytes = 0;
+    if (out)
+      for (const Tensor& t : *out) bytes += static_cast<int64_t>(t.data.size());
+    if (!out || bytes > opts.max_fold_bytes) {
+      *kept.Add() = std::move(n);
+      continue;
+    }
+    for (int i = 0; i < n.output_size(); ++i) {
+      if (n.output(i).empty()) continue;
+      tensor_to_proto((*out)[static_cast<size_t>(i)], n.output(i), g->add_initializer());
+      known.types[n.output(i)] = (*out)[static_cast<size_t>(i)].type;
+      known.constants[n.output(i)] = std::move((*out)[static_cast<size_t>(i)]);
+    }
+    ++folded;
+  }
+  g->mutable_node()->Swap(&kept);
+  return folded;
+}
+
+// Initializers no node reads any more (folded subgraphs leave them behind).
+void drop_unused_initializers(onnx::GraphProto* g) {
+  std::set<std::string> used;
+  for (const auto& n : g->node())
+    for (const auto& i : n.input()) used.insert(i);
+  for (const auto& o : g->output()) used.insert(o.name());
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
+  for (auto& t : *g->mutable_initializer())
+    if (used.count(t.name())) *kept.Add() = std::move(t);
+  g->mutable_initializer()->Swap(&kept);
+}
+
+// Ops ONNX shape inference does not know (custom domains): output = input's type.
+void infer_custom(const onnx::GraphProto& g, Known& known) {
+  for (const auto& n : g.node()) {
+    if (n.domain().empty() || n.domain() == "ai.onnx" || n.input_size() == 0) continue;
+    auto t = known.types.find(n.input(0));
+    if (t == known.types.end()) continue;
+    for (const auto& o : n.output())
+      if (!o.empty() && !known.types.count(o)) known.types[o] = t->second;
+  }
+}
+
+void check_folded(const onnx::GraphProto& g, const std::string& path, int64_t opset) {
+  for (const auto& n : g.node()) {
+    const OpEntry* e = find_op(n.domain(), n.op_type());
+    if (e && e->support == OpSupport::kFoldOnly)
+      throw UserError(node_where(path, n, opset),
+                      "op " + n.op_type() + " is supported only on constant inputs, and these "
+                      "are computed at run time",
+                      "compute it in the exporting script, or bind more dims with --dim");
+  }
+}
+
+Graph convert(const onnx::ModelProto& m, const Known& known, const std::string& path) {
+  const auto& g = m.graph();
+  const int64_t opset = default_opset(m);
+  Graph graph;
+  graph.name = g.name();
+  graph.ir_version = m.ir_version();
+  graph.producer_name = m.producer_name();
+  for (const auto& o : m.opset_import())
+    graph.opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
+
+  std::set<std::string> init_names;
+  for (const auto& t : g.initializer()) {
+    init_names.insert(t.name());
+    const bool constant = known.constants.count(t.name()) != 0;
+    graph.add_initializer(t.name(), tensor_from_proto(t, path), constant);
+  }
+  for (const auto& in : g.input()) {
+    if (init_names.count(in.name())) continue;
+    graph.inputs.push_back(graph.add_value(in.name(), known.types.at(in.name())));
+  }
+  for (const auto& n : g.node()) {
+    const std::string where = node_where(path, n, opset);
+    Node node = node_shell(n, where);
+    for (int i = 0; i < n.input_size(); ++i) {
+      if (n.input(i).empty()) continue;
+      ValueId v = graph.find(n.input(i));
+      PT_CHECK(v != kNoValue, "input " + n.input(i) + " of " + n.name() + " not defined");
+      node.inputs[static_cast<size_t>(i)] = v;
+    }
+    for (int i = 0; i < n.output_size(); ++i) {
+      if (n.output(i).empty()) continue;
+      auto t = known.types.find(n.output(i));
+      if (t == known.types.end())
+        throw UserError(where, "the shape of output '" + n.output(i) + "' cannot be inferred",
+                        "bind every symbolic dimension with --dim, or export with static shapes");
+      node.outputs[static_cast<size_t>(i)] = graph.add_value(n.output(i), t->second);
+    }
+    graph.add_node(std::move(node));
+  }
+  for (const auto& o : g.output()) graph.outputs.push_back(graph.find(o.name()));
+  graph.rebuild_uses();
+  return graph;
+}
+
+}  // namespace
+
+Graph import_model(const std::string& path, const ImportOptions& opts) {
+  if (opts.batch < 1)
+    throw UserError("micro-batch", "must be at least 1, got " + std::to_string(opts.batch), "");
+  onnx::ModelProto m = load_model(path);
+  name_unnamed_nodes(m.mutable_graph());
+  bind_dims(&m, opts, path);
+  Known known;
+  for (const auto& t : m.graph().initializer())
+    if (!is_floating(static_cast<DType>(t.data_type())))
+      known.constants[t.name()] = tensor_from_proto(t, path);
+  for (int round = 0; round < 32; ++round) {
+    infer_shapes(&m, path);
+    known.read(m.graph());
+    infer_custom(m.graph(), known);
+    if (fold_pass(&m, known, opts, path) == 0) break;
+  }
+  drop_unused_initializers(m.mutable_graph());
+  check_folded(m.graph(), path, default_opset(m));
+  return convert(m, known, path);
+}
+
+}  // namespace pt

@@ -1,0 +1,22 @@
+// onnx_import/import.h: model file -> ir::Graph with every tensor's shape and dtype concrete.
+//
+// load (checker, external data, op table) -> bind symbolic dims -> { ONNX shape inference ->
+// fold constant subgraphs } until nothing changes -> convert to the IR.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/ir.h"
+
+namespace pt {
+
+struct ImportOptions {
+  int64_t batch = 1;                      // binds the first dim of each input when symbolic
+  std::map<std::string, int64_t> dims;    // binds named symbolic dims (--dim name=value)
+  int64_t max_fold_bytes = 64ll << 20;    // folded constants larger than this stay as nodes
+};
+
+Graph import_model(const std::string& path, const ImportOptions& opts = {});
+
+}  // namespace pt

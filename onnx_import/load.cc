@@ -1,0 +1,147 @@
+#include "onnx_import/load.h"
+
+#include <onnx/checker.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "onnx_import/op_table.h"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string first_line(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  return line.empty() ? s : line;
+}
+
+onnx::ModelProto parse_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw UserError(path, "no such file", "check the path to the model");
+  if (fs::is_directory(path, ec))
+    throw UserError(path, "is a folder, not a model file", "pass the .onnx file inside it");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path, "cannot be opened for reading", "check its permissions");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  const std::string bytes = buf.str();
+  onnx::ModelProto m;
+  if (bytes.empty()) throw UserError(path, "is empty", "export the model again");
+  if (!m.ParseFromString(bytes))
+    throw UserError(path, "is not an ONNX model (protobuf parsing failed: garbage or truncated)",
+                    "export the model again with torch.onnx.export");
+  if (!m.has_graph() || m.graph().node_size() == 0)
+    throw UserError(path, "holds no graph nodes (not an ONNX model, or an empty one)",
+                    "export the model again with torch.onnx.export");
+  return m;
+}
+
+// Moves one tensor's external bytes into raw_data.
+void inline_external(onnx::TensorProto* t, const fs::path& dir, const std::string& model_path) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : t->external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    if (kv.key() == "offset") offset = std::stoll(kv.value());
+    if (kv.key() == "length") length = std::stoll(kv.value());
+  }
+  const std::string where = model_path + ": tensor '" + t->name() + "'";
+  if (location.empty())
+    throw UserError(where, "is marked external but names no location", "export the model again");
+  const fs::path file = dir / location;
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw UserError(where, "its external data file '" + file.string() + "' is missing",
+                    "keep the data file beside the model, as it was exported");
+  in.seekg(0, std::ios::end);
+  const int64_t size = static_cast<int64_t>(in.tellg());
+  if (length < 0) length = size - offset;
+  if (offset < 0 || offset + length > size)
+    throw UserError(where,
+                    "needs bytes " + std::to_string(offset) + ".." + std::to_string(offset + length) +
+                        " of '" + file.string() + "', which holds " + std::to_string(size),
+                    "the external data file is truncated; export the model again");
+  std::string data(static_cast<size_t>(length), '\0');
+  in.seekg(offset);
+  in.read(data.data(), length);
+  t->set_raw_data(std::move(data));
+  t->clear_external_data();
+  t->set_data_location(onnx::TensorProto::DEFAULT);
+}
+
+void inline_all_external(onnx::ModelProto* m, const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path();
+  auto* g = m->mutable_graph();
+  for (auto& t : *g->mutable_initializer())
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) inline_external(&t, dir, path);
+  for (auto& n : *g->mutable_node())
+    for (auto& a : *n.mutable_attribute())
+      if (a.has_t() && a.t().data_location() == onnx::TensorProto::EXTERNAL)
+        inline_external(a.mutable_t(), dir, path);
+}
+
+void check_opsets(const onnx::ModelProto& m, const std::string& path) {
+  const int64_t opset = default_opset(m);
+  if (opset < kMinOpset || opset > kMaxOpset)
+    throw UserError(path, "opset " + std::to_string(opset) + " is outside the supported range " +
+                              std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset),
+                    "export again with torch.onnx.export(..., opset_version=17)");
+}
+
+void check_ops(const onnx::ModelProto& m, const std::string& path) {
+  const int64_t opset = default_opset(m);
+  for (int i = 0; i < m.graph().node_size(); ++i) {
+    const auto& n = m.graph().node(i);
+    if (find_op(n.domain(), n.op_type())) continue;
+    const std::string name = n.name().empty() ? "#" + std::to_string(i) : n.name();
+    const std::string op = n.domain().empty() ? n.op_type() : n.domain() + "::" + n.op_type();
+    throw UserError(path + ": node '" + name + "' (" + op + ", opset " + std::to_string(opset) + ")",
+                    "op " + op + " is not supported",
+                    "`pipetrain ops` lists the supported ops; replace it in the exported model");
+  }
+}
+
+}  // namespace
+
+int64_t default_opset(const onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  return 0;
+}
+
+onnx::ModelProto read_model(const std::string& path) {
+  onnx::ModelProto m = parse_file(path);
+  inline_all_external(&m, path);
+  return m;
+}
+
+std::vector<std::string> unsupported_ops(const onnx::ModelProto& m) {
+  std::vector<std::string> out;
+  for (int i = 0; i < m.graph().node_size(); ++i) {
+    const auto& n = m.graph().node(i);
+    if (find_op(n.domain(), n.op_type())) continue;
+    const std::string op = n.domain().empty() ? n.op_type() : n.domain() + "::" + n.op_type();
+    out.push_back("node '" + (n.name().empty() ? "#" + std::to_string(i) : n.name()) + "' (" + op + ")");
+  }
+  return out;
+}
+
+onnx::ModelProto load_model(const std::string& path) {
+  onnx::ModelProto m = read_model(path);
+  check_opsets(m, path);
+  check_ops(m, path);
+  try {
+    onnx::checker::check_model(m);
+  } catch (const std::exception& e) {
+    throw UserError(path, "fails the onnx checker: " + first_line(e.what()),
+                    "export the model again; the file does not follow the ONNX spec");
+  }
+  return m;
+}
+
+}  // namespace pt

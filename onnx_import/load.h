@@ -1,0 +1,30 @@
+// onnx_import/load.h: a model file -> a checked ModelProto with every tensor's data inline.
+// First link of the import: nothing here looks at shapes.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <vector>
+
+namespace pt {
+
+constexpr int64_t kMinOpset = 13;
+constexpr int64_t kMaxOpset = 17;
+
+// Reads and parses `path` and inlines external data; no other check. Throws UserError naming the
+// file when it is missing, not a model, or its external data is missing or short.
+onnx::ModelProto read_model(const std::string& path);
+
+// Every node whose op is outside the op table, as "node 'name' (Op)"; empty when all are in.
+std::vector<std::string> unsupported_ops(const onnx::ModelProto& m);
+
+// read_model, then (paths relative to the model's folder), runs the onnx
+// checker, checks the opset range and that every op is in the op table. Throws UserError naming
+// the file (and node, op, opset where one is at fault).
+onnx::ModelProto load_model(const std::string& path);
+
+// The opset of the default domain; 0 when the model imports none.
+int64_t default_opset(const onnx::ModelProto& m);
+
+}  // namespace pt

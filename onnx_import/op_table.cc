@@ -1,0 +1,86 @@
+#include "onnx_import/op_table.h"
+
+namespace pt {
+
+const std::vector<OpEntry>& op_table() {
+  using S = OpSupport;
+  static const std::vector<OpEntry> table = {
+      // Linear algebra
+      {"", "MatMul", S::kRun, "batched, numpy broadcasting of batch dims"},
+      {"", "Gemm", S::kRun, "alpha, beta, transA, transB"},
+      // Element-wise, numpy broadcasting
+      {"", "Add", S::kRun, ""},
+      {"", "Sub", S::kRun, ""},
+      {"", "Mul", S::kRun, ""},
+      {"", "Div", S::kRun, ""},
+      {"", "Pow", S::kRun, "float base and exponent"},
+      {"", "Sqrt", S::kRun, ""},
+      {"", "Neg", S::kRun, ""},
+      {"", "Relu", S::kRun, ""},
+      {"", "Erf", S::kRun, "GELU as exported by torch at opset <= 17"},
+      {"", "Gelu", S::kRun, "opset 20 form, approximate none|tanh"},
+      {"com.microsoft", "Gelu", S::kRun, "onnxruntime contrib form"},
+      {"", "Tanh", S::kRun, ""},
+      {"", "Sigmoid", S::kRun, ""},
+      {"", "Clip", S::kRun, "min/max as inputs (ReLU6)"},
+      {"", "Where", S::kRun, "condition usually constant (masks)"},
+      {"", "Equal", S::kRun, "not differentiable"},
+      {"", "Cast", S::kRun, "between numeric dtypes"},
+      // Normalisation and activations over an axis
+      {"", "Softmax", S::kRun, "any axis"},
+      {"", "LogSoftmax", S::kRun, "any axis"},
+      {"", "LayerNormalization", S::kRun, "opset 17; axis, epsilon"},
+      {"", "BatchNormalization", S::kRun, "inference and training_mode=1"},
+      // Convolution and pooling
+      {"", "Conv", S::kRun, "2-D, groups, strides, pads, dilations"},
+      {"", "MaxPool", S::kRun, "2-D"},
+      {"", "AveragePool", S::kRun, "2-D, count_include_pad"},
+      {"", "GlobalAveragePool", S::kRun, ""},
+      // Shape and data movement
+      {"", "Flatten", S::kRun, ""},
+      {"", "Reshape", S::kRun, "shape constant after folding"},
+      {"", "Transpose", S::kRun, ""},
+      {"", "Squeeze", S::kRun, "axes constant"},
+      {"", "Unsqueeze", S::kRun, "axes constant"},
+      {"", "Concat", S::kRun, ""},
+      {"", "Split", S::kRun, "split sizes constant"},
+      {"", "Slice", S::kRun, "starts/ends/axes/steps constant"},
+      {"", "Gather", S::kRun, "embeddings; indices not differentiable"},
+      {"", "Expand", S::kRun, "shape constant"},
+      {"", "Identity", S::kRun, ""},
+      {"", "Dropout", S::kRun, "ratio and training_mode constant"},
+      {"", "ReduceMean", S::kRun, "axes constant"},
+      {"", "ReduceSum", S::kRun, "axes constant"},
+      // Shape computations, folded at import once dimensions are bound
+      {"", "Shape", S::kFoldOnly, "input shape known once dims are bound"},
+      {"", "Constant", S::kFoldOnly, ""},
+      {"", "ConstantOfShape", S::kFoldOnly, "shape constant after folding"},
+      {"", "Range", S::kFoldOnly, ""},
+      {"", "Size", S::kFoldOnly, ""},
+      {"", "Trilu", S::kFoldOnly, "causal masks"},
+      {"", "Less", S::kFoldOnly, ""},
+      {"", "Greater", S::kFoldOnly, ""},
+      {"", "Not", S::kFoldOnly, ""},
+      {"", "And", S::kFoldOnly, ""},
+      {"", "Or", S::kFoldOnly, ""},
+      {"", "Min", S::kFoldOnly, ""},
+      {"", "Max", S::kFoldOnly, ""},
+      {"", "Abs", S::kFoldOnly, ""},
+      {"", "Floor", S::kFoldOnly, ""},
+      {"", "Ceil", S::kFoldOnly, ""},
+      {"", "Tile", S::kFoldOnly, ""},
+      {"", "ReduceProd", S::kFoldOnly, ""},
+      {"", "ReduceMax", S::kFoldOnly, ""},
+      {"", "ReduceMin", S::kFoldOnly, ""},
+  };
+  return table;
+}
+
+const OpEntry* find_op(const std::string& domain, const std::string& op_type) {
+  const std::string d = domain == "ai.onnx" ? "" : domain;
+  for (const OpEntry& e : op_table())
+    if (d == e.domain && op_type == e.op_type) return &e;
+  return nullptr;
+}
+
+}  // namespace pt

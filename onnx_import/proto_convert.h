@@ -1,0 +1,27 @@
+// onnx_import/proto_convert.h: TensorProto and AttributeProto <-> the IR's Tensor and AttrValue.
+// Used by import (ModelProto -> Graph), folding and export (Graph -> ModelProto).
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+
+#include "core/ir.h"
+
+namespace pt {
+
+// Reads data from raw_data or the typed fields. External data must already be inlined (see
+// load_model). Throws UserError naming `where` on a size mismatch or an unknown dtype.
+Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& where);
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* out);
+
+// Graph-valued attributes (If, Loop, Scan bodies) are refused with a UserError.
+AttrValue attr_from_proto(const onnx::AttributeProto& a, const std::string& where);
+void attr_to_proto(const std::string& name, const AttrValue& v, onnx::AttributeProto* out);
+
+// Reads the dtype and shape of a value info; false when the dtype, the rank or any dimension is
+// not known (then *out holds what is known, unknown dims as -1).
+bool concrete_type(const onnx::ValueInfoProto& vi, TensorType* out);
+void type_to_value_info(const TensorType& t, const std::string& name, onnx::ValueInfoProto* out);
+
+}  // namespace pt

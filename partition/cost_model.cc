@@ -1,0 +1,237 @@
+#include "partition/cost_model.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+namespace pt {
+namespace {
+
+// Per-element FLOPs of element-wise ops: forward, and backward per differentiable input.
+struct Elementwise {
+  int64_t fwd;
+  int64_t bwd;
+};
+
+const std::map<std::string, Elementwise>& elementwise_table() {
+  static const std::map<std::string, Elementwise> t = {
+      {"Add", {1, 1}},  {"Sub", {1, 1}},     {"Mul", {1, 2}},   {"Div", {1, 3}},
+      {"Pow", {10, 12}}, {"Sqrt", {1, 2}},   {"Neg", {1, 1}},   {"Relu", {1, 1}},
+      {"Erf", {8, 6}},  {"Gelu", {12, 16}},  {"Tanh", {8, 2}},  {"Sigmoid", {4, 3}},
+      {"Clip", {2, 2}}, {"Where", {1, 1}},   {"Dropout", {2, 1}},
+  };
+  return t;
+}
+
+// Ops that only reinterpret their input: no bytes move.
+bool is_view(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
+         op == "Identity";
+}
+
+// Ops through which no gradient flows to any input.
+bool is_non_differentiable(const std::string& op) {
+  return op == "Equal" || op == "Shape" || op == "Size";
+}
+
+// Inputs (by index) that carry a gradient when their value needs one. Index inputs, masks,
+// shapes and axes never do.
+bool input_differentiable(const Node& n, size_t i) {
+  const std::string& op = n.op_type;
+  if (is_non_differentiable(op)) return false;
+  if (op == "Where") return i != 0;
+  if (op == "Gather") return i == 0;
+  if (op == "Reshape" || op == "Expand" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "Dropout" || op == "Split" || op == "ReduceSum" || op == "ReduceMean")
+    return i == 0;
+  if (op == "Slice") return i == 0;
+  if (op == "Clip") return i == 0;
+  if (op == "BatchNormalization") return i <= 2;  // running mean and variance are buffers
+  return true;
+}
+
+int64_t numel(const Graph& g, ValueId v) { return v == kNoValue ? 0 : g.value(v).type.numel(); }
+int64_t nbytes(const Graph& g, ValueId v) { return v == kNoValue ? 0 : g.value(v).type.bytes(); }
+
+struct Shape3 {
+  int64_t batch = 1, m = 1, k = 1, n = 1;
+};
+
+Shape3 matmul_dims(const Graph& g, const Node& node) {
+  const auto& a = g.value(node.inputs[0]).type.shape;
+  const auto& y = g.value(node.outputs[0]).type.shape;
+  Shape3 s;
+  if (node.op_type == "Gemm") {
+    const bool ta = node.attr_int("transA", 0) != 0;
+    s.m = y[0];
+    s.n = y[1];
+    s.k = ta ? a[0] : a[1];
+    return s;
+  }
+  s.k = a.empty() ? 1 : a.back();
+  s.n = y.empty() ? 1 : y.back();
+  const int64_t out = g.value(node.outputs[0]).type.numel();
+  s.m = 1;
+  s.batch = s.n ? out / s.n : 0;  // batch * M folded: only the product matters
+  return s;
+}
+
+int64_t conv_flops(const Graph& g, const Node& node) {
+  const auto& w = g.value(node.inputs[1]).type.shape;  // [C_out, C_in/group, kh, kw...]
+  int64_t per_out = 1;
+  for (size_t i = 1; i < w.size(); ++i) per_out *= w[i];
+  return 2 * numel(g, node.outputs[0]) * per_out;
+}
+
+// Adds the gradient cost of input i: W if it is a parameter, B otherwise, nothing if it needs
+// no gradient.
+void add_grad(const Graph& g, const std::vector<bool>& needs, const Node& n, size_t i,
+              int64_t flops, NodeCost* c) {
+  if (i >= n.inputs.size() || n.inputs[i] == kNoValue) return;
+  const ValueId v = n.inputs[i];
+  if (!needs[static_cast<size_t>(v)] || !input_differentiable(n, i)) return;
+  (g.value(v).is_parameter() ? c->flops_bwd_weight : c->flops_bwd_input) += flops;
+}
+
+void compute_flops(const Graph& g, const std::vector<bool>& needs, const Node& n, NodeCost* c) {
+  const std::string& op = n.op_type;
+  const int64_t out = numel(g, n.outputs.empty() ? kNoValue : n.outputs[0]);
+  const int64_t in0 = n.inputs.empty() ? 0 : numel(g, n.inputs[0]);
+  if (op == "MatMul" || op == "Gemm") {
+    const Shape3 s = matmul_dims(g, n);
+    const int64_t f = 2 * s.batch * s.m * s.k * s.n;
+    c->flops_fwd = f + (op == "Gemm" && n.inputs.size() > 2 ? out : 0);
+    add_grad(g, needs, n, 0, f, c);
+    add_grad(g, needs, n, 1, f, c);
+    add_grad(g, needs, n, 2, out, c);
+  } else if (op == "Conv") {
+    const int64_t f = conv_flops(g, n);
+    c->flops_fwd = f + (n.inputs.size() > 2 ? out : 0);
+    add_grad(g, needs, n, 0, f, c);
+    add_grad(g, needs, n, 1, f, c);
+    add_grad(g, needs, n, 2, out, c);
+  } else if (op == "Softmax" || op == "LogSoftmax") {
+    c->flops_fwd = 5 * out;
+    add_grad(g, needs, n, 0, 4 * out, c);
+  } else if (op == "LayerNormalization" || op == "BatchNormalization") {
+    c->flops_fwd = 8 * out;
+    add_grad(g, needs, n, 0, 10 * out, c);
+    add_grad(g, needs, n, 1, 2 * out, c);
+    add_grad(g, needs, n, 2, 2 * out, c);
+  } else if (op == "MaxPool" || op == "AveragePool") {
+    const auto k = n.attr_ints("kernel_shape");
+    int64_t window = 1;
+    for (int64_t d : k) window *= d;
+    c->flops_fwd = out * window;
+    add_grad(g, needs, n, 0, out * window, c);
+  } else if (op == "GlobalAveragePool" || op == "ReduceMean" || op == "ReduceSum") {
+    c->flops_fwd = in0;
+    add_grad(g, needs, n, 0, in0, c);
+  } else if (op == "Gather") {
+    add_grad(g, needs, n, 0, out, c);  // scatter-add into the table
+  } else if (auto it = elementwise_table().find(op); it != elementwise_table().end()) {
+    c->flops_fwd = it->second.fwd * out;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      // A broadcast operand's gradient is also reduced back to its shape: N more.
+      const int64_t reduce = numel(g, n.inputs[i]) < out ? out : 0;
+      add_grad(g, needs, n, i, it->second.bwd * out + reduce, c);
+    }
+  } else {
+    // Data movement (Transpose, Concat, Split, Slice, Expand, Cast...): gradients move as many
+    // elements back.
+    for (size_t i = 0; i < n.inputs.size(); ++i) add_grad(g, needs, n, i, numel(g, n.inputs[i]), c);
+  }
+}
+
+// Values each op's backward reads (indices into inputs, or -1-k for output k).
+std::vector<int> saved_for_backward(const Node& n) {
+  const std::string& op = n.op_type;
+  if (op == "MatMul" || op == "Gemm" || op == "Conv" || op == "Mul" || op == "Div" ||
+      op == "Pow")
+    return {0, 1};
+  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "Sqrt" || op == "Softmax" ||
+      op == "LogSoftmax")
+    return {-1};
+  if (op == "Erf" || op == "Gelu" || op == "Clip" || op == "LayerNormalization" ||
+      op == "BatchNormalization" || op == "MaxPool")
+    return {0};
+  if (op == "Dropout") return {-2};  // the mask
+  if (op == "Where") return {0};
+  if (op == "Gather") return {1};
+  return {};
+}
+
+}  // namespace
+
+int64_t NodeCost::cost() const {
+  return flops_fwd + flops_bwd() + 3 * kFlopsPerByte * (bytes_read + bytes_written);
+}
+
+std::vector<bool> needs_gradient(const Graph& g) {
+  std::vector<bool> needs(g.values.size(), false);
+  for (size_t v = 0; v < g.values.size(); ++v) needs[v] = g.values[v].is_parameter();
+  for (const Node& n : g.nodes) {
+    bool any = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      any = any || (n.inputs[i] != kNoValue && needs[static_cast<size_t>(n.inputs[i])] &&
+                    input_differentiable(n, i));
+    for (ValueId o : n.outputs)
+      if (o != kNoValue) needs[static_cast<size_t>(o)] = any && is_floating(g.value(o).type.dtype);
+  }
+  return needs;
+}
+
+std::vector<NodeCost> estimate_costs(const Graph& g) {
+  const std::vector<bool> needs = needs_gradient(g);
+  std::vector<NodeCost> costs(g.nodes.size());
+  std::vector<bool> saved(g.values.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    NodeCost& c = costs[i];
+    compute_flops(g, needs, n, &c);
+    std::set<ValueId> params;
+    for (ValueId v : n.inputs)
+      if (v != kNoValue && g.value(v).is_parameter()) params.insert(v);
+    for (ValueId v : params) c.param_bytes += nbytes(g, v);
+    if (!is_view(n.op_type)) {
+      for (ValueId v : n.inputs) c.bytes_read += nbytes(g, v);
+      for (ValueId v : n.outputs) c.bytes_written += nbytes(g, v);
+    }
+    // Mark what this node's backward reads; it is charged to the producer below.
+    bool any_grad = false;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      any_grad = any_grad || (n.inputs[k] != kNoValue &&
+                              needs[static_cast<size_t>(n.inputs[k])] && input_differentiable(n, k));
+    if (!any_grad) continue;
+    for (int s : saved_for_backward(n)) {
+      const size_t idx = static_cast<size_t>(s >= 0 ? s : -1 - s);
+      const auto& list = s >= 0 ? n.inputs : n.outputs;
+      if (idx >= list.size() || list[idx] == kNoValue) continue;
+      const Value& v = g.value(list[idx]);
+      if (v.is_initializer()) continue;  // parameters and constants are not activations
+      saved[static_cast<size_t>(list[idx])] = true;
+    }
+  }
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (!saved[v] || g.values[v].producer < 0) continue;
+    costs[static_cast<size_t>(g.values[v].producer)].saved_bytes += g.values[v].type.bytes();
+  }
+  return costs;
+}
+
+NodeCost total_cost(const std::vector<NodeCost>& costs) {
+  NodeCost t;
+  for (const NodeCost& c : costs) {
+    t.flops_fwd += c.flops_fwd;
+    t.flops_bwd_input += c.flops_bwd_input;
+    t.flops_bwd_weight += c.flops_bwd_weight;
+    t.bytes_read += c.bytes_read;
+    t.bytes_written += c.bytes_written;
+    t.param_bytes += c.param_bytes;
+    t.saved_bytes += c.saved_bytes;
+  }
+  return t;
+}
+
+}  // namespace pt

@@ -1,0 +1,56 @@
+// partition/cost_model.h: per-node costs from shapes alone. In: an imported Graph (concrete
+// shapes). Out: one NodeCost per node, which the partitioner sums into stage costs.
+//
+// Formulas (N = elements of the node's main output, shapes as in ONNX):
+//   MatMul [..,M,K]x[..,K,N]   F = 2*b*M*K*N; each input's gradient costs the same again
+//   Gemm                       as MatMul, plus M*N for the bias and its gradient
+//   Conv                       F = 2*N_out*(C_in/group)*prod(kernel); dX and dW the same again
+//   element-wise               F = N * per-element FLOPs (table in cost_model.cc); gradient
+//                              per input N * per-element backward FLOPs
+//   Softmax, LogSoftmax        F = 5N, dX = 4N
+//   LayerNorm, BatchNorm       F = 8N, dX = 10N, dScale and dBias = 4N
+//   pooling, reductions        F = elements read, backward = elements written
+//   data movement              0 FLOPs; bytes only (views such as Reshape move nothing)
+// A gradient that flows into a trainable parameter is W (weight-gradient) work; one that flows
+// into an activation needing a gradient is B (input-gradient) work; none is counted for inputs
+// that need no gradient (token ids, masks, images).
+//
+// saved_bytes: bytes of this node's outputs that some consumer's backward reads (MatMul keeps its
+// activation inputs, Relu and Softmax their outputs, Dropout its mask...): what F leaves for B.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/ir.h"
+
+namespace pt {
+
+struct NodeCost {
+  int64_t flops_fwd = 0;
+  int64_t flops_bwd_input = 0;   // B: gradients of activation inputs
+  int64_t flops_bwd_weight = 0;  // W: gradients of parameters
+  int64_t bytes_read = 0;        // forward
+  int64_t bytes_written = 0;     // forward
+  int64_t param_bytes = 0;       // trainable parameters this node reads
+  int64_t saved_bytes = 0;       // outputs kept for backward, per micro-batch
+
+  int64_t flops_bwd() const { return flops_bwd_input + flops_bwd_weight; }
+  // One number for balancing: FLOPs of F, B and W plus kFlopsPerByte per byte moved (forward
+  // bytes counted three times for F, B and W), so memory-bound ops weigh what they cost in time.
+  int64_t cost() const;
+};
+
+// FLOP-equivalents of moving one byte: the balance of a CPU doing ~100 GFLOP/s out of ~25 GB/s.
+constexpr int64_t kFlopsPerByte = 4;
+
+// Which values carry a gradient: trainable parameters and every floating-point value computed
+// from one through differentiable ops. Graph inputs (images, token ids) need none.
+std::vector<bool> needs_gradient(const Graph& g);
+
+std::vector<NodeCost> estimate_costs(const Graph& g);
+
+// Sums for a whole graph, for `pipetrain inspect`.
+NodeCost total_cost(const std::vector<NodeCost>& costs);
+
+}  // namespace pt

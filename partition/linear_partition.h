@@ -1,0 +1,78 @@
+// partition/linear_partition.h: the exact solver under every partition strategy.
+//
+// In: a graph flattened to positions 0..n-1 (nodes in topological order) with, per position, a
+// cost, parameter bytes and kept activation bytes, and per cut point the bytes of the tensors
+// crossing it. Out: K contiguous, non-empty ranges minimising the largest range cost, each
+// within the memory limit. Knows nothing of graphs: partitioner.cc builds the problem.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+struct LinearProblem {
+  std::vector<int64_t> cost;              // n: cost of position i (>= 0)
+  std::vector<int64_t> param_bytes;       // n: parameter bytes first used at position i
+  std::vector<int64_t> activation_bytes;  // n: bytes position i keeps per micro-batch
+  std::vector<int64_t> cut_bytes;         // n+1: bytes of tensors crossing a cut placed just
+                                          // before position i (cut_bytes[0]: the graph inputs)
+  size_t size() const { return cost.size(); }
+};
+
+// Memory of part k (0-based) of K covering [begin, end):
+//   state_factor * params + in_flight(k) * (activations + cut_bytes[begin])
+// where in_flight(k) = K - k: under 1F1B the k-th part holds K - k micro-batches at once, and
+// it keeps the tensors it received for its backward. limit 0 means no limit.
+struct MemoryModel {
+  int64_t limit = 0;
+  int64_t state_factor = 4;  // parameter + gradient + two AdamW moments
+
+  int64_t in_flight(int part, int parts) const { return parts - part; }
+};
+
+struct PartRange {
+  int begin = 0;  // first position
+  int end = 0;    // one past the last position
+  int64_t cost = 0;
+  int64_t memory = 0;
+};
+
+// Memory of one part under the model above. O(1) given the prefix sums.
+class RangeMeasure {
+ public:
+  explicit RangeMeasure(const LinearProblem& p);
+  int64_t cost(int begin, int end) const { return cost_[end] - cost_[begin]; }
+  int64_t params(int begin, int end) const { return params_[end] - params_[begin]; }
+  int64_t activations(int begin, int end) const { return act_[end] - act_[begin]; }
+  int64_t memory(int begin, int end, int part, int parts, const MemoryModel& m) const;
+
+ private:
+  const LinearProblem& p_;
+  std::vector<int64_t> cost_, params_, act_;  // prefix sums, size n+1
+};
+
+// Exact minimum of the largest part cost over all splits into `parts` non-empty contiguous
+// ranges whose memory fits m.limit; returns the ranges in order, cost and memory filled.
+// Binary search over the bottleneck with an O(n * parts) reachability sweep per probe.
+// Throws UserError when parts is not in [1, n], or when no split fits (the message names the
+// smallest limit that would, see min_feasible_limit).
+std::vector<PartRange> solve_min_bottleneck(const LinearProblem& p, int parts,
+                                            const MemoryModel& m);
+
+// Parts ending where the caller says: cuts[i] is the first position of part i+1. Throws
+// UserError naming the bad cut unless 0 < cuts[0] < cuts[1] < ... < n, and naming the part
+// when one does not fit m.limit.
+std::vector<PartRange> split_at(const LinearProblem& p, const std::vector<int>& cuts,
+                                const MemoryModel& m);
+
+// The smallest m.limit under which some split into `parts` fits, whatever the cost: the
+// minimum over splits of the largest part memory (m.limit itself is ignored). Can be 0, which
+// as a limit means none. Throws UserError when parts is not in [1, n].
+int64_t min_feasible_limit(const LinearProblem& p, int parts, const MemoryModel& m);
+
+// Binary units, three significant digits: "512 B", "3.00 KiB", "12.5 MiB", "1.37 GiB".
+std::string format_bytes(int64_t bytes);
+
+}  // namespace pt

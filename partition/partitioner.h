@@ -1,0 +1,70 @@
+// partition/partitioner.h: Graph + per-node costs -> PartitionPlan (chunks of consecutive nodes,
+// each with the tensors crossing into and out of it).
+//
+// Nodes are taken in the graph's topological order; a chunk is a contiguous range of it. With
+// chunks_per_stage = v > 1 there are v*stages chunks; for v = 2 they sit in a V on the devices
+// (chunk i and 2P-1-i on device i), otherwise round-robin (chunk c on device c mod P).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/ir.h"
+#include "partition/cost_model.h"
+#include "partition/linear_partition.h"
+
+namespace pt {
+
+enum class Strategy {
+  kBalanced,  // minimise the largest chunk cost (compute and bytes moved), exactly
+  kParams,    // equal parameter bytes per chunk (DeepSpeed's default)
+  kUniform,   // equal node counts
+  kManual,    // cut after the named nodes
+};
+
+Strategy parse_strategy(const std::string& name);  // UserError on an unknown name
+const char* strategy_name(Strategy s);
+
+struct PartitionOptions {
+  int stages = 1;
+  int chunks_per_stage = 1;
+  Strategy strategy = Strategy::kBalanced;
+  std::vector<std::string> cut_after;  // kManual: stages*chunks_per_stage - 1 node names
+  MemoryModel memory;                  // limit per device (0: none)
+};
+
+struct ChunkPlan {
+  int index = 0;   // position in the pipeline (forward order)
+  int device = 0;
+  int begin = 0;   // first node
+  int end = 0;     // one past the last node
+  std::vector<ValueId> inputs;    // tensors crossing in (graph inputs, activations, carried ones)
+  std::vector<ValueId> outputs;   // tensors crossing out (the last chunk: the graph's outputs)
+  std::vector<ValueId> params;    // trainable parameters the chunk reads (a shared one: each)
+  int64_t param_count = 0;
+  int64_t param_bytes = 0;
+  int64_t flops_fwd = 0;
+  int64_t flops_bwd = 0;          // B + W
+  int64_t activation_bytes = 0;   // kept per micro-batch: saved outputs plus received inputs
+  int64_t cost = 0;               // NodeCost::cost() summed
+  int64_t memory = 0;             // under the MemoryModel, for its device
+};
+
+struct PartitionPlan {
+  Strategy strategy = Strategy::kBalanced;
+  int devices = 1;
+  int chunks_per_stage = 1;
+  std::vector<ChunkPlan> chunks;  // forward order
+  int64_t total_cost = 0;
+  double imbalance = 1.0;         // largest device cost / mean device cost
+
+  int64_t device_cost(int device) const;
+};
+
+PartitionPlan plan_partition(const Graph& g, const std::vector<NodeCost>& costs,
+                             const PartitionOptions& opts);
+
+// The flat problem the solver sees (exposed for tests and benchmarks).
+LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs);
+
+}  // namespace pt

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what pipetrain needs on Debian 12 (apt packages, a Python venv with onnx and
+# onnxruntime beside Debian's torch), then configures and builds into build/.
+# Safe to rerun: installs only what is missing, rebuilds incrementally.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config
+  libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
+  libcli11-dev libyaml-cpp-dev libgtest-dev libgmock-dev libdnnl-dev nlohmann-json3-dev
+  python3 python3-venv python3-numpy python3-torch python3-torchvision)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Debian's python3 carries torch; the venv sees it and adds onnx and onnxruntime from PyPI.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import onnxruntime, onnx, numpy, torch" 2>/dev/null; then
+  echo "setup: making .venv (Debian's python3 with torch, plus onnx and onnxruntime)"
+  /usr/bin/python3 -m venv --system-site-packages .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check "numpy<2" onnx onnxruntime
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPT_PYTHON="$PWD/.venv/bin/python" >/dev/null
+cmake --build build -j "$(nproc)"

@@ -1,0 +1,139 @@
+// Runs the pipetrain binary as a user would and pins what it prints and returns.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+Result run(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / "pt_cli_test_stderr.txt";
+  const std::string cmd = std::string(PT_BINARY) + " " + args + " 2>" + err_file.string();
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
+// Bad input: exit 2 and exactly one line on stderr, starting with "error: ".
+void expect_one_line_error(const Result& r, const std::string& text) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err, "error: " + text + "\n");
+}
+
+TEST(Cli, OpsListsTheTable) {
+  Result r = run("ops");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("MatMul"), std::string::npos);
+  EXPECT_NE(r.out.find("LayerNormalization"), std::string::npos);
+}
+
+TEST(Cli, InspectReportsOpsParamsFlops) {
+  Result r = run("inspect samples/gpt/gpt.onnx --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["params"].get<int64_t>(), 0);
+  EXPECT_GT(j["flops_fwd"].get<int64_t>(), 0);
+  EXPECT_GT(j["ops"]["MatMul"].get<int>(), 0);
+  EXPECT_TRUE(j["unsupported"].empty());
+}
+
+TEST(Cli, PartitionJsonHasTheDocumentedShape) {
+  Result r = run("partition samples/gpt/gpt.onnx --stages 4 --micro-batch 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["stages"].size(), 4u);
+  for (const auto& s : j["stages"]) {
+    for (const char* key : {"index", "nodes", "params", "flops_fwd", "flops_bwd",
+                            "activation_bytes", "cost", "inputs", "outputs"})
+      EXPECT_TRUE(s.contains(key)) << key;
+    for (const auto& t : s["inputs"]) {
+      EXPECT_TRUE(t.contains("name"));
+      EXPECT_TRUE(t.contains("dtype"));
+      EXPECT_EQ(t["shape"][0].get<int64_t>(), 2);  // the batch dim is the micro-batch
+    }
+  }
+  EXPECT_LE(j["imbalance"].get<double>(), 1.10);
+}
+
+TEST(Cli, PartitionTablePrintsImbalance) {
+  Result r = run("partition samples/bert/bert.onnx --stages 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("imbalance "), std::string::npos);
+  EXPECT_NE(r.out.find("in:  input int64[1,"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ExportWritesOneFilePerStage) {
+  const fs::path dir = fs::temp_directory_path() / "pt_cli_export";
+  fs::remove_all(dir);
+  Result r = run("partition samples/mlp/mlp.onnx --stages 2 --export " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir / "stage_0.onnx"));
+  EXPECT_TRUE(fs::exists(dir / "stage_1.onnx"));
+  EXPECT_FALSE(fs::exists(dir / "stage_2.onnx"));
+}
+
+TEST(CliErrors, MissingModel) {
+  expect_one_line_error(run("partition nowhere.onnx --stages 2"),
+                        "nowhere.onnx: no such file; check the path to the model");
+}
+
+TEST(CliErrors, TooManyStages) {
+  Result r = run("partition samples/mlp/mlp.onnx --stages 500");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("error: partition: cannot cut a graph of ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+}
+
+TEST(CliErrors, ImpossibleMemoryLimit) {
+  Result r = run("partition samples/gpt/gpt.onnx --stages 2 --memory-limit 1KiB");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("error: partition: no split into 2 stages fits the memory limit of 1.00 KiB", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+}
+
+TEST(CliErrors, UnreadableMemoryLimit) {
+  expect_one_line_error(run("partition samples/gpt/gpt.onnx --stages 2 --memory-limit lots"),
+                        "--memory-limit: cannot read 'lots' as a size; write bytes, or a number "
+                        "with KB, MB, GB, KiB, MiB or GiB");
+}
+
+TEST(CliErrors, UnknownStrategy) {
+  expect_one_line_error(run("partition samples/gpt/gpt.onnx --stages 2 --strategy fastest"),
+                        "--strategy: unknown strategy 'fastest'; use balanced, params, uniform or manual");
+}
+
+TEST(CliErrors, UnknownFlag) {
+  Result r = run("partition samples/gpt/gpt.onnx --stages 2 --stagez 3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(CliErrors, FailedExportWritesNothing) {
+  const fs::path dir = fs::temp_directory_path() / "pt_cli_noexport";
+  fs::remove_all(dir);
+  Result r = run("partition samples/gpt/gpt.onnx --stages 2 --memory-limit 1KiB --export " +
+                 dir.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_FALSE(fs::exists(dir));
+}
+
+}  // namespace

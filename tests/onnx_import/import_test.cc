@@ -1,0 +1,186 @@
+#include "onnx_import/import.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "onnx_import/export.h"
+#include "onnx_import/load.h"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> sample_models() {
+  std::vector<std::string> out;
+  for (const char* name : {"mlp", "gpt", "bert", "vit", "resnet", "mobilenet"})
+    out.push_back("samples/" + std::string(name) + "/" + name + ".onnx");
+  return out;
+}
+
+std::string import_error(const std::string& path, const ImportOptions& o = {}) {
+  try {
+    import_model(path, o);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / "pt_import_test";
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+TEST(Import, EverySampleHasConcreteShapes) {
+  for (const std::string& path : sample_models()) {
+    for (int64_t batch : {1, 3}) {
+      ImportOptions o;
+      o.batch = batch;
+      Graph g = import_model(path, o);
+      ASSERT_FALSE(g.nodes.empty()) << path;
+      for (const Value& v : g.values) {
+        EXPECT_NE(v.type.dtype, DType::kUndefined) << path << " " << v.name;
+        for (int64_t d : v.type.shape) EXPECT_GE(d, 0) << path << " " << v.name;
+      }
+      for (ValueId in : g.inputs) EXPECT_EQ(g.value(in).type.shape[0], batch) << path;
+      for (ValueId out : g.outputs) EXPECT_EQ(g.value(out).type.shape[0], batch) << path;
+      // Folding leaves no shape computation behind.
+      for (const Node& n : g.nodes) {
+        EXPECT_NE(n.op_type, "Shape") << path;
+        EXPECT_NE(n.op_type, "Constant") << path;
+      }
+      EXPECT_GT(g.parameter_count(), 0) << path;
+    }
+  }
+}
+
+TEST(Import, FoldedConstantsAreNotParameters) {
+  Graph g = import_model("samples/gpt/gpt.onnx");
+  for (const Value& v : g.values)
+    if (v.constant) EXPECT_FALSE(v.is_parameter()) << v.name;
+}
+
+TEST(Import, ExternalDataMatchesEmbedded) {
+  Graph ext = import_model("samples/synthetic/tiny_ext.onnx");
+  Graph emb = import_model("samples/synthetic/tiny.onnx");
+  ASSERT_EQ(ext.nodes.size(), emb.nodes.size());
+  EXPECT_EQ(ext.parameter_count(), emb.parameter_count());
+  EXPECT_GT(ext.parameter_count(), 0);
+}
+
+TEST(Import, RoundTripThroughExport) {
+  Graph g = import_model("samples/mlp/mlp.onnx");
+  fs::path p = scratch("mlp_roundtrip.onnx");
+  save_model(to_model_proto(g), p.string());
+  Graph back = import_model(p.string());
+  EXPECT_EQ(back.nodes.size(), g.nodes.size());
+  EXPECT_EQ(back.parameter_count(), g.parameter_count());
+}
+
+TEST(ImportErrors, MissingFile) {
+  EXPECT_EQ(import_error("no/such/model.onnx"),
+            "no/such/model.onnx: no such file; check the path to the model");
+}
+
+TEST(ImportErrors, GarbageFile) {
+  fs::path p = scratch("garbage.onnx");
+  write_bytes(p, std::string("\xff\xfe this is not a protobuf \x01\x02\x03", 30));
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": is not an ONNX model (protobuf parsing failed: garbage or truncated); "
+                         "export the model again with torch.onnx.export");
+}
+
+TEST(ImportErrors, TruncatedFile) {
+  std::ifstream in("samples/mlp/mlp.onnx", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  fs::path p = scratch("truncated.onnx");
+  write_bytes(p, bytes.substr(0, bytes.size() / 2));
+  const std::string err = import_error(p.string());
+  EXPECT_EQ(err.rfind(p.string() + ": ", 0), 0u) << err;
+  EXPECT_NE(err.find("export"), std::string::npos) << err;
+  EXPECT_EQ(err.find('\n'), std::string::npos);
+}
+
+TEST(ImportErrors, MissingExternalData) {
+  fs::path dir = scratch("ext_missing");
+  fs::create_directories(dir);
+  fs::copy_file("samples/synthetic/tiny_ext.onnx", dir / "tiny_ext.onnx",
+                fs::copy_options::overwrite_existing);
+  const std::string err = import_error((dir / "tiny_ext.onnx").string());
+  EXPECT_NE(err.find("external data file"), std::string::npos) << err;
+  EXPECT_NE(err.find("is missing; keep the data file beside the model"), std::string::npos) << err;
+}
+
+onnx::ModelProto tiny_model(const std::string& op, const std::string& domain, int64_t opset) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* o = m.add_opset_import();
+  o->set_version(opset);
+  if (!domain.empty()) {
+    auto* d = m.add_opset_import();
+    d->set_domain(domain);
+    d->set_version(1);
+  }
+  auto* g = m.mutable_graph();
+  g->set_name("tiny");
+  auto* n = g->add_node();
+  n->set_name("the_node");
+  n->set_op_type(op);
+  n->set_domain(domain);
+  n->add_input("x");
+  n->add_output("y");
+  for (auto* vi : {g->add_input(), g->add_output()}) {
+    vi->set_name(vi == &g->input(0) ? "x" : "y");
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_value(4);
+  }
+  return m;
+}
+
+TEST(ImportErrors, UnknownOpNamesNodeAndOpset) {
+  fs::path p = scratch("unknown_op.onnx");
+  save_model(tiny_model("Cosh", "", 17), p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": node 'the_node' (Cosh, opset 17): op Cosh is not supported; "
+                         "`pipetrain ops` lists the supported ops; replace it in the exported model");
+  save_model(tiny_model("Frobnicate", "com.example", 17), p.string());
+  EXPECT_NE(import_error(p.string()).find("op com.example::Frobnicate is not supported"),
+            std::string::npos);
+}
+
+TEST(ImportErrors, OpsetOutOfRange) {
+  fs::path p = scratch("old_opset.onnx");
+  save_model(tiny_model("Relu", "", 11), p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": opset 11 is outside the supported range 13..17; "
+                         "export again with torch.onnx.export(..., opset_version=17)");
+}
+
+TEST(ImportErrors, SymbolicDimNeedsBinding) {
+  fs::path p = scratch("symbolic.onnx");
+  onnx::ModelProto m = tiny_model("Relu", "", 17);
+  for (auto* vi : {m.mutable_graph()->mutable_input(0), m.mutable_graph()->mutable_output(0)})
+    vi->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_param("width");
+  save_model(m, p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": input 'x' axis 1: dimension 'width' is symbolic; "
+                         "bind it with --dim width=VALUE (or dims: in the config)");
+  ImportOptions o;
+  o.dims["width"] = 7;
+  Graph g = import_model(p.string(), o);
+  EXPECT_EQ(g.value(g.outputs[0]).type.shape, (std::vector<int64_t>{1, 7}));
+}
+
+}  // namespace
+}  // namespace pt

@@ -1,0 +1,160 @@
+#include "partition/partitioner.h"
+
+#include <gtest/gtest.h>
+#include <onnx/checker.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "onnx_import/export.h"
+#include "onnx_import/import.h"
+#include "partition/cost_model.h"
+#include "partition/cut.h"
+
+namespace pt {
+namespace {
+
+struct Loaded {
+  Graph g;
+  std::vector<NodeCost> costs;
+};
+
+Loaded load(const std::string& name, int64_t batch = 4) {
+  ImportOptions o;
+  o.batch = batch;
+  Loaded l{import_model("samples/" + name + "/" + name + ".onnx", o), {}};
+  l.costs = estimate_costs(l.g);
+  return l;
+}
+
+PartitionPlan plan(const Loaded& l, int stages, Strategy s = Strategy::kBalanced,
+                   int chunks = 1, int64_t limit = 0) {
+  PartitionOptions o;
+  o.stages = stages;
+  o.strategy = s;
+  o.chunks_per_stage = chunks;
+  o.memory.limit = limit;
+  return plan_partition(l.g, l.costs, o);
+}
+
+TEST(CostModel, MatMulFlopsFollowTheFormula) {
+  Loaded l = load("gpt", 2);
+  int checked = 0;
+  for (size_t i = 0; i < l.g.nodes.size(); ++i) {
+    const Node& n = l.g.nodes[i];
+    if (n.op_type != "MatMul") continue;
+    const auto& a = l.g.value(n.inputs[0]).type.shape;
+    const auto& y = l.g.value(n.outputs[0]).type.shape;
+    const int64_t k = a.back();
+    EXPECT_EQ(l.costs[i].flops_fwd, 2 * l.g.value(n.outputs[0]).type.numel() * k) << n.name;
+    const bool weight = l.g.value(n.inputs[1]).is_parameter();
+    if (weight) EXPECT_EQ(l.costs[i].flops_bwd_weight, l.costs[i].flops_fwd) << n.name;
+    (void)y;
+    ++checked;
+  }
+  EXPECT_GE(checked, 8);
+}
+
+TEST(CostModel, TokenIdsNeedNoGradient) {
+  Loaded l = load("gpt", 2);
+  const std::vector<bool> needs = needs_gradient(l.g);
+  for (ValueId in : l.g.inputs) EXPECT_FALSE(needs[static_cast<size_t>(in)]);
+  for (ValueId out : l.g.outputs) EXPECT_TRUE(needs[static_cast<size_t>(out)]);
+}
+
+TEST(Partition, BalancedBeatsParamsOnTheTransformer) {
+  Loaded l = load("gpt");
+  PartitionPlan balanced = plan(l, 4);
+  PartitionPlan by_params = plan(l, 4, Strategy::kParams);
+  EXPECT_LE(balanced.imbalance, 1.10);
+  EXPECT_GT(by_params.imbalance, balanced.imbalance);
+}
+
+TEST(Partition, ChunksReadOnlyWhatCrossesIntoThem) {
+  for (const char* name : {"gpt", "bert", "vit", "resnet", "mobilenet", "mlp"}) {
+    Loaded l = load(name);
+    for (int stages : {2, 3, 4}) {
+      PartitionPlan p = plan(l, stages);
+      ASSERT_EQ(static_cast<int>(p.chunks.size()), stages);
+      EXPECT_EQ(p.chunks.front().begin, 0);
+      EXPECT_EQ(p.chunks.back().end, static_cast<int>(l.g.nodes.size()));
+      for (const ChunkPlan& c : p.chunks) {
+        EXPECT_LT(c.begin, c.end);
+        std::set<ValueId> available(c.inputs.begin(), c.inputs.end());
+        for (int i = c.begin; i < c.end; ++i) {
+          for (ValueId v : l.g.nodes[static_cast<size_t>(i)].inputs)
+            if (v != kNoValue && !l.g.value(v).is_initializer())
+              EXPECT_TRUE(available.count(v)) << name << " chunk " << c.index << " reads "
+                                              << l.g.value(v).name;
+          for (ValueId v : l.g.nodes[static_cast<size_t>(i)].outputs) available.insert(v);
+        }
+        for (ValueId v : c.outputs) EXPECT_TRUE(available.count(v)) << name;
+        if (c.index + 1 < stages) {
+          const ChunkPlan& next = p.chunks[static_cast<size_t>(c.index) + 1];
+          EXPECT_EQ(std::set<ValueId>(next.inputs.begin(), next.inputs.end()),
+                    std::set<ValueId>(c.outputs.begin(), c.outputs.end()))
+              << name << ": what leaves chunk " << c.index << " is what the next one takes";
+        }
+      }
+      EXPECT_EQ(p.chunks.back().outputs, l.g.outputs);
+      for (const ChunkPlan& c : p.chunks) {
+        onnx::ModelProto m = to_model_proto(cut_chunk(l.g, c));
+        EXPECT_NO_THROW(onnx::checker::check_model(m)) << name << " chunk " << c.index;
+      }
+    }
+  }
+}
+
+TEST(Partition, VShapePlacesChunksInAV) {
+  Loaded l = load("gpt");
+  PartitionPlan p = plan(l, 2, Strategy::kBalanced, 2);
+  ASSERT_EQ(p.chunks.size(), 4u);
+  std::vector<int> devices;
+  for (const ChunkPlan& c : p.chunks) devices.push_back(c.device);
+  EXPECT_EQ(devices, (std::vector<int>{0, 1, 1, 0}));
+}
+
+TEST(Partition, MemoryLimitHonouredOrRefused) {
+  Loaded l = load("gpt");
+  PartitionPlan free_plan = plan(l, 4);
+  int64_t worst = 0;
+  for (const ChunkPlan& c : free_plan.chunks) worst = std::max(worst, c.memory);
+  PartitionPlan tight = plan(l, 4, Strategy::kBalanced, 1, worst);
+  for (const ChunkPlan& c : tight.chunks) EXPECT_LE(c.memory, worst);
+  try {
+    plan(l, 4, Strategy::kBalanced, 1, 1000);
+    FAIL() << "a 1000-byte limit cannot fit";
+  } catch (const UserError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("partition: no split into 4 stages fits the memory limit of", 0), 0u) << msg;
+    EXPECT_NE(msg.find("the smallest that fits is"), std::string::npos) << msg;
+  }
+}
+
+TEST(Partition, MoreStagesThanNodesIsRefused) {
+  Loaded l = load("mlp");
+  const int n = static_cast<int>(l.g.nodes.size());
+  try {
+    plan(l, n + 1);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "partition: cannot cut a graph of " + std::to_string(n) + " nodes into " +
+                  std::to_string(n + 1) + " chunks; use at most " + std::to_string(n) + " stages");
+  }
+}
+
+TEST(Partition, ManualCutsWhereTold) {
+  Loaded l = load("mlp");
+  PartitionOptions o;
+  o.stages = 2;
+  o.strategy = Strategy::kManual;
+  o.cut_after = {l.g.nodes[1].name};
+  PartitionPlan p = plan_partition(l.g, l.costs, o);
+  EXPECT_EQ(p.chunks[0].end, 2);
+  o.cut_after = {"no_such_node"};
+  EXPECT_THROW(plan_partition(l.g, l.costs, o), UserError);
+}
+
+}  // namespace
+}  // namespace pt

@@ -74,11 +74,14 @@ nlohmann::json partition_json(const Graph& g, const PartitionPlan& plan) {
 
 void print_partition_table(std::ostream& os, const Graph& g, const PartitionPlan& plan,
                            const std::string& model_path, int64_t micro_batch) {
-  os << model_path << ": " << plan.chunks.size() << " stages on " << plan.devices
-     << " devices, strategy " << strategy_name(plan.strategy) << ", micro-batch " << micro_batch
+  const bool chunked = plan.chunks_per_stage > 1;
+  os << model_path << ": " << plan.chunks.size() << (chunked ? " chunks" : " stages") << " on "
+     << plan.devices << " devices" << (plan.chunks_per_stage == 2 ? " (V-shaped)" : "")
+     << ", strategy " << strategy_name(plan.strategy) << ", micro-batch " << micro_batch
      << "\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%5s %6s %6s %9s %10s %10s %11s %11s %7s\n", "stage", "device",
+  std::snprintf(line, sizeof line, "%5s %6s %6s %9s %10s %10s %11s %11s %7s\n",
+                chunked ? "chunk" : "stage", "device",
                 "nodes", "params", "fwd FLOP", "bwd FLOP", "act/mb", "memory", "share");
   os << line;
   for (const ChunkPlan& c : plan.chunks) {

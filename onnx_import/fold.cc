@@ -218,6 +218,7 @@ Folded fold_gather(const Node& node, const Inputs& in, int64_t) {
   shape.insert(shape.end(), in[1]->type.shape.begin(), in[1]->type.shape.end());
   shape.insert(shape.end(), s.begin() + static_cast<std::ptrdiff_t>(axis) + 1, s.end());
   Tensor out = new_tensor(data.type.dtype, shape);
+  if (out.data.empty()) return one(std::move(out));
   const size_t block = static_cast<size_t>(product(s, axis + 1, s.size())) * dtype_size(data.type.dtype);
   std::byte* dst = out.data.data();
   for (int64_t o = 0; o < product(s, 0, axis); ++o) {
@@ -258,15 +259,17 @@ Folded fold_unsqueeze(const Node& node, const Inputs& in, int64_t opset) {
 Folded fold_squeeze(const Node& node, const Inputs& in, int64_t opset) {
   const std::vector<int64_t>& s = in[0]->type.shape;
   const bool given = opset >= 13 ? input(in, 1) != nullptr : node.has_attr("axes");
-  std::optional<std::vector<int64_t>> axes = squeeze_axes(node, in, opset);
-  if (given && !axes) return std::nullopt;
-  std::vector<bool> drop(s.size(), !given);
-  for (size_t d = 0; d < s.size() && !given; ++d) drop[d] = s[d] == 1;
-  for (int64_t a : given ? *axes : std::vector<int64_t>{}) {
-    const auto d = static_cast<size_t>(normalize_axis(node, a, static_cast<int64_t>(s.size())));
-    if (s[d] != 1)
-      fail(node, "cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(s[d]));
-    drop[d] = true;
+  std::vector<bool> drop(s.size(), false);
+  for (size_t d = 0; d < s.size(); ++d) drop[d] = !given && s[d] == 1;
+  if (given) {
+    std::optional<std::vector<int64_t>> axes = squeeze_axes(node, in, opset);
+    if (!axes) return std::nullopt;
+    for (int64_t a : *axes) {
+      const auto d = static_cast<size_t>(normalize_axis(node, a, static_cast<int64_t>(s.size())));
+      if (s[d] != 1)
+        fail(node, "cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(s[d]));
+      drop[d] = true;
+    }
   }
   std::vector<int64_t> shape;
   for (size_t d = 0; d < s.size(); ++d)
@@ -293,12 +296,14 @@ Folded fold_concat(const Node& node, const Inputs& in, int64_t) {
     if (s != shape) fail(node, "cannot concatenate " + in[0]->type.str() + " with " + t->type.str());
   }
   Tensor out = new_tensor(in[0]->type.dtype, shape);
+  if (out.data.empty()) return one(std::move(out));
   const int64_t inner = product(shape, axis + 1, shape.size()) *
                         static_cast<int64_t>(dtype_size(in[0]->type.dtype));
   std::byte* dst = out.data.data();
   for (int64_t o = 0; o < product(shape, 0, axis); ++o) {
     for (const Tensor* t : in) {
       const auto chunk = static_cast<size_t>(t->type.shape[axis] * inner);
+      if (chunk == 0) continue;
       std::memcpy(dst, t->data.data() + static_cast<size_t>(o) * chunk, chunk);
       dst += chunk;
     }

@@ -38,7 +38,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& where) 
   if (tp.has_raw_data()) {
     if (tp.raw_data().size() != t.data.size())
       throw mismatch(static_cast<int64_t>(tp.raw_data().size() / elem));
-    std::memcpy(t.data.data(), tp.raw_data().data(), t.data.size());
+    if (!t.data.empty()) std::memcpy(t.data.data(), tp.raw_data().data(), t.data.size());
     return t;
   }
   int64_t have = 0;

@@ -244,6 +244,21 @@ TEST(Fold, TorchViewPattern) {
   EXPECT_EQ(y.data, x.data);
 }
 
+// shape[-2:] as torch exports it: ends = INT64_MAX, clamped to the dim.
+TEST(Fold, SliceClampsTorchsOpenEnd) {
+  const Tensor shape = ints({8, 16, 32, 64}, {4});
+  const Tensor starts = ints({-2}, {1});
+  const Tensor ends = ints({INT64_MAX}, {1});
+  const Tensor axes = ints({0}, {1});
+  const Tensor tail = fold1(make_node("s", "Slice", 4), {&shape, &starts, &ends, &axes});
+  EXPECT_EQ(values_of(tail), (std::vector<int64_t>{32, 64}));
+  const Tensor back = ints({INT64_MIN}, {1});
+  const Tensor minus_one = ints({-1}, {1});
+  const Tensor reversed =
+      fold1(make_node("s", "Slice", 5), {&shape, &minus_one, &back, &axes, &minus_one});
+  EXPECT_EQ(values_of(reversed), (std::vector<int64_t>{64, 32, 16, 8}));
+}
+
 TEST(Fold, GatherIndexOutOfRangeNamesTheNode) {
   const Tensor shape = ints({2, 3, 4}, {3});
   const Tensor index = ints({3}, {});

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -19,7 +20,9 @@ struct Result {
 };
 
 Result run(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / "pt_cli_test_stderr.txt";
+  // One file per process: ctest runs the tests of this binary in parallel processes.
+  const fs::path err_file =
+      fs::temp_directory_path() / ("pt_cli_test_stderr_" + std::to_string(getpid()) + ".txt");
   const std::string cmd = std::string(PT_BINARY) + " " + args + " 2>" + err_file.string();
   Result r;
   FILE* p = popen(cmd.c_str(), "r");

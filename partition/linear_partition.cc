@@ -1,6 +1,8 @@
 #include "partition/linear_partition.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -11,14 +13,18 @@ namespace pt {
 namespace {
 
 constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+constexpr int64_t kUnreached = std::numeric_limits<int64_t>::max();  // fewest bytes, no split
 
 void check_problem(const LinearProblem& p, const MemoryModel& m) {
   const size_t n = p.size();
   PT_CHECK(p.param_bytes.size() == n && p.activation_bytes.size() == n,
            "per-position vectors differ in length");
   PT_CHECK(p.cut_bytes.size() == n + 1, "cut_bytes needs n+1 entries");
-  PT_CHECK(std::all_of(p.cost.begin(), p.cost.end(), [](int64_t c) { return c >= 0; }),
-           "negative cost");
+  auto non_negative = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= 0; });
+  };
+  PT_CHECK(non_negative(p.cost), "negative cost");
+  PT_CHECK(non_negative(p.param_bytes) && non_negative(p.activation_bytes), "negative bytes");
   PT_CHECK(m.limit >= 0 && m.state_factor >= 0, "negative memory model");
 }
 
@@ -57,6 +63,24 @@ int first_past(int lo, int hi, Pred is_past) {
   return lo;
 }
 
+struct Span {
+  int first, last;  // positions, inclusive; empty when first > last
+  int width() const { return std::max(last - first + 1, 0); }
+};
+
+// Where part k of `parts` can end under max_cost whatever the memory: every part takes a
+// position, the parts up to k cover at most (k+1)*max_cost and those after it at most
+// (K-1-k)*max_cost.
+Span end_span(const RangeMeasure& r, int n, int parts, int k, int64_t max_cost) {
+  const int64_t total = r.cost(0, n);
+  const int64_t ahead = saturating_mul(k + 1, max_cost);
+  const int64_t behind = saturating_mul(parts - 1 - k, max_cost);
+  const int lo = k == parts - 1 ? n : k + 1, hi = n - (parts - 1 - k) + 1;
+  const int first = first_past(lo, hi, [&](int i) { return total - r.cost(0, i) <= behind; });
+  const int last = first_past(first, hi, [&](int i) { return r.cost(0, i) > ahead; }) - 1;
+  return {first, last};
+}
+
 // Decides whether some split into K parts has every part cost <= max_cost and every part
 // memory <= limit, sweeping the parts left to right over the positions where they can end.
 //
@@ -72,62 +96,23 @@ class ReachSweep {
  public:
   ReachSweep(const LinearProblem& p, int parts, const MemoryModel& m)
       : p_(p), r_(p), m_(m), n_(static_cast<int>(p.size())), parts_(parts),
-        reached_(n_ + 1, 0), g_(n_ + 1), deque_(n_ + 1), first_end_(parts) {}
+        reached_(n_ + 1, 0), g_(n_ + 1), deque_(n_ + 1) {}
 
-  bool feasible(int64_t max_cost, int64_t limit) { return run(max_cost, limit, nullptr); }
-
-  // The split found at (max_cost, limit), which must be feasible.
-  std::vector<PartRange> split(int64_t max_cost, int64_t limit) {
-    std::vector<std::vector<int>> pred(parts_);  // pred[k][i - first_end_[k]]: start of part k
-    PT_CHECK(run(max_cost, limit, &pred), "split asked for at an infeasible bound");
-    std::vector<PartRange> out(parts_);
-    int end = n_;
-    for (int k = parts_ - 1; k >= 0; --k) {
-      const int begin = pred[k][end - first_end_[k]];
-      PT_CHECK(begin >= 0 && begin < end, "broken predecessor chain");
-      out[k] = {begin, end, r_.cost(begin, end), r_.memory(begin, end, k, parts_, m_)};
-      end = begin;
-    }
-    PT_CHECK(end == 0, "reconstructed split does not start at 0");
-    return out;
-  }
-
- private:
-  struct Span {
-    int first, last;  // positions, inclusive; empty when first > last
-  };
-
-  // Where part k can end under max_cost whatever the memory: every part takes a position, the
-  // parts up to k cover at most (k+1)*max_cost and those after it at most (K-1-k)*max_cost.
-  Span end_span(int k, int64_t max_cost) const {
-    const int64_t total = r_.cost(0, n_);
-    const int64_t ahead = saturating_mul(k + 1, max_cost);
-    const int64_t behind = saturating_mul(parts_ - 1 - k, max_cost);
-    const int lo = k == parts_ - 1 ? n_ : k + 1, hi = n_ - (parts_ - 1 - k) + 1;
-    const int first = first_past(lo, hi, [&](int i) { return total - r_.cost(0, i) <= behind; });
-    const int last = first_past(first, hi, [&](int i) { return r_.cost(0, i) > ahead; }) - 1;
-    return {first, last};
-  }
-
-  bool run(int64_t max_cost, int64_t limit, std::vector<std::vector<int>>* pred) {
+  bool feasible(int64_t max_cost, int64_t limit) {
     Span starts{0, 0};
     reached_[0] = ++stamp_;
     for (int k = 0; k < parts_; ++k) {
-      const Span ends = end_span(k, max_cost);
-      if (ends.first > ends.last) return false;
-      first_end_[k] = ends.first;
-      std::vector<int>* stage_pred = pred ? &(*pred)[k] : nullptr;
-      if (stage_pred) stage_pred->assign(ends.last - ends.first + 1, -1);
-      if (!sweep_stage(k, starts, ends, max_cost, limit, stage_pred)) return false;
+      const Span ends = end_span(r_, n_, parts_, k, max_cost);
+      if (ends.first > ends.last || !sweep_stage(k, starts, ends, max_cost, limit)) return false;
       starts = ends;
     }
     return reached_[n_] == stamp_;
   }
 
+ private:
   // Marks the ends of part k reachable from the starts marked by the previous stage (stamps:
   // reached_[i] == stamp_ on entry for starts, on return for ends). False when none is.
-  bool sweep_stage(int k, Span starts, Span ends, int64_t max_cost, int64_t limit,
-                   std::vector<int>* pred) {
+  bool sweep_stage(int k, Span starts, Span ends, int64_t max_cost, int64_t limit) {
     const int64_t f = m_.in_flight(k, parts_), sf = m_.state_factor;
     const int64_t from = stamp_, to = ++stamp_;
     size_t head = 0, tail = 0;  // deque_[head, tail): starts, g_ increasing
@@ -144,11 +129,10 @@ class ReachSweep {
       while (lo < i - 1 && r_.cost(lo, i) > max_cost) ++lo;
       while (tail > head && deque_[head] < lo) ++head;
       const int64_t h = sf * r_.params(0, i) + f * r_.activations(0, i);
-      const int best = tail > head && g_[deque_[head]] <= limit - h ? deque_[head] : -1;
+      const bool fits = tail > head && g_[deque_[head]] <= limit - h;
       enter(i);  // as a start, i serves the ends after it: read it before marking it an end
-      if (best < 0) continue;
+      if (!fits) continue;
       reached_[i] = to;
-      if (pred) (*pred)[i - ends.first] = best;
       any = true;
     }
     return any;
@@ -162,7 +146,199 @@ class ReachSweep {
   std::vector<int64_t> reached_;  // by position: the stamp of the last stage that reached it
   std::vector<int64_t> g_;        // by position: g(j) of the current stage, where entered
   std::vector<int> deque_;
-  std::vector<int> first_end_;  // by part: the first end its last sweep visited
+};
+
+// The second phase: among the splits whose part costs are all <= bound and whose parts fit the
+// limit, the one with the fewest bytes crossing the inner cuts, then the smallest largest part
+// cost, then the earliest cuts.
+//
+// Fewest bytes: a DP over the parts right to left, part k starting at j,
+//   fewest[K][n] = 0,   fewest[k][j] = [k > 0] cut[j] + min over i in (j, last_end_k(j)] of
+//                                                        fewest[k+1][i],
+// last_end_k(j) the last end whose cost is within the bound and whose memory fits: for a fixed
+// start, memory only grows with the end (bytes are >= 0), so the ends that fit are a prefix.
+// As j falls the window's left edge falls with it, so a stack of suffix minima answers each
+// min with one binary search.
+// Part k over [j, i) is tight when fewest[k+1][i] = fewest[k][j] - [k > 0] cut[j]; the splits
+// with the fewest bytes are exactly the chains of tight parts from 0 to n. Their least largest
+// cost is the least t in [T*, bound] for which such a chain has every part cost <= t: a
+// bisection whose probe marks, right to left, the starts that reach n. A probe is linear: ends
+// are grouped by their fewest[k+1] value, a tight end's group is known from the start, and
+// walking j down the probe keeps per group the nearest end that reaches n. At the least t, the
+// walk from 0 that ends each part at the first tight end reaching n gives the earliest cuts.
+class FewestCrossing {
+ public:
+  FewestCrossing(const LinearProblem& p, int parts, const MemoryModel& m, int64_t limit,
+                 int64_t bound)
+      : p_(p), r_(p), m_(m), limit_(limit), bound_(bound), n_(static_cast<int>(p.size())),
+        parts_(parts), stages_(parts), fewest_(parts + 1), reach_(parts + 1) {
+    for (int k = 0; k < parts_; ++k) build_stage(k);
+    fewest_[parts_].assign(1, 0);  // over the span {n, n}
+    reach_[parts_].assign(1, 1);
+    for (int k = parts_ - 1; k >= 0; --k) fill_fewest(k);
+    for (int k = 0; k < parts_; ++k) group_ends(k);
+  }
+
+  // The split, knowing no split has a largest cost below least_cost (T*).
+  std::vector<PartRange> solve(int64_t least_cost) {
+    PT_CHECK(probe(bound_), "no split within the bound");
+    std::vector<int> cuts = walk(bound_);
+    // Invariant: cuts are the earliest of the chains whose largest cost is at most hi, and
+    // reach it.
+    int64_t lo = least_cost, hi = largest_cost(cuts);
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (probe(mid)) {
+        cuts = walk(mid);
+        hi = largest_cost(cuts);
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return ranges(cuts);
+  }
+
+ private:
+  struct Stage {
+    Span starts, ends;          // where part k can start and end under the bound
+    std::vector<int> last_end;  // by start: the last end within the bound that fits memory
+    std::vector<int> group;     // by end: the group of its fewest[k+1]; -1 where unreached
+    std::vector<int> want;      // by start: the group of its tight ends; -1 where unreached
+    int groups = 0;
+  };
+
+  void build_stage(int k) {
+    Stage& s = stages_[k];
+    s.starts = k == 0 ? Span{0, 0} : stages_[k - 1].ends;
+    s.ends = end_span(r_, n_, parts_, k, bound_);
+    s.last_end.resize(s.starts.width());
+    int hi = s.ends.last;
+    for (int j = s.starts.last; j >= s.starts.first; --j) {
+      while (hi > j && r_.cost(j, hi) > bound_) --hi;
+      const auto over_limit = [&](int i) { return r_.memory(j, i, k, parts_, m_) > limit_; };
+      s.last_end[j - s.starts.first] =
+          limit_ == kNoLimit ? hi : first_past(j + 1, hi + 1, over_limit) - 1;
+    }
+  }
+
+  void fill_fewest(int k) {
+    const Stage& s = stages_[k];
+    const std::vector<int64_t>& next = fewest_[k + 1];  // by end
+    std::vector<int64_t>& out = fewest_[k];             // by start
+    out.assign(s.starts.width(), kUnreached);
+    std::vector<int> stack;  // ends after j, bottom to top: positions falling, fewest rising
+    int i = s.ends.last;
+    for (int j = s.starts.last; j >= s.starts.first; --j) {
+      for (; i > j && i >= s.ends.first; --i) {
+        const int64_t v = next[i - s.ends.first];
+        if (v == kUnreached) continue;
+        while (!stack.empty() && next[stack.back() - s.ends.first] >= v) stack.pop_back();
+        stack.push_back(i);
+      }
+      // The deepest end at or before last_end holds the least fewest in (j, last_end].
+      const int last = s.last_end[j - s.starts.first];
+      const auto at =
+          std::partition_point(stack.begin(), stack.end(), [&](int e) { return e > last; });
+      if (at != stack.end())
+        out[j - s.starts.first] = (k > 0 ? p_.cut_bytes[j] : 0) + next[*at - s.ends.first];
+    }
+  }
+
+  void group_ends(int k) {
+    Stage& s = stages_[k];
+    const std::vector<int64_t>& next = fewest_[k + 1];
+    std::vector<int64_t> values;
+    for (int64_t v : next)
+      if (v != kUnreached) values.push_back(v);
+    std::sort(values.begin(), values.end());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+    s.groups = static_cast<int>(values.size());
+    auto group_of = [&](int64_t v) {
+      const auto it = std::lower_bound(values.begin(), values.end(), v);
+      return it != values.end() && *it == v ? static_cast<int>(it - values.begin()) : -1;
+    };
+    s.group.resize(next.size());
+    for (size_t e = 0; e < next.size(); ++e)
+      s.group[e] = next[e] == kUnreached ? -1 : group_of(next[e]);
+    s.want.assign(s.starts.width(), -1);
+    for (int j = s.starts.first; j <= s.starts.last; ++j) {
+      const int64_t v = fewest_[k][j - s.starts.first];
+      if (v == kUnreached) continue;
+      s.want[j - s.starts.first] = group_of(v - (k > 0 ? p_.cut_bytes[j] : 0));
+      PT_CHECK(s.want[j - s.starts.first] >= 0, "a start's fewest bytes reach no end");
+    }
+  }
+
+  // Marks reach_[k][j] where part k can start at j and reach n over tight parts of cost <= t.
+  // Visits only the starts and ends that costs <= t allow, within those the bound allows.
+  bool probe(int64_t t) {
+    for (int k = parts_ - 1; k >= 0; --k) {
+      const Stage& s = stages_[k];
+      const std::vector<char>& next = reach_[k + 1];  // by end
+      std::vector<char>& out = reach_[k];             // by start
+      out.assign(s.starts.width(), 0);
+      nearest_.assign(s.groups, INT_MAX);  // by group: the nearest end after j reaching n
+      const Span starts = k == 0 ? Span{0, 0} : end_span(r_, n_, parts_, k - 1, t);
+      const Span ends = end_span(r_, n_, parts_, k, t);
+      int i = ends.last, hi = ends.last;
+      bool any = false;
+      for (int j = starts.last; j >= starts.first; --j) {
+        for (; i > j && i >= ends.first; --i)
+          if (next[i - s.ends.first]) nearest_[s.group[i - s.ends.first]] = i;
+        while (hi > j && r_.cost(j, hi) > t) --hi;
+        const int want = s.want[j - s.starts.first];
+        if (want < 0 || nearest_[want] > std::min(hi, s.last_end[j - s.starts.first])) continue;
+        out[j - s.starts.first] = 1;
+        any = true;
+      }
+      if (!any) return false;
+    }
+    return reach_[0][0];
+  }
+
+  // The earliest cuts of the chains the last probe(t) found: each part ends at the first
+  // tight end that reaches n.
+  std::vector<int> walk(int64_t t) const {
+    std::vector<int> cuts;
+    int j = 0;
+    for (int k = 0; k < parts_; ++k) {
+      const Stage& s = stages_[k];
+      const int want = s.want[j - s.starts.first], last = s.last_end[j - s.starts.first];
+      int i = std::max(j + 1, s.ends.first);
+      for (; i <= last && r_.cost(j, i) <= t; ++i)
+        if (reach_[k + 1][i - s.ends.first] && s.group[i - s.ends.first] == want) break;
+      PT_CHECK(i <= last && r_.cost(j, i) <= t, "a start that reaches n has no tight part");
+      if (k < parts_ - 1) cuts.push_back(i);
+      j = i;
+    }
+    PT_CHECK(j == n_, "walk does not end at n");
+    return cuts;
+  }
+
+  int64_t largest_cost(const std::vector<int>& cuts) const {
+    int64_t worst = 0;
+    for (const PartRange& r : ranges(cuts)) worst = std::max(worst, r.cost);
+    return worst;
+  }
+
+  std::vector<PartRange> ranges(const std::vector<int>& cuts) const {
+    std::vector<PartRange> out(parts_);
+    for (int k = 0; k < parts_; ++k) {
+      const int begin = k == 0 ? 0 : cuts[k - 1], end = k == parts_ - 1 ? n_ : cuts[k];
+      out[k] = {begin, end, r_.cost(begin, end), r_.memory(begin, end, k, parts_, m_)};
+    }
+    return out;
+  }
+
+  const LinearProblem& p_;
+  RangeMeasure r_;
+  MemoryModel m_;
+  int64_t limit_, bound_;
+  int n_, parts_;
+  std::vector<Stage> stages_;
+  std::vector<std::vector<int64_t>> fewest_;  // by part, then start; fewest_[K] over {n}
+  std::vector<std::vector<char>> reach_;      // by part, then start: set by the last probe
+  std::vector<int> nearest_;
 };
 
 // The largest part memory of a split that is always valid: K-1 single positions, then the rest.
@@ -200,7 +376,20 @@ int64_t smallest_limit(ReachSweep& sweep, int64_t no_cost_bound, int64_t hi) {
                   "less");
 }
 
-std::vector<PartRange> solve_checked(const LinearProblem& p, int parts, const MemoryModel& m) {
+// floor(best * (1 + slack)), in long double: exact for any int64 best.
+int64_t slack_bound(int64_t best, double slack, int64_t total) {
+  const long double b = std::floor(static_cast<long double>(best) * (1.0L + slack));
+  return b >= static_cast<long double>(total) ? total : static_cast<int64_t>(b);
+}
+
+void check_slack(double slack) {
+  if (!(slack >= 0) || !std::isfinite(slack))
+    throw UserError("partition", "slack must be a finite number >= 0, got " + std::to_string(slack),
+                    "use 0 for the exact optimum, or e.g. 0.02 for 2%");
+}
+
+std::vector<PartRange> solve_checked(const LinearProblem& p, int parts, const MemoryModel& m,
+                                     const SolveOptions& opts) {
   RangeMeasure r(p);
   const int n = static_cast<int>(p.size());
   const int64_t total = r.cost(0, n);
@@ -225,7 +414,7 @@ std::vector<PartRange> solve_checked(const LinearProblem& p, int parts, const Me
     else
       lo = mid + 1;
   }
-  return sweep.split(lo, limit);
+  return FewestCrossing(p, parts, m, limit, slack_bound(lo, opts.slack, total)).solve(lo);
 }
 
 }  // namespace
@@ -246,10 +435,11 @@ int64_t RangeMeasure::memory(int begin, int end, int part, int parts,
 }
 
 std::vector<PartRange> solve_min_bottleneck(const LinearProblem& p, int parts,
-                                            const MemoryModel& m) {
+                                            const MemoryModel& m, const SolveOptions& opts) {
   check_problem(p, m);
   check_parts(p, parts);
-  return solve_checked(p, parts, m);
+  check_slack(opts.slack);
+  return solve_checked(p, parts, m, opts);
 }
 
 int64_t min_feasible_limit(const LinearProblem& p, int parts, const MemoryModel& m) {

@@ -2,8 +2,9 @@
 //
 // In: a graph flattened to positions 0..n-1 (nodes in topological order) with, per position, a
 // cost, parameter bytes and kept activation bytes, and per cut point the bytes of the tensors
-// crossing it. Out: K contiguous, non-empty ranges minimising the largest range cost, each
-// within the memory limit. Knows nothing of graphs: partitioner.cc builds the problem.
+// crossing it. Out: K contiguous, non-empty ranges, each within the memory limit, whose largest
+// range cost is within a slack of the least possible, and which among those send the fewest
+// bytes across the cuts. Knows nothing of graphs: partitioner.cc builds the problem.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,8 @@ namespace pt {
 
 struct LinearProblem {
   std::vector<int64_t> cost;              // n: cost of position i (>= 0)
-  std::vector<int64_t> param_bytes;       // n: parameter bytes first used at position i
-  std::vector<int64_t> activation_bytes;  // n: bytes position i keeps per micro-batch
+  std::vector<int64_t> param_bytes;       // n: parameter bytes first used at position i (>= 0)
+  std::vector<int64_t> activation_bytes;  // n: bytes position i keeps per micro-batch (>= 0)
   std::vector<int64_t> cut_bytes;         // n+1: bytes of tensors crossing a cut placed just
                                           // before position i (cut_bytes[0]: the graph inputs)
   size_t size() const { return cost.size(); }
@@ -53,13 +54,26 @@ class RangeMeasure {
   std::vector<int64_t> cost_, params_, act_;  // prefix sums, size n+1
 };
 
-// Exact minimum of the largest part cost over all splits into `parts` non-empty contiguous
-// ranges whose memory fits m.limit; returns the ranges in order, cost and memory filled.
-// Binary search over the bottleneck with an O(n * parts) reachability sweep per probe.
-// Throws UserError when parts is not in [1, n], or when no split fits (the message names the
-// smallest limit that would, see min_feasible_limit).
+struct SolveOptions {
+  // How far above the least bottleneck T* a split may go to send fewer bytes across its cuts:
+  // splits whose largest part cost is at most floor(T* * (1 + slack)) count as balanced. 0
+  // keeps T* exactly. Finite and >= 0; 0.02 lets cuts move to block boundaries for 2%.
+  double slack = 0.02;
+};
+
+// Splits [0, n) into `parts` non-empty contiguous ranges whose memory fits m.limit; returns the
+// ranges in order, cost and memory filled. Exact, in two phases:
+//  1. T*, the least largest part cost: binary search over the bottleneck with an
+//     O(n * parts) reachability sweep per probe.
+//  2. Among the splits whose largest part cost is <= floor(T* * (1 + opts.slack)), the one
+//     with the fewest bytes crossing the inner cuts (sum of cut_bytes[begin] over parts
+//     1..K-1), ties broken by the smaller largest part cost, then by the earliest cuts (first
+//     cut first). A DP over the parts, O(n * parts * log n), then a bisection over the largest
+//     cost in [T*, bound] whose probes are O(n * parts) each.
+// Throws UserError when parts is not in [1, n], when opts.slack is negative or not finite, or
+// when no split fits (the message names the smallest limit that would, see min_feasible_limit).
 std::vector<PartRange> solve_min_bottleneck(const LinearProblem& p, int parts,
-                                            const MemoryModel& m);
+                                            const MemoryModel& m, const SolveOptions& opts = {});
 
 // Parts ending where the caller says: cuts[i] is the first position of part i+1. Throws
 // UserError naming the bad cut unless 0 < cuts[0] < cuts[1] < ... < n, and naming the part

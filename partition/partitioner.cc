@@ -198,7 +198,7 @@ PartitionPlan plan_partition(const Graph& g, const std::vector<NodeCost>& costs,
     ranges = split_at(problem, manual_cuts(g, opts.cut_after, parts), per_chunk);
   } else {
     problem.cost = balance_cost(g, costs, opts.strategy);
-    ranges = solve_min_bottleneck(problem, parts, per_chunk);
+    ranges = solve_min_bottleneck(problem, parts, per_chunk, SolveOptions{opts.slack});
   }
   PartitionPlan plan;
   plan.strategy = opts.strategy;

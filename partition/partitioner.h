@@ -31,6 +31,9 @@ struct PartitionOptions {
   Strategy strategy = Strategy::kBalanced;
   std::vector<std::string> cut_after;  // kManual: stages*chunks_per_stage - 1 node names
   MemoryModel memory;                  // limit per device (0: none)
+  // Splits within (1 + slack) of the best bottleneck count as balanced; among them the one
+  // moving the fewest bytes across cuts wins (cuts between blocks rather than inside them).
+  double slack = 0.02;
 };
 
 struct ChunkPlan {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
 #include <string>
@@ -14,6 +15,7 @@ namespace {
 
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
 constexpr int64_t kGiB = int64_t{1} << 30;
+const SolveOptions kNoSlack{0.0};  // the exact least bottleneck
 
 // The oracle's own arithmetic: plain loops, no prefix sums.
 int64_t naive_cost(const LinearProblem& p, int begin, int end) {
@@ -94,6 +96,51 @@ int64_t expect_valid_split(const LinearProblem& p, int parts, const MemoryModel&
   return worst;
 }
 
+// The spec's bound on the largest part cost: floor(T* * (1 + slack)).
+int64_t slack_bound(int64_t best, double slack) {
+  return static_cast<int64_t>(std::floor(static_cast<long double>(best) * (1.0L + slack)));
+}
+
+// Bytes crossing the inner cuts: cut_bytes[begin] of parts 1..K-1.
+int64_t crossing_bytes(const LinearProblem& p, const std::vector<PartRange>& split) {
+  int64_t s = 0;
+  for (size_t k = 1; k < split.size(); ++k) s += p.cut_bytes[split[k].begin];
+  return s;
+}
+
+std::vector<int> cuts_of(const std::vector<PartRange>& split) {
+  std::vector<int> cuts;
+  for (size_t k = 1; k < split.size(); ++k) cuts.push_back(split[k].begin);
+  return cuts;
+}
+
+struct FewestCrossing {
+  int64_t crossing = kInf, worst = kInf;
+  std::vector<int> cuts;
+};
+
+// Among the splits that fit m.limit with every part cost <= bound: the fewest crossing bytes,
+// then the smallest largest cost, then the earliest cuts (splits are visited in that order).
+FewestCrossing brute_force_fewest_crossing(const LinearProblem& p, int parts,
+                                           const MemoryModel& m, int64_t bound) {
+  const int n = static_cast<int>(p.size());
+  FewestCrossing out;
+  for_each_split(n, parts, [&](const std::vector<int>& cuts) {
+    int64_t worst = 0, crossing = 0;
+    bool fit = true;
+    for (int k = 0; k < parts; ++k) {
+      const int begin = k == 0 ? 0 : cuts[k - 1], end = k == parts - 1 ? n : cuts[k];
+      worst = std::max(worst, naive_cost(p, begin, end));
+      fit = fit && fits(naive_memory(p, begin, end, k, parts, m), m);
+      if (k > 0) crossing += p.cut_bytes[begin];
+    }
+    if (!fit || worst > bound) return;
+    if (crossing < out.crossing || (crossing == out.crossing && worst < out.worst))
+      out = {crossing, worst, cuts};
+  });
+  return out;
+}
+
 LinearProblem random_problem(std::mt19937_64& rng, int n) {
   auto draw = [&](int64_t hi) { return std::uniform_int_distribution<int64_t>(0, hi)(rng); };
   LinearProblem p;
@@ -103,6 +150,17 @@ LinearProblem random_problem(std::mt19937_64& rng, int n) {
     p.activation_bytes.push_back(draw(300));
   }
   for (int i = 0; i <= n; ++i) p.cut_bytes.push_back(draw(500));  // not monotone
+  return p;
+}
+
+// Costs large enough for a few percent of slack to admit other splits; half the time crossing
+// bytes from three values, so that many splits tie.
+LinearProblem random_slack_problem(std::mt19937_64& rng, int n) {
+  auto draw = [&](int64_t hi) { return std::uniform_int_distribution<int64_t>(0, hi)(rng); };
+  LinearProblem p = random_problem(rng, n);
+  for (int64_t& c : p.cost) c = c * 50 + draw(49);
+  if (draw(1) == 0)
+    for (int64_t& b : p.cut_bytes) b = 64 * draw(2);
   return p;
 }
 
@@ -139,13 +197,89 @@ TEST(SolveMinBottleneck, MatchesBruteForceOnSmallProblems) {
       continue;
     }
     ++feasible;
-    const auto split = solve_min_bottleneck(p, parts, m);
+    const auto split = solve_min_bottleneck(p, parts, m, kNoSlack);
     EXPECT_EQ(expect_valid_split(p, parts, m, split), want.best_cost);
     if (::testing::Test::HasFailure()) break;
   }
   // The generator must exercise both outcomes.
   EXPECT_GT(feasible, 1000);
   EXPECT_GT(infeasible, 300);
+}
+
+TEST(SolveMinBottleneck, FewestCrossingBytesWithinTheSlackMatchBruteForce) {
+  std::mt19937_64 rng(20250301);
+  int feasible = 0, slack_used = 0, bytes_saved = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = std::uniform_int_distribution<int>(1, 11)(rng);
+    const int parts = std::uniform_int_distribution<int>(1, n)(rng);
+    const LinearProblem p = random_slack_problem(rng, n);
+    MemoryModel m;
+    m.state_factor = std::uniform_int_distribution<int64_t>(0, 4)(rng);
+    m.limit = random_limit(rng, brute_force(p, parts, m).smallest_limit);
+    const int64_t best = brute_force(p, parts, m).best_cost;
+    if (best == kInf) continue;
+    ++feasible;
+    int64_t exact_crossing = kInf;
+    for (double slack : {0.0, 0.02, 0.1}) {
+      const int64_t bound = slack_bound(best, slack);
+      SCOPED_TRACE("trial " + std::to_string(trial) + ": n=" + std::to_string(n) +
+                   " parts=" + std::to_string(parts) + " limit=" + std::to_string(m.limit) +
+                   " slack=" + std::to_string(slack) + " bound=" + std::to_string(bound));
+      const FewestCrossing want = brute_force_fewest_crossing(p, parts, m, bound);
+      const auto split = solve_min_bottleneck(p, parts, m, SolveOptions{slack});
+      const int64_t worst = expect_valid_split(p, parts, m, split);
+      EXPECT_LE(worst, bound);
+      EXPECT_EQ(crossing_bytes(p, split), want.crossing);
+      EXPECT_EQ(worst, want.worst);
+      EXPECT_EQ(cuts_of(split), want.cuts);
+      if (slack == 0) {
+        EXPECT_EQ(worst, best);
+        exact_crossing = want.crossing;
+      }
+      slack_used += worst > best;
+      bytes_saved += want.crossing < exact_crossing;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  // The generator must make the slack matter.
+  EXPECT_GT(feasible, 1500);
+  EXPECT_GT(slack_used, 200);
+  EXPECT_GT(bytes_saved, 200);
+}
+
+TEST(SolveMinBottleneck, SlackBuysABlockBoundary) {
+  // A block of 1000, then one of 10 + 1000 + 20. The best balance, 1020, cuts inside the
+  // second block where 4 KiB cross; the boundary at 1 costs 1030 and nothing crosses it.
+  LinearProblem p;
+  p.cost = {1000, 10, 1000, 20};
+  p.param_bytes.assign(4, 0);
+  p.activation_bytes.assign(4, 0);
+  p.cut_bytes = {0, 0, 4096, 4096, 0};
+  auto cuts = [&](double slack) { return cuts_of(solve_min_bottleneck(p, 2, {}, {slack})); };
+  EXPECT_EQ(cuts(0.0), std::vector<int>{2});
+  EXPECT_EQ(cuts(0.0098), std::vector<int>{2});  // bound floor(1029.996) = 1029: no room
+  EXPECT_EQ(cuts(0.01), std::vector<int>{1});    // bound floor(1030.2) = 1030: the boundary
+  EXPECT_EQ(cuts(0.02), std::vector<int>{1});
+  const auto split = solve_min_bottleneck(p, 2, MemoryModel{});  // default slack 2%
+  EXPECT_EQ(cuts_of(split), std::vector<int>{1});
+  EXPECT_EQ(crossing_bytes(p, split), 0);
+  EXPECT_EQ(split[1].cost, 1030);
+}
+
+TEST(SolveMinBottleneck, SlackMustBeFiniteAndNonNegative) {
+  std::mt19937_64 rng(3);
+  const LinearProblem p = random_problem(rng, 4);
+  try {
+    solve_min_bottleneck(p, 2, MemoryModel{}, {-0.5});
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(),
+                 "partition: slack must be a finite number >= 0, got -0.500000; use 0 for the "
+                 "exact optimum, or e.g. 0.02 for 2%");
+  }
+  EXPECT_THROW(solve_min_bottleneck(p, 2, MemoryModel{}, {std::nan("")}), UserError);
+  EXPECT_THROW(solve_min_bottleneck(p, 2, MemoryModel{}, {std::numeric_limits<double>::infinity()}),
+               UserError);
 }
 
 TEST(SolveMinBottleneck, NoFitNamesTheSmallestLimit) {
@@ -279,10 +413,60 @@ TEST(SolveMinBottleneck, MatchesDynamicProgrammeAtTwoThousandPositions) {
   m.limit = min_feasible_limit(p, 8, m) * 11 / 10;  // tight enough to bind
   const int64_t want = dp_min_bottleneck(p, 8, m);
   ASSERT_NE(want, kInf);
-  EXPECT_EQ(expect_valid_split(p, 8, m, solve_min_bottleneck(p, 8, m)), want);
+  EXPECT_EQ(expect_valid_split(p, 8, m, solve_min_bottleneck(p, 8, m, kNoSlack)), want);
   m.limit = 0;
-  EXPECT_EQ(expect_valid_split(p, 8, m, solve_min_bottleneck(p, 8, m)),
+  EXPECT_EQ(expect_valid_split(p, 8, m, solve_min_bottleneck(p, 8, m, kNoSlack)),
             dp_min_bottleneck(p, 8, m));
+}
+
+// O(n^2 K) dynamic programme over (crossing bytes, largest cost), lexicographic, of the splits
+// with every part cost <= bound that fit: extending a prefix never reorders two of them.
+std::pair<int64_t, int64_t> dp_fewest_crossing(const LinearProblem& p, int parts,
+                                               const MemoryModel& m, int64_t bound) {
+  const int n = static_cast<int>(p.size());
+  std::vector<int64_t> prefix(n + 1, 0), params(n + 1, 0), acts(n + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    prefix[i + 1] = prefix[i] + p.cost[i];
+    params[i + 1] = params[i] + p.param_bytes[i];
+    acts[i + 1] = acts[i] + p.activation_bytes[i];
+  }
+  using Key = std::pair<int64_t, int64_t>;
+  const Key none{kInf, kInf};
+  std::vector<Key> prev(n + 1, none), cur(n + 1, none);
+  prev[0] = {0, 0};
+  for (int k = 0; k < parts; ++k) {
+    std::fill(cur.begin(), cur.end(), none);
+    for (int i = 1; i <= n; ++i)
+      for (int j = i - 1; j >= 0 && prefix[i] - prefix[j] <= bound; --j) {
+        if (prev[j] == none) continue;
+        const int64_t mem = m.state_factor * (params[i] - params[j]) +
+                            (parts - k) * (acts[i] - acts[j] + p.cut_bytes[j]);
+        if (!fits(mem, m)) continue;
+        cur[i] = std::min(cur[i], Key{prev[j].first + (k > 0 ? p.cut_bytes[j] : 0),
+                                      std::max(prev[j].second, prefix[i] - prefix[j])});
+      }
+    std::swap(prev, cur);
+  }
+  return prev[n];
+}
+
+TEST(SolveMinBottleneck, FewestCrossingMatchesDynamicProgrammeAtTwoThousandPositions) {
+  std::mt19937_64 rng(101);
+  const LinearProblem p = random_slack_problem(rng, 2000);
+  for (int64_t limit_percent : {0, 105, 130}) {
+    MemoryModel m;
+    m.limit = min_feasible_limit(p, 8, m) * limit_percent / 100;
+    const int64_t best = dp_min_bottleneck(p, 8, m);
+    ASSERT_NE(best, kInf);
+    for (double slack : {0.0, 0.02, 0.1}) {
+      SCOPED_TRACE("limit " + std::to_string(m.limit) + " slack " + std::to_string(slack));
+      const auto want = dp_fewest_crossing(p, 8, m, slack_bound(best, slack));
+      const auto split = solve_min_bottleneck(p, 8, m, SolveOptions{slack});
+      const int64_t worst = expect_valid_split(p, 8, m, split);
+      EXPECT_EQ(crossing_bytes(p, split), want.first);
+      EXPECT_EQ(worst, want.second);
+    }
+  }
 }
 
 TEST(SolveMinBottleneck, TenThousandPositionsIntoEightParts) {
@@ -290,8 +474,12 @@ TEST(SolveMinBottleneck, TenThousandPositionsIntoEightParts) {
   const LinearProblem p = random_problem(rng, 10000);
   MemoryModel m;
   m.limit = min_feasible_limit(p, 8, m) * 12 / 10;
-  const int64_t worst = expect_valid_split(p, 8, m, solve_min_bottleneck(p, 8, m));
-  EXPECT_GE(worst, (naive_cost(p, 0, 10000) + 7) / 8);
+  const auto exact = solve_min_bottleneck(p, 8, m, kNoSlack);
+  const int64_t best = expect_valid_split(p, 8, m, exact);
+  EXPECT_GE(best, (naive_cost(p, 0, 10000) + 7) / 8);
+  const auto split = solve_min_bottleneck(p, 8, m);
+  EXPECT_LE(expect_valid_split(p, 8, m, split), slack_bound(best, 0.02));
+  EXPECT_LE(crossing_bytes(p, split), crossing_bytes(p, exact));
 }
 
 LinearProblem uniform_problem(int n) {

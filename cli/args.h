@@ -28,8 +28,17 @@ struct PartitionArgs {
   std::string strategy = "balanced";
   std::vector<std::string> cut_after;
   std::string memory_limit;  // "8GiB", "512MB", bytes; empty: none
+  double slack = 0.02;
   std::string export_dir;
   bool json = false;
+};
+
+struct RunArgs {
+  std::string model;
+  std::vector<std::string> inputs;  // "name=file.npy"
+  std::vector<std::string> dims;    // "name=value"
+  std::string output_dir;
+  int threads = 1;
 };
 
 // "8GiB" -> 8589934592; "1.5e9" -> 1500000000. Throws UserError naming `flag`.

@@ -32,6 +32,7 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   InspectArgs inspect;
   PartitionArgs partition;
+  RunArgs forward;
 
   const std::vector<Command> commands = {
       {"ops", "print the table of supported ops", [](CLI::App*) {}, [] { return run_ops(); }},
@@ -53,6 +54,10 @@ int run_cli(int argc, char** argv) {
              ->delimiter(',');
          c->add_option("--memory-limit", partition.memory_limit,
                        "per device: parameters, optimizer state, activations in flight");
+         c->add_option("--slack", partition.slack,
+                       "balanced: splits within this fraction of the best bottleneck may be "
+                       "chosen for fewer bytes crossing cuts (0: exact minimum)")
+             ->check(CLI::NonNegativeNumber);
          c->add_option("--chunks-per-stage", partition.chunks_per_stage,
                        "chunks per device (2: V-shaped placement)")
              ->check(CLI::PositiveNumber);
@@ -60,6 +65,15 @@ int run_cli(int argc, char** argv) {
          c->add_flag("--json", partition.json, "print one JSON object");
        },
        [&] { return run_partition(partition); }},
+      {"run", "forward inference on the CPU; every output written as .npy",
+       [&](CLI::App* c) {
+         c->add_option("model", forward.model, "ONNX model file")->required();
+         c->add_option("--input,-i", forward.inputs, "NAME=FILE.npy (repeatable)")->required();
+         c->add_option("--dim", forward.dims, "binds a named symbolic dimension: NAME=VALUE");
+         c->add_option("--output,-o", forward.output_dir, "folder for the outputs")->required();
+         c->add_option("--threads,-t", forward.threads, "CPU threads")->check(CLI::PositiveNumber);
+       },
+       [&] { return run_forward(forward); }},
   };
 
   std::vector<std::pair<CLI::App*, const Command*>> subs;

@@ -30,6 +30,7 @@ PartitionOptions partition_options(const PartitionArgs& a) {
   o.chunks_per_stage = a.chunks_per_stage;
   o.strategy = parse_strategy(a.strategy);
   o.cut_after = a.cut_after;
+  o.slack = a.slack;
   if (!a.memory_limit.empty()) o.memory.limit = parse_bytes(a.memory_limit, "--memory-limit");
   if (o.strategy == Strategy::kManual && a.cut_after.empty())
     throw UserError("--strategy manual", "needs the nodes to cut after",

@@ -10,5 +10,6 @@ namespace pt {
 int run_ops();
 int run_inspect(const InspectArgs& a);
 int run_partition(const PartitionArgs& a);
+int run_forward(const RunArgs& a);
 
 }  // namespace pt

@@ -1,0 +1,60 @@
+// bench/forward_bench.cc: forward latency of a model on the CPU backend.
+//
+//   forward_bench MODEL.onnx BATCH THREADS REPEATS
+// Compiles once, runs 3 warm-up passes, then REPEATS timed passes on random inputs; prints the
+// median and best in milliseconds, and the slowest ops by time in one profiled pass.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "exec/cpu/cpu_backend.h"
+#include "exec/stage_program.h"
+#include "onnx_import/import.h"
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: forward_bench MODEL.onnx BATCH THREADS REPEATS\n");
+    return 2;
+  }
+  try {
+    pt::ImportOptions o;
+    o.batch = std::atoi(argv[2]);
+    const int threads = std::atoi(argv[3]);
+    const int repeats = std::atoi(argv[4]);
+    pt::Graph g = pt::import_model(argv[1], o);
+    pt::CpuBackend backend(threads);
+    pt::StageProgram program(g, backend);
+    std::mt19937 rng(0);
+    std::normal_distribution<float> normal;
+    std::vector<pt::Tensor> inputs;
+    std::vector<pt::Buffer> feeds;
+    for (pt::ValueId v : g.inputs) {
+      pt::Tensor t;
+      t.type = g.value(v).type;
+      t.data.resize(static_cast<size_t>(t.type.bytes()));
+      for (int64_t i = 0; i < t.type.numel(); ++i) {
+        if (t.type.dtype == pt::DType::kFloat32) t.as<float>()[i] = normal(rng);
+        if (t.type.dtype == pt::DType::kInt64) t.as<int64_t>()[i] = static_cast<int64_t>(rng() % 16);
+      }
+      inputs.push_back(std::move(t));
+    }
+    for (size_t k = 0; k < inputs.size(); ++k) feeds.push_back({inputs[k].data.data(), &g.value(g.inputs[k]).type});
+    for (int w = 0; w < 3; ++w) program.run(feeds);
+    std::vector<double> ms;
+    for (int r = 0; r < repeats; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      program.run(feeds);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("%.4f %.4f\n", ms[ms.size() / 2], ms.front());
+  } catch (const pt::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

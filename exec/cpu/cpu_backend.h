@@ -1,0 +1,33 @@
+// exec/cpu/cpu_backend.h: the CPU Backend: oneDNN's CPU engine and a stream, a thread count of
+// its own, and the kernel registry (one explicit list in cpu_backend.cc).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "exec/backend.h"
+
+namespace pt {
+
+// The registered factory for an op ("MatMul", "com.microsoft::Gelu"), or nullptr.
+KernelFactory cpu_kernel_factory(const std::string& op_key);
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int threads = 1);
+  ~CpuBackend() override;
+  const char* name() const override { return "cpu"; }
+  std::string supports(const KernelSpec& spec) const override;
+  std::unique_ptr<Kernel> create_kernel(const KernelSpec& spec) const override;
+  CpuContext* cpu_context() override { return &ctx_; }
+  void bind_thread() override;
+  void synchronize() override;
+  int threads() const { return ctx_.threads; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  CpuContext ctx_;
+};
+
+}  // namespace pt

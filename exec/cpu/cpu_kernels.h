@@ -1,0 +1,57 @@
+// exec/cpu/cpu_kernels.h: every CPU kernel factory, grouped by op family (one .cc per family,
+// forward and, later, backward together). The registry list is in cpu_backend.cc.
+#pragma once
+
+#include "exec/kernel.h"
+
+namespace pt::cpu {
+
+// elementwise.cc: numpy broadcasting binary ops, Equal, Where;
+// elementwise_ops.cc: unary activations, Clip, Cast, Dropout
+std::unique_ptr<Kernel> make_add(const KernelSpec& s);
+std::unique_ptr<Kernel> make_sub(const KernelSpec& s);
+std::unique_ptr<Kernel> make_mul(const KernelSpec& s);
+std::unique_ptr<Kernel> make_div(const KernelSpec& s);
+std::unique_ptr<Kernel> make_pow(const KernelSpec& s);
+std::unique_ptr<Kernel> make_equal(const KernelSpec& s);
+std::unique_ptr<Kernel> make_where(const KernelSpec& s);
+std::unique_ptr<Kernel> make_sqrt(const KernelSpec& s);
+std::unique_ptr<Kernel> make_neg(const KernelSpec& s);
+std::unique_ptr<Kernel> make_relu(const KernelSpec& s);
+std::unique_ptr<Kernel> make_erf(const KernelSpec& s);
+std::unique_ptr<Kernel> make_gelu(const KernelSpec& s);
+std::unique_ptr<Kernel> make_tanh(const KernelSpec& s);
+std::unique_ptr<Kernel> make_sigmoid(const KernelSpec& s);
+std::unique_ptr<Kernel> make_clip(const KernelSpec& s);
+std::unique_ptr<Kernel> make_cast(const KernelSpec& s);
+std::unique_ptr<Kernel> make_dropout(const KernelSpec& s);
+
+// linalg.cc: MatMul and Gemm on oneDNN matmul
+std::unique_ptr<Kernel> make_matmul(const KernelSpec& s);
+std::unique_ptr<Kernel> make_gemm(const KernelSpec& s);
+
+// nn.cc: convolution, pooling, LayerNormalization, softmax on oneDNN primitives;
+// nn_channel.cc: BatchNormalization and GlobalAveragePool as plain loops (oneDNN 2.6 has only a
+// slow reference path for plain NCHW)
+std::unique_ptr<Kernel> make_conv(const KernelSpec& s);
+std::unique_ptr<Kernel> make_max_pool(const KernelSpec& s);
+std::unique_ptr<Kernel> make_average_pool(const KernelSpec& s);
+std::unique_ptr<Kernel> make_global_average_pool(const KernelSpec& s);
+std::unique_ptr<Kernel> make_batch_norm(const KernelSpec& s);
+std::unique_ptr<Kernel> make_layer_norm(const KernelSpec& s);
+std::unique_ptr<Kernel> make_softmax(const KernelSpec& s);
+std::unique_ptr<Kernel> make_log_softmax(const KernelSpec& s);
+
+// movement.cc: reshapes (copies), Transpose, Concat, Split, Slice, Gather, Expand, reductions
+std::unique_ptr<Kernel> make_reshape(const KernelSpec& s);   // Reshape, Flatten, Squeeze,
+                                                             // Unsqueeze, Identity: a copy
+std::unique_ptr<Kernel> make_transpose(const KernelSpec& s);
+std::unique_ptr<Kernel> make_concat(const KernelSpec& s);
+std::unique_ptr<Kernel> make_split(const KernelSpec& s);
+std::unique_ptr<Kernel> make_slice(const KernelSpec& s);
+std::unique_ptr<Kernel> make_gather(const KernelSpec& s);
+std::unique_ptr<Kernel> make_expand(const KernelSpec& s);
+std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s);
+std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s);
+
+}  // namespace pt::cpu

@@ -1,0 +1,36 @@
+// exec/cpu/dispatch.h: choosing a kernel's element type at creation time. A factory lists the
+// C++ types it handles and gets called back with the one matching the spec's dtype.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "core/ir.h"
+#include "exec/kernel.h"
+
+namespace pt::cpu {
+
+template <class... Ts>
+struct TypeList {};
+
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
+  else if constexpr (std::is_same_v<T, int8_t>) return DType::kInt8;
+  else if constexpr (std::is_same_v<T, uint8_t>) return DType::kUInt8;
+  else return DType::kBool;  // bool: one byte, 0 or 1
+}
+
+// Calls f.template operator()<T>() for the T of the list whose dtype is t; nullptr if none.
+template <class... Ts, class F>
+std::unique_ptr<Kernel> visit(TypeList<Ts...>, DType t, F&& f) {
+  std::unique_ptr<Kernel> k;
+  ((t == dtype_of<Ts>() ? (k = f.template operator()<Ts>(), true) : false) || ...);
+  return k;
+}
+
+}  // namespace pt::cpu

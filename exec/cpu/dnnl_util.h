@@ -1,0 +1,72 @@
+// exec/cpu/dnnl_util.h: small bridges between the IR and oneDNN shared by the CPU kernels.
+#pragma once
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/ir.h"
+
+namespace pt::cpu {
+
+inline dnnl::memory::data_type dnnl_type(DType t) {
+  switch (t) {
+    case DType::kFloat32: return dnnl::memory::data_type::f32;
+    case DType::kInt32: return dnnl::memory::data_type::s32;
+    case DType::kInt8: return dnnl::memory::data_type::s8;
+    case DType::kUInt8: case DType::kBool: return dnnl::memory::data_type::u8;
+    case DType::kBFloat16: return dnnl::memory::data_type::bf16;
+    case DType::kFloat16: return dnnl::memory::data_type::f16;
+    default: PT_CHECK(false, std::string("no oneDNN type for ") + dtype_name(t));
+  }
+  return dnnl::memory::data_type::undef;
+}
+
+// Dense row-major descriptor with the given dims (defaults to the type's shape; a scalar
+// becomes {1}).
+inline dnnl::memory::desc plain_desc(DType dtype, std::vector<int64_t> dims) {
+  if (dims.empty()) dims = {1};
+  dnnl::memory::dims strides(dims.size());
+  int64_t s = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl_type(dtype),
+                            strides);
+}
+
+inline dnnl::memory::desc plain_desc(const TensorType& t) { return plain_desc(t.dtype, t.shape); }
+
+// oneDNN runs on the stage's thread count (CpuContext::threads): primitives are created and
+// executed under the same count, as their scratchpad sizes depend on it.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(std::max(1, threads));
+  }
+  ~ThreadScope() { omp_set_num_threads(saved_); }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Scratch handed to kernels is aligned up to kScratchAlign inside the program's block.
+constexpr size_t kScratchAlign = 64;
+inline size_t round_up(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+
+// d[from] * ... * d[to - 1]
+inline int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to; ++i) p *= d[i];
+  return p;
+}
+
+}  // namespace pt::cpu

@@ -1,0 +1,333 @@
+// exec/cpu/elementwise.cc: the broadcasting half of the element-wise family (see cpu_kernels.h):
+// Add, Sub, Mul, Div, Pow, Equal and Where under numpy broadcasting (shapes right-aligned, rank
+// <= 6). fp32 Add/Sub/Mul/Div run on oneDNN's binary primitive when the output has the shape of
+// an operand (the first, for Div); the rest are plain loops over broadcast strides computed once.
+// The unary half (activations, Clip, Cast, Dropout) is in elementwise_ops.cc.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <optional>
+#include <type_traits>
+#include <unordered_map>
+
+#include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/dispatch.h"
+#include "exec/cpu/dnnl_util.h"
+
+namespace pt::cpu {
+namespace {
+
+constexpr int kMaxRank = 6;
+constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays on one thread
+constexpr int64_t kChunk = 1 << 12;        // elements of one row handled by one parallel task
+
+// ---- dtype dispatch (exec/cpu/dispatch.h) ----------------------------------------------
+
+using ArithTypes = TypeList<float, double, int32_t, int64_t, int8_t, uint8_t>;  // Add..Div
+using PowTypes = TypeList<float, double, int32_t, int64_t>;  // Pow's base and exponent
+using ValueTypes = TypeList<float, double, int32_t, int64_t, bool>;  // Equal, Where
+
+// ---- broadcasting ---------------------------------------------------------------------------
+
+// Numpy broadcasting of up to three operands into one output, computed once per kernel.
+// Operand k's element at output position (i_0..i_{r-1}) is at sum_d i_d * strides[k][d]; the
+// stride is 0 along dims the operand broadcasts. Adjacent dims that every operand walks the same
+// way are merged, so a same-shape op is one flat dim and [B,H,S,S] + [1,1,S,S] is [B*H, S*S].
+struct Broadcast {
+  int rank = 1;
+  std::array<int64_t, kMaxRank> dims{};                    // merged output dims
+  std::array<std::array<int64_t, kMaxRank>, 3> strides{};  // [operand][dim], in elements
+  int64_t numel = 0;
+
+  // Offsets of the three operands at the first element of row `row` (all dims but the last).
+  std::array<int64_t, 3> row_offsets(int64_t row) const {
+    std::array<int64_t, 3> off{};
+    for (int d = rank - 2; d >= 0; --d) {
+      const int64_t i = row % dims[d];
+      row /= dims[d];
+      for (int k = 0; k < 3; ++k) off[k] += i * strides[k][d];
+    }
+    return off;
+  }
+
+  // Calls f(i, a, b, c) for every output index i with the offsets a, b, c of operands 0..2.
+  // Tasks are chunks of rows, run in parallel when the output is large.
+  template <class F>
+  void for_each(int threads, F f) const {
+    if (numel == 0) return;
+    const int64_t inner = dims[rank - 1];
+    const int64_t chunks = (inner + kChunk - 1) / kChunk;
+    const int64_t tasks = numel / inner * chunks;
+    const int64_t s0 = strides[0][rank - 1], s1 = strides[1][rank - 1], s2 = strides[2][rank - 1];
+#pragma omp parallel for num_threads(threads) if (numel >= kParallelMin)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t row = t / chunks, begin = t % chunks * kChunk;
+      const int64_t end = std::min(inner, begin + kChunk);
+      const std::array<int64_t, 3> off = row_offsets(row);
+      for (int64_t j = begin; j < end; ++j)
+        f(row * inner + j, off[0] + j * s0, off[1] + j * s1, off[2] + j * s2);
+    }
+  }
+};
+
+// `in` right-aligned to `rank` dims, padded with leading 1s; nullopt if it has more dims.
+std::optional<std::vector<int64_t>> align(const std::vector<int64_t>& in, size_t rank) {
+  if (in.size() > rank) return std::nullopt;
+  std::vector<int64_t> out(rank - in.size(), 1);
+  out.insert(out.end(), in.begin(), in.end());
+  return out;
+}
+
+// True when `in` broadcasts to `out` (both aligned): each dim equal or 1.
+bool broadcasts_to(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  for (size_t d = 0; d < out.size(); ++d)
+    if (in[d] != out[d] && in[d] != 1) return false;
+  return true;
+}
+
+// Broadcast of the spec's inputs 0..n-1 (n <= 3) into output 0; nullopt when a shape does not
+// broadcast to the output or the rank exceeds kMaxRank.
+std::optional<Broadcast> make_broadcast(const KernelSpec& s, int n) {
+  const std::vector<int64_t>& out = s.outputs[0].shape;
+  if (out.size() > static_cast<size_t>(kMaxRank)) return std::nullopt;
+  // Full strides per operand over the output's dims.
+  std::array<std::array<int64_t, kMaxRank>, 3> full{};
+  for (int k = 0; k < n; ++k) {
+    const auto in = align(s.inputs[static_cast<size_t>(k)].shape, out.size());
+    if (!in || !broadcasts_to(*in, out)) return std::nullopt;
+    int64_t stride = 1;
+    for (size_t d = out.size(); d-- > 0;) {
+      full[static_cast<size_t>(k)][d] = (*in)[d] == 1 ? 0 : stride;
+      stride *= (*in)[d];
+    }
+  }
+  Broadcast bc;
+  bc.numel = s.outputs[0].numel();
+  bc.rank = 0;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;  // contributes nothing to any offset
+    bool merge = bc.rank > 0;
+    for (int k = 0; k < 3 && merge; ++k)
+      merge = bc.strides[k][bc.rank - 1] == full[k][d] * out[d];
+    if (merge) {
+      bc.dims[bc.rank - 1] *= out[d];
+      for (int k = 0; k < 3; ++k) bc.strides[k][bc.rank - 1] = full[k][d];
+      continue;
+    }
+    bc.dims[bc.rank] = out[d];
+    for (int k = 0; k < 3; ++k) bc.strides[k][bc.rank] = full[k][d];
+    ++bc.rank;
+  }
+  if (bc.rank == 0) bc = Broadcast{1, {1}, {}, bc.numel};  // every dim is 1: one element
+  return bc;
+}
+
+// ---- plain kernels --------------------------------------------------------------------------
+
+struct AddOp {
+  template <class T> T operator()(T a, T b) const { return a + b; }
+};
+struct SubOp {
+  template <class T> T operator()(T a, T b) const { return a - b; }
+};
+struct MulOp {
+  template <class T> T operator()(T a, T b) const { return a * b; }
+};
+// Integer division truncates toward zero (as C++ and onnxruntime); x / 0 gives 0, not a trap.
+struct DivOp {
+  template <class T> T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : T(a / b);
+    else return a / b;
+  }
+};
+// y = a^b in the base's type: fp32^fp32 in float, any other pair through double.
+struct PowOp {
+  template <class A, class B> A operator()(A a, B b) const {
+    if constexpr (std::is_same_v<A, float> && std::is_same_v<B, float>) return std::pow(a, b);
+    else return static_cast<A>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+  }
+};
+struct EqualOp {
+  template <class T> bool operator()(T a, T b) const { return a == b; }
+};
+
+// y[i] = Op(a[ia], b[ib]) under numpy broadcasting. a: A, b: B, y: Y.
+template <class A, class B, class Y, class Op>
+class BroadcastBinary final : public Kernel {
+ public:
+  BroadcastBinary(const Broadcast& bc, int threads) : bc_(bc), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const A* a = in[0].as<const A>();
+    const B* b = in[1].as<const B>();
+    Y* y = out[0].as<Y>();
+    bc_.for_each(threads_, [=](int64_t i, int64_t ia, int64_t ib, int64_t) {
+      y[i] = Op{}(a[ia], b[ib]);
+    });
+  }
+
+ private:
+  Broadcast bc_;
+  int threads_;
+};
+
+// y[i] = cond[ic] ? x[ix] : z[iz] under numpy broadcasting of all three. cond: bool; x, z, y: T.
+template <class T>
+class WhereKernel final : public Kernel {
+ public:
+  WhereKernel(const Broadcast& bc, int threads) : bc_(bc), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const bool* c = in[0].as<const bool>();
+    const T* x = in[1].as<const T>();
+    const T* z = in[2].as<const T>();
+    T* y = out[0].as<T>();
+    bc_.for_each(threads_, [=](int64_t i, int64_t ic, int64_t ix, int64_t iz) {
+      y[i] = c[ic] ? x[ix] : z[iz];
+    });
+  }
+
+ private:
+  Broadcast bc_;
+  int threads_;
+};
+
+// ---- oneDNN kernels -------------------------------------------------------------------------
+
+// fp32 y = alg(src0, src1) on oneDNN's binary primitive; src1 broadcasts along its dims of 1.
+// With swap_, input 1 is src0 and input 0 is src1 (input 0 is the broadcast one).
+class DnnlBinary final : public Kernel {
+ public:
+  DnnlBinary(const dnnl::binary::primitive_desc& pd, bool swap, const CpuContext& cpu)
+      : prim_(pd), stream_(cpu.stream), swap_(swap),
+        src0_(pd.src_desc(0), *cpu.engine, DNNL_MEMORY_NONE),
+        src1_(pd.src_desc(1), *cpu.engine, DNNL_MEMORY_NONE),
+        dst_(pd.dst_desc(), *cpu.engine, DNNL_MEMORY_NONE),
+        args_{{DNNL_ARG_SRC_0, src0_}, {DNNL_ARG_SRC_1, src1_}, {DNNL_ARG_DST, dst_}} {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    src0_.set_data_handle(in[swap_ ? 1 : 0].data);
+    src1_.set_data_handle(in[swap_ ? 0 : 1].data);
+    dst_.set_data_handle(out[0].data);
+    prim_.execute(*stream_, args_);
+  }
+
+ private:
+  dnnl::binary prim_;
+  dnnl::stream* stream_;
+  bool swap_;
+  dnnl::memory src0_, src1_, dst_;
+  std::unordered_map<int, dnnl::memory> args_;  // holds handles to the three memories above
+};
+
+enum class Arith { kAdd, kSub, kMul, kDiv };
+
+// The oneDNN form of an fp32 Add/Sub/Mul/Div, or nullptr where it does not fit: the output must
+// have input 0's shape, or input 1's for Add and Mul (operands swapped) and Sub (swapped, then
+// negated by a linear post-op: a - b = -(b - a) exactly).
+std::unique_ptr<Kernel> make_dnnl_binary(const KernelSpec& s, Arith op) {
+  using dnnl::algorithm;
+  const std::vector<int64_t>& out = s.outputs[0].shape;
+  const auto a = align(s.inputs[0].shape, out.size());
+  const auto b = align(s.inputs[1].shape, out.size());
+  if (!a || !b || s.outputs[0].numel() == 0) return nullptr;
+  const bool swap = *a != out;
+  if (swap && (*b != out || op == Arith::kDiv)) return nullptr;
+  const algorithm alg = op == Arith::kAdd   ? algorithm::binary_add
+                        : op == Arith::kSub ? algorithm::binary_sub
+                        : op == Arith::kMul ? algorithm::binary_mul
+                                            : algorithm::binary_div;
+  dnnl::primitive_attr attr;
+  if (swap && op == Arith::kSub) {
+    dnnl::post_ops negate;
+    negate.append_eltwise(1.f, algorithm::eltwise_linear, -1.f, 0.f);
+    attr.set_post_ops(negate);
+  }
+  const dnnl::memory::desc md0 = plain_desc(DType::kFloat32, swap ? *b : *a);
+  const dnnl::memory::desc md1 = plain_desc(DType::kFloat32, swap ? *a : *b);
+  try {
+    const dnnl::binary::desc d(alg, md0, md1, plain_desc(DType::kFloat32, out));
+    return std::make_unique<DnnlBinary>(dnnl::binary::primitive_desc(d, attr, *s.cpu->engine),
+                                        swap, *s.cpu);
+  } catch (const dnnl::error&) {
+    return nullptr;  // the plain loop handles it
+  }
+}
+
+// ---- factories ------------------------------------------------------------------------------
+
+// Inputs 0..n-1 and output 0 present.
+bool has_io(const KernelSpec& s, size_t inputs) {
+  for (size_t i = 0; i < inputs; ++i)
+    if (!s.has_input(i)) return false;
+  return !s.outputs.empty() && s.outputs[0].dtype != DType::kUndefined;
+}
+
+template <class A, class B, class Y, class Op>
+std::unique_ptr<Kernel> plain_binary(const Broadcast& bc, const KernelSpec& s) {
+  return std::make_unique<BroadcastBinary<A, B, Y, Op>>(bc, s.cpu->threads);
+}
+
+// Add, Sub, Mul, Div: a, b and y of one dtype (ArithTypes).
+std::unique_ptr<Kernel> make_arith(const KernelSpec& s, Arith op) {
+  if (!has_io(s, 2)) return nullptr;
+  const DType t = s.inputs[0].dtype;
+  if (s.inputs[1].dtype != t || s.outputs[0].dtype != t) return nullptr;
+  const auto bc = make_broadcast(s, 2);
+  if (!bc) return nullptr;
+  if (t == DType::kFloat32)
+    if (auto k = make_dnnl_binary(s, op)) return k;
+  return visit(ArithTypes{}, t, [&]<class T>() -> std::unique_ptr<Kernel> {
+    switch (op) {
+      case Arith::kAdd: return plain_binary<T, T, T, AddOp>(*bc, s);
+      case Arith::kSub: return plain_binary<T, T, T, SubOp>(*bc, s);
+      case Arith::kMul: return plain_binary<T, T, T, MulOp>(*bc, s);
+      case Arith::kDiv: return plain_binary<T, T, T, DivOp>(*bc, s);
+    }
+    return nullptr;
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_add(const KernelSpec& s) { return make_arith(s, Arith::kAdd); }
+std::unique_ptr<Kernel> make_sub(const KernelSpec& s) { return make_arith(s, Arith::kSub); }
+std::unique_ptr<Kernel> make_mul(const KernelSpec& s) { return make_arith(s, Arith::kMul); }
+std::unique_ptr<Kernel> make_div(const KernelSpec& s) { return make_arith(s, Arith::kDiv); }
+
+// Pow(a: A, b: B) -> y: A, A and B in PowTypes.
+std::unique_ptr<Kernel> make_pow(const KernelSpec& s) {
+  if (!has_io(s, 2) || s.outputs[0].dtype != s.inputs[0].dtype) return nullptr;
+  const auto bc = make_broadcast(s, 2);
+  if (!bc) return nullptr;
+  return visit(PowTypes{}, s.inputs[0].dtype, [&]<class A>() {
+    return visit(PowTypes{}, s.inputs[1].dtype, [&]<class B>() {
+      return plain_binary<A, B, A, PowOp>(*bc, s);
+    });
+  });
+}
+
+// Equal(a: T, b: T) -> y: bool, T in ValueTypes.
+std::unique_ptr<Kernel> make_equal(const KernelSpec& s) {
+  if (!has_io(s, 2) || s.inputs[1].dtype != s.inputs[0].dtype ||
+      s.outputs[0].dtype != DType::kBool)
+    return nullptr;
+  const auto bc = make_broadcast(s, 2);
+  if (!bc) return nullptr;
+  return visit(ValueTypes{}, s.inputs[0].dtype, [&]<class T>() {
+    return plain_binary<T, T, bool, EqualOp>(*bc, s);
+  });
+}
+
+// Where(cond: bool, x: T, z: T) -> y: T, T in ValueTypes, all three broadcast.
+std::unique_ptr<Kernel> make_where(const KernelSpec& s) {
+  if (!has_io(s, 3) || s.inputs[0].dtype != DType::kBool) return nullptr;
+  const DType t = s.inputs[1].dtype;
+  if (s.inputs[2].dtype != t || s.outputs[0].dtype != t) return nullptr;
+  const auto bc = make_broadcast(s, 3);
+  if (!bc) return nullptr;
+  return visit(ValueTypes{}, t, [&]<class T>() -> std::unique_ptr<Kernel> {
+    return std::make_unique<WhereKernel<T>>(*bc, s.cpu->threads);
+  });
+}
+
+}  // namespace pt::cpu

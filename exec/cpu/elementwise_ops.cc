@@ -1,0 +1,284 @@
+// exec/cpu/elementwise_ops.cc: the unary half of the element-wise family (see cpu_kernels.h):
+// activations, Erf, Neg, Clip, Cast and Dropout, input and output of one shape. fp32 activations
+// run on oneDNN's eltwise primitive; the rest are plain loops. The broadcasting half is in
+// elementwise.cc.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <unordered_map>
+
+#include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/dispatch.h"
+#include "exec/cpu/dnnl_util.h"
+
+namespace pt::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays on one thread
+
+// ---- dtype dispatch (exec/cpu/dispatch.h) ----------------------------------------------
+
+using ClipTypes = TypeList<float, double, int32_t, int64_t, int8_t, uint8_t>;
+using NegTypes = TypeList<double, int32_t, int64_t, int8_t>;  // fp32 goes to oneDNN
+using CastTypes = TypeList<float, double, int32_t, int64_t, bool>;
+
+// Inputs 0..n-1 and output 0 present.
+bool has_io(const KernelSpec& s, size_t inputs) {
+  for (size_t i = 0; i < inputs; ++i)
+    if (!s.has_input(i)) return false;
+  return !s.outputs.empty() && s.outputs[0].dtype != DType::kUndefined;
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+
+// fp32 y = alg(x; alpha, beta) on oneDNN's eltwise primitive, x and y of one shape.
+class DnnlEltwise final : public Kernel {
+ public:
+  DnnlEltwise(const dnnl::eltwise_forward::primitive_desc& pd, const CpuContext& cpu)
+      : prim_(pd), stream_(cpu.stream),
+        src_(pd.src_desc(), *cpu.engine, DNNL_MEMORY_NONE),
+        dst_(pd.dst_desc(), *cpu.engine, DNNL_MEMORY_NONE),
+        args_{{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}} {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    src_.set_data_handle(in[0].data);
+    dst_.set_data_handle(out[0].data);
+    prim_.execute(*stream_, args_);
+  }
+
+ private:
+  dnnl::eltwise_forward prim_;
+  dnnl::stream* stream_;
+  dnnl::memory src_, dst_;
+  std::unordered_map<int, dnnl::memory> args_;  // holds handles to the two memories above
+};
+
+struct ErfOp {
+  float operator()(float x) const { return std::erf(x); }
+};
+struct NegOp {
+  template <class T> T operator()(T x) const { return -x; }
+};
+
+// y[i] = Op(x[i]) over n elements.
+template <class T, class Op>
+class PlainUnary final : public Kernel {
+ public:
+  PlainUnary(int64_t n, int threads) : n_(n), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const T* x = in[0].as<const T>();
+    T* y = out[0].as<T>();
+#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
+    for (int64_t i = 0; i < n_; ++i) y[i] = Op{}(x[i]);
+  }
+
+ private:
+  int64_t n_;
+  int threads_;
+};
+
+// Clip bound k (1 = min, 2 = max): `fallback` when omitted, its value when constant, or
+// read from the input buffer in run() (is_constant false).
+template <class T>
+struct ClipBound {
+  T value;
+  bool is_constant = true;
+  T get(std::span<const Buffer> in, size_t k) const {
+    return is_constant ? value : in[k].as<const T>()[0];
+  }
+};
+
+// y = min(max(x, lo), hi) (ONNX order: lo > hi gives hi), NaN stays NaN.
+template <class T>
+class ClipKernel final : public Kernel {
+ public:
+  ClipKernel(ClipBound<T> lo, ClipBound<T> hi, int64_t n, int threads)
+      : lo_(lo), hi_(hi), n_(n), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const T lo = lo_.get(in, 1), hi = hi_.get(in, 2);
+    const T* x = in[0].as<const T>();
+    T* y = out[0].as<T>();
+#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
+    for (int64_t i = 0; i < n_; ++i) y[i] = std::min(std::max(x[i], lo), hi);
+  }
+
+ private:
+  ClipBound<T> lo_, hi_;
+  int64_t n_;
+  int threads_;
+};
+
+template <class T>
+std::optional<ClipBound<T>> clip_bound(const KernelSpec& s, size_t k, T fallback) {
+  if (!s.has_input(k)) return ClipBound<T>{fallback};
+  if (s.inputs[k].dtype != dtype_of<T>() || s.inputs[k].numel() != 1) return std::nullopt;
+  const Tensor* c = s.constant(k);
+  return c ? ClipBound<T>{c->as<T>()[0]} : ClipBound<T>{fallback, false};
+}
+
+// y[i] = To(x[i]): C++ conversion, which is ONNX's: float -> int truncates toward zero,
+// anything -> bool is x != 0, bool -> number is 0 or 1.
+template <class From, class To>
+class CastKernel final : public Kernel {
+ public:
+  CastKernel(int64_t n, int threads) : n_(n), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const From* x = in[0].as<const From>();
+    To* y = out[0].as<To>();
+#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
+    for (int64_t i = 0; i < n_; ++i) y[i] = static_cast<To>(x[i]);
+  }
+
+ private:
+  int64_t n_;
+  int threads_;
+};
+
+// Inference Dropout: output = input (bytes copied), mask (if present) all true.
+class DropoutKernel final : public Kernel {
+ public:
+  DropoutKernel(int64_t bytes, int threads) : bytes_(bytes), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const auto* x = in[0].as<const std::byte>();
+    auto* y = out[0].as<std::byte>();
+    const int64_t blocks = (bytes_ + kBlock - 1) / kBlock;
+    if (x != y) {
+#pragma omp parallel for num_threads(threads_) if (bytes_ >= kParallelMin * 4)
+      for (int64_t b = 0; b < blocks; ++b)
+        std::memcpy(y + b * kBlock, x + b * kBlock,
+                    static_cast<size_t>(std::min(kBlock, bytes_ - b * kBlock)));
+    }
+    if (out.size() > 1 && out[1].present())
+      std::memset(out[1].data, 1, static_cast<size_t>(out[1].numel()));
+  }
+
+ private:
+  static constexpr int64_t kBlock = 1 << 16;
+  int64_t bytes_;
+  int threads_;
+};
+
+// ---- factory helpers ------------------------------------------------------------------------
+
+// fp32 y = alg(x; alpha, beta) for input 0 -> output 0 (same type), or nullptr.
+std::unique_ptr<Kernel> make_dnnl_eltwise(const KernelSpec& s, dnnl::algorithm alg,
+                                          float alpha = 0.f, float beta = 0.f) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0]))
+    return nullptr;
+  try {
+    const dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg,
+                                        plain_desc(s.inputs[0]), alpha, beta);
+    return std::make_unique<DnnlEltwise>(
+        dnnl::eltwise_forward::primitive_desc(d, *s.cpu->engine), *s.cpu);
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+}
+
+// Value of input k when it is a constant scalar of type T; nullopt when omitted or not.
+template <class T>
+std::optional<double> constant_scalar(const KernelSpec& s, size_t k) {
+  const Tensor* c = s.has_input(k) ? s.constant(k) : nullptr;
+  if (!c || c->type.dtype != dtype_of<T>() || c->type.numel() != 1) return std::nullopt;
+  return static_cast<double>(c->as<T>()[0]);
+}
+
+// Dropout's ratio: 0.5 when omitted, else its value when it is a constant float/double scalar.
+std::optional<double> dropout_ratio(const KernelSpec& s) {
+  if (!s.has_input(1)) return 0.5;
+  if (const auto r = constant_scalar<float>(s, 1)) return r;
+  return constant_scalar<double>(s, 1);
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_sqrt(const KernelSpec& s) {
+  return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_sqrt);
+}
+std::unique_ptr<Kernel> make_relu(const KernelSpec& s) {
+  return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_relu);
+}
+std::unique_ptr<Kernel> make_tanh(const KernelSpec& s) {
+  return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_tanh);
+}
+std::unique_ptr<Kernel> make_sigmoid(const KernelSpec& s) {
+  return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_logistic);
+}
+
+// Gelu, approximate = "none": 0.5 x (1 + erf(x / sqrt 2));
+//       approximate = "tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+std::unique_ptr<Kernel> make_gelu(const KernelSpec& s) {
+  const std::string approximate = s.node.attr_string("approximate", "none");
+  if (approximate == "none") return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_gelu_erf);
+  if (approximate == "tanh") return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_gelu_tanh);
+  return nullptr;
+}
+
+// Erf on fp32 through std::erf (oneDNN's eltwise has no erf of its own).
+std::unique_ptr<Kernel> make_erf(const KernelSpec& s) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0]))
+    return nullptr;
+  return std::make_unique<PlainUnary<float, ErfOp>>(s.inputs[0].numel(), s.cpu->threads);
+}
+
+// Neg: fp32 as oneDNN linear (y = -1 x + 0), NegTypes plain.
+std::unique_ptr<Kernel> make_neg(const KernelSpec& s) {
+  if (!has_io(s, 1) || !(s.outputs[0] == s.inputs[0])) return nullptr;
+  if (s.inputs[0].dtype == DType::kFloat32)
+    return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_linear, -1.f, 0.f);
+  return visit(NegTypes{}, s.inputs[0].dtype, [&]<class T>() -> std::unique_ptr<Kernel> {
+    return std::make_unique<PlainUnary<T, NegOp>>(s.inputs[0].numel(), s.cpu->threads);
+  });
+}
+
+// Clip(x, min?, max?) on ClipTypes; min and max are scalars, constant or read in run(). fp32
+// with constant bounds lo <= hi runs as oneDNN clip_v2 (y = max(lo, min(hi, x))).
+std::unique_ptr<Kernel> make_clip(const KernelSpec& s) {
+  if (!has_io(s, 1) || !(s.outputs[0] == s.inputs[0])) return nullptr;
+  return visit(ClipTypes{}, s.inputs[0].dtype, [&]<class T>() -> std::unique_ptr<Kernel> {
+    using Limits = std::numeric_limits<T>;
+    const T lowest = Limits::has_infinity ? -Limits::infinity() : Limits::lowest();
+    const T highest = Limits::has_infinity ? Limits::infinity() : Limits::max();
+    const auto lo = clip_bound<T>(s, 1, lowest), hi = clip_bound<T>(s, 2, highest);
+    if (!lo || !hi) return nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      if (lo->is_constant && hi->is_constant && lo->value <= hi->value)
+        return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_clip_v2, lo->value, hi->value);
+    }
+    return std::make_unique<ClipKernel<T>>(*lo, *hi, s.inputs[0].numel(), s.cpu->threads);
+  });
+}
+
+// Cast between float32, float64, int32, int64 and bool (attribute `to`); nullptr for others.
+std::unique_ptr<Kernel> make_cast(const KernelSpec& s) {
+  if (!has_io(s, 1) || s.outputs[0].shape != s.inputs[0].shape) return nullptr;
+  const int64_t n = s.inputs[0].numel();
+  return visit(CastTypes{}, s.inputs[0].dtype, [&]<class From>() {
+    return visit(CastTypes{}, s.outputs[0].dtype, [&]<class To>() -> std::unique_ptr<Kernel> {
+      return std::make_unique<CastKernel<From, To>>(n, s.cpu->threads);
+    });
+  });
+}
+
+// Dropout(data, ratio?, training_mode?) -> (output, mask?). Inference (training_mode omitted or
+// constant false, or ratio constant 0) is the identity with an all-true mask. Training with a
+// ratio > 0, or a training_mode only known at run time, returns nullptr: training dropout comes
+// with autodiff.
+std::unique_ptr<Kernel> make_dropout(const KernelSpec& s) {
+  if (!has_io(s, 1) || !(s.outputs[0] == s.inputs[0])) return nullptr;
+  if (s.outputs.size() > 1 && s.outputs[1].dtype != DType::kUndefined &&
+      (s.outputs[1].dtype != DType::kBool || s.outputs[1].shape != s.inputs[0].shape))
+    return nullptr;
+  if (s.has_input(2)) {
+    const auto training = constant_scalar<bool>(s, 2);
+    const auto ratio = dropout_ratio(s);
+    if (!training || (*training != 0 && (!ratio || *ratio != 0))) return nullptr;
+  }
+  return std::make_unique<DropoutKernel>(s.inputs[0].bytes(), s.cpu->threads);
+}
+
+}  // namespace pt::cpu

@@ -1,0 +1,225 @@
+// exec/cpu/reduce.cc: ReduceSum and ReduceMean for float32 (see cpu_kernels.h), as loops: the
+// input viewed as [M, K, N] when the reduced dims form one block (parallel), else row by row.
+//
+// Not oneDNN's reduction primitive: in oneDNN 2.6 it has a jit implementation only when the
+// innermost dims are reduced, and there it ran 2.5-4x slower than BlockReduce ([32,512,768]
+// over the last axis: 7.6 ms against 2.9 ms on one thread); its reference implementation, used
+// for every other layout, is 20-100x slower.
+//
+// Opset 13: ReduceSum takes axes as constant input 1, ReduceMean as the `axes` attribute (either
+// form is read for both). Empty axes reduce every dim, or copy when noop_with_empty_axes = 1.
+// keepdims = 1 keeps reduced dims as 1; the bytes are the same either way.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <optional>
+
+#include "core/error.h"
+#include "exec/cpu/cpu_kernels.h"
+
+namespace pt::cpu {
+namespace {
+
+// Which input dims are reduced, or nullopt when the spec is outside what is handled (axes not
+// constant, out of range or repeated).
+std::optional<std::vector<bool>> reduced_dims(const KernelSpec& s) {
+  const size_t rank = s.inputs[0].shape.size();
+  std::vector<int64_t> axes = s.node.attr_ints("axes");
+  if (!s.node.has_attr("axes") && s.has_input(1)) {
+    const Tensor* t = s.constant(1);
+    if (!t || t->type.dtype != DType::kInt64) return std::nullopt;
+    axes.assign(t->as<int64_t>(), t->as<int64_t>() + t->type.numel());
+  }
+  const bool noop = s.node.attr_int("noop_with_empty_axes", 0) != 0;
+  if (axes.empty()) return std::vector<bool>(rank, !noop);
+  std::vector<bool> reduced(rank, false);
+  const int64_t r = static_cast<int64_t>(rank);
+  for (int64_t a : axes) {
+    if (a < -r || a >= r) return std::nullopt;
+    const size_t k = static_cast<size_t>(a < 0 ? a + r : a);
+    if (reduced[k]) return std::nullopt;
+    reduced[k] = true;
+  }
+  return reduced;
+}
+
+// dst dims with the reduced ones set to 1 (keepdims) or dropped.
+std::vector<int64_t> reduced_shape(const std::vector<int64_t>& shape,
+                                   const std::vector<bool>& reduced, bool keepdims) {
+  std::vector<int64_t> out;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (!reduced[k]) {
+      out.push_back(shape[k]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
+// Sum of n contiguous floats in 8 independent lanes (so the compiler can vectorise it).
+float sum_contiguous(const float* x, int64_t n) {
+  float lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) lane[l] += x[i + l];
+  float tail = 0.f;
+  for (; i < n; ++i) tail += x[i];
+  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7])) +
+         tail;
+}
+
+// One reduced block: x viewed as [M, K, N] with the reduced dims merged into K,
+//   y[m, n] = scale * sum_k x[m, k, n],   scale = 1/K for the mean, else 1.
+// N = 1: one contiguous sum per m, parallel over m. N > 1: whole rows added into y[m, :], parallel
+// over m, or over column blocks of N when M is smaller than the thread count.
+class BlockReduce : public Kernel {
+ public:
+  BlockReduce(int64_t m, int64_t k, int64_t n, bool mean, int threads)
+      : m_(m), k_(k), n_(n), threads_(threads) {
+    scale_ = mean ? 1.f / static_cast<float>(k) : 1.f;  // k = 0: 0 * inf gives NaN
+    const bool big = m * k * n * static_cast<int64_t>(sizeof(float)) >= (1 << 16);
+    col_blocks_ = n > 1 && m < threads ? std::clamp<int64_t>(n / 256, 1, threads) : 1;
+    units_ = m * col_blocks_;
+    parallel_ = big && units_ > 1 && threads > 1;
+  }
+
+  void run(std::span<const Buffer> inputs, std::span<const Buffer> outputs, void*) override {
+    const float* x = inputs[0].as<const float>();
+    float* y = outputs[0].as<float>();
+    if (k_ == 1) {  // nothing to reduce: the bytes are the same
+      if (m_ * n_ > 0) std::memcpy(y, x, static_cast<size_t>(m_ * n_) * sizeof(float));
+      return;
+    }
+#pragma omp parallel for num_threads(threads_) if (parallel_)
+    for (int64_t u = 0; u < units_; ++u) {
+      const int64_t m = u / col_blocks_, b = u % col_blocks_;
+      if (n_ == 1) {
+        y[m] = scale_ * sum_contiguous(x + m * k_, k_);
+      } else {
+        add_rows(x + m * k_ * n_, y + m * n_, n_ * b / col_blocks_, n_ * (b + 1) / col_blocks_);
+      }
+    }
+  }
+
+ private:
+  // y[c] = scale * sum_k x[k, c] for c in [c0, c1).
+  void add_rows(const float* x, float* y, int64_t c0, int64_t c1) const {
+    std::fill(y + c0, y + c1, 0.f);
+    for (int64_t k = 0; k < k_; ++k)
+      for (int64_t c = c0; c < c1; ++c) y[c] += x[k * n_ + c];
+    if (scale_ != 1.f)
+      for (int64_t c = c0; c < c1; ++c) y[c] *= scale_;
+  }
+
+  int64_t m_, k_, n_;
+  int threads_;
+  float scale_ = 1.f;
+  int64_t col_blocks_ = 1, units_ = 0;
+  bool parallel_ = false;
+};
+
+// [M, K, N] when the reduced dims (size-1 dims aside) are adjacent, else nullopt.
+std::optional<std::array<int64_t, 3>> block_view(const std::vector<int64_t>& shape,
+                                                 const std::vector<bool>& reduced) {
+  std::array<int64_t, 3> mkn = {1, 1, 1};
+  int part = 0;  // 0: before the reduced block, 1: in it, 2: after it
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (reduced[d] && part == 2) return std::nullopt;  // a second reduced block
+    if (reduced[d]) part = 1;
+    if (!reduced[d] && part == 1) part = 2;
+    mkn[part] *= shape[d];
+  }
+  return mkn;
+}
+
+// Reductions over separate blocks of dims ([K1, M, K2]: [N, C, H, W] -> [1, C, 1, 1]),
+// serially. With the dims merged (size-1 dropped, neighbours of one kind joined) and the input
+// walked row by row (a row = the innermost merged dim, n elements):
+//   innermost reduced: y[o] += sum(row);   innermost kept: y[o : o+n] += row
+// then y *= scale (1/count for the mean).
+class LoopReduce : public Kernel {
+ public:
+  LoopReduce(const std::vector<int64_t>& shape, const std::vector<bool>& reduced, bool mean) {
+    int64_t count = 1;
+    numel_ = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      numel_ *= shape[d];
+      if (reduced[d]) count *= shape[d];
+      if (shape[d] == 1) continue;
+      if (!dims_.empty() && dims_.back().reduced == reduced[d]) {
+        dims_.back().size *= shape[d];
+      } else {
+        dims_.push_back({shape[d], reduced[d], 0});
+      }
+    }
+    PT_CHECK(dims_.size() >= 3, "LoopReduce takes separate reduced blocks");
+    out_numel_ = 1;
+    for (size_t d = dims_.size(); d-- > 0;) {
+      if (dims_[d].reduced) continue;
+      dims_[d].out_stride = out_numel_;
+      out_numel_ *= dims_[d].size;
+    }
+    inner_ = dims_.back();
+    dims_.pop_back();
+    idx_.assign(dims_.size(), 0);
+    scale_ = mean ? 1.f / static_cast<float>(count) : 1.f;  // count 0: 0 * inf gives NaN
+  }
+
+  void run(std::span<const Buffer> inputs, std::span<const Buffer> outputs, void*) override {
+    const float* x = inputs[0].as<const float>();
+    float* y = outputs[0].as<float>();
+    std::fill(y, y + out_numel_, 0.f);
+    std::fill(idx_.begin(), idx_.end(), 0);
+    int64_t o = 0;
+    for (int64_t i = 0; i < numel_; i += inner_.size) {
+      if (inner_.reduced) {
+        y[o] += sum_contiguous(x + i, inner_.size);
+      } else {
+        for (int64_t c = 0; c < inner_.size; ++c) y[o + c] += x[i + c];
+      }
+      for (size_t d = dims_.size(); d-- > 0;) {  // next row
+        o += dims_[d].out_stride;
+        if (++idx_[d] < dims_[d].size) break;
+        o -= dims_[d].size * dims_[d].out_stride;
+        idx_[d] = 0;
+      }
+    }
+    if (scale_ != 1.f)
+      for (int64_t j = 0; j < out_numel_; ++j) y[j] *= scale_;
+  }
+
+ private:
+  struct Dim {
+    int64_t size;
+    bool reduced;
+    int64_t out_stride;  // 0 for reduced dims
+  };
+  std::vector<Dim> dims_;     // merged, all but the innermost
+  Dim inner_{1, false, 1};
+  std::vector<int64_t> idx_;  // odometer over dims_, reused by every run
+  int64_t numel_ = 0, out_numel_ = 0;
+  float scale_ = 1.f;
+};
+
+std::unique_ptr<Kernel> make_reduce(const KernelSpec& s, bool mean) {
+  if (!s.has_input(0) || s.outputs.empty() || s.inputs[0].dtype != DType::kFloat32 ||
+      s.outputs[0].dtype != DType::kFloat32)
+    return nullptr;
+  const std::optional<std::vector<bool>> reduced = reduced_dims(s);
+  if (!reduced) return nullptr;
+  const bool keepdims = s.node.attr_int("keepdims", 1) != 0;
+  if (reduced_shape(s.inputs[0].shape, *reduced, keepdims) != s.outputs[0].shape) return nullptr;
+  if (const auto mkn = block_view(s.inputs[0].shape, *reduced))
+    return std::make_unique<BlockReduce>((*mkn)[0], (*mkn)[1], (*mkn)[2], mean,
+                                         s.cpu ? std::max(1, s.cpu->threads) : 1);
+  return std::make_unique<LoopReduce>(s.inputs[0].shape, *reduced, mean);
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s) { return make_reduce(s, true); }
+std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s) { return make_reduce(s, false); }
+
+}  // namespace pt::cpu

@@ -1,0 +1,66 @@
+// exec/kernel.h: what a backend's kernel is. A StageProgram creates one Kernel per node, once,
+// from a KernelSpec (the node with concrete input and output types, and the data of inputs that
+// are constant); the step loop then only calls run().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/ir.h"
+
+namespace dnnl {
+struct engine;
+struct stream;
+}  // namespace dnnl
+
+namespace pt {
+
+// A tensor in memory the program owns: no ownership here.
+struct Buffer {
+  void* data = nullptr;
+  const TensorType* type = nullptr;  // nullptr for an omitted optional input or output
+
+  bool present() const { return type != nullptr; }
+  int64_t numel() const { return type->numel(); }
+  template <class T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+// What a CPU kernel runs with: oneDNN's engine and stream, and the thread count of the stage
+// that owns it (each stage has its own, so stages sharing a machine do not fight).
+struct CpuContext {
+  dnnl::engine* engine = nullptr;
+  dnnl::stream* stream = nullptr;
+  int threads = 1;
+};
+
+struct KernelSpec {
+  const Graph& graph;
+  const Node& node;
+  std::vector<TensorType> inputs;   // per node input; dtype kUndefined where omitted
+  std::vector<TensorType> outputs;  // per node output; dtype kUndefined where omitted
+  CpuContext* cpu = nullptr;
+
+  // Data of input i when it is known before running (initializer or folded constant), else
+  // nullptr. Kernels read axes, shapes and pads this way.
+  const Tensor* constant(size_t i) const;
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i].dtype != DType::kUndefined; }
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // inputs/outputs follow the node's order; omitted optional ones have present() == false.
+  // scratch holds scratch_bytes() bytes, planned with the program's arena.
+  virtual void run(std::span<const Buffer> inputs, std::span<const Buffer> outputs,
+                   void* scratch) = 0;
+  virtual size_t scratch_bytes() const { return 0; }
+};
+
+// Makes the kernel for a spec, or returns nullptr when the spec is outside what it handles (a
+// dtype or attribute combination): the backend then reports the node as unsupported.
+using KernelFactory = std::unique_ptr<Kernel> (*)(const KernelSpec&);
+
+}  // namespace pt

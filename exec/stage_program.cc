@@ -1,0 +1,129 @@
+#include "exec/stage_program.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+
+namespace pt {
+
+struct StageProgram::Step {
+  std::unique_ptr<Kernel> kernel;
+  std::vector<Buffer> inputs, outputs;
+  void* scratch = nullptr;
+};
+
+namespace {
+
+constexpr unsigned char kMarker = 0xA5;
+
+// Where a value lives: an arena buffer (index into the plan), a graph input, or constant data.
+struct Location {
+  int buffer = -1;
+  int input = -1;
+  const Tensor* constant = nullptr;
+};
+
+}  // namespace
+
+StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backend_(backend) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<Location> where(g.values.size());
+  for (size_t k = 0; k < g.inputs.size(); ++k) where[static_cast<size_t>(g.inputs[k])].input = static_cast<int>(k);
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].init) where[v].constant = g.values[v].init.get();
+
+  // Kernels, and a buffer per intermediate value and per kernel scratch.
+  std::vector<BufferLife> lives;
+  std::vector<int> scratch_buffer(static_cast<size_t>(n), -1);
+  steps_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[static_cast<size_t>(i)];
+    KernelSpec spec{g, node, {}, {}, backend.cpu_context()};
+    for (ValueId v : node.inputs) spec.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
+    for (ValueId v : node.outputs) spec.outputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
+    Step& step = steps_[static_cast<size_t>(i)];
+    step.kernel = backend.create_kernel(spec);
+    if (!step.kernel)
+      throw UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
+                      std::string("run it on another backend or replace the op; `pipetrain ops` "
+                                  "lists what the ") + backend.name() + " backend takes");
+    for (ValueId v : node.outputs) {
+      if (v == kNoValue || where[static_cast<size_t>(v)].constant) continue;
+      const Value& val = g.value(v);
+      int last = i;
+      if (!val.consumers.empty()) last = std::max(last, val.consumers.back());
+      for (ValueId o : g.outputs)
+        if (o == v) last = n;
+      where[static_cast<size_t>(v)].buffer = static_cast<int>(lives.size());
+      lives.push_back({val.name, val.type.bytes(), i, last});
+    }
+    if (step.kernel->scratch_bytes() > 0) {
+      scratch_buffer[static_cast<size_t>(i)] = static_cast<int>(lives.size());
+      lives.push_back({node.name + ":scratch", static_cast<int64_t>(step.kernel->scratch_bytes()), i, i});
+    }
+  }
+  plan_ = plan_memory(std::move(lives));
+  arena_ = static_cast<std::byte*>(std::aligned_alloc(
+      kArenaAlignment, static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, kArenaAlignment))));
+  PT_CHECK(arena_ != nullptr, "cannot allocate an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
+
+  auto address = [&](ValueId v) -> void* {
+    const Location& l = where[static_cast<size_t>(v)];
+    if (l.constant) return const_cast<std::byte*>(l.constant->data.data());
+    if (l.buffer >= 0) return arena_ + plan_.offsets[static_cast<size_t>(l.buffer)];
+    return nullptr;  // a graph input: patched by run()
+  };
+  input_uses_.resize(g.inputs.size());
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[static_cast<size_t>(i)];
+    Step& step = steps_[static_cast<size_t>(i)];
+    for (ValueId v : node.inputs) {
+      if (v == kNoValue) {
+        step.inputs.push_back({});
+        continue;
+      }
+      const int in = where[static_cast<size_t>(v)].input;
+      if (in >= 0) input_uses_[static_cast<size_t>(in)].push_back({static_cast<size_t>(i), step.inputs.size()});
+      step.inputs.push_back({address(v), &g.value(v).type});
+    }
+    for (ValueId v : node.outputs)
+      step.outputs.push_back(v == kNoValue ? Buffer{} : Buffer{address(v), &g.value(v).type});
+    if (scratch_buffer[static_cast<size_t>(i)] >= 0)
+      step.scratch = arena_ + plan_.offsets[static_cast<size_t>(scratch_buffer[static_cast<size_t>(i)])];
+  }
+  for (ValueId v : g.outputs) {
+    outputs_.push_back({address(v), &g.value(v).type});
+    output_from_input_.push_back(static_cast<size_t>(where[static_cast<size_t>(v)].input + 1));
+  }
+}
+
+StageProgram::~StageProgram() { std::free(arena_); }
+
+void StageProgram::run(std::span<const Buffer> inputs) {
+  PT_CHECK(inputs.size() == graph_.inputs.size(), "program takes " + std::to_string(graph_.inputs.size()) + " inputs");
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    PT_CHECK(inputs[k].type && *inputs[k].type == graph_.value(graph_.inputs[k]).type,
+             "input " + graph_.value(graph_.inputs[k]).name + " has the wrong type");
+    for (const auto& [step, slot] : input_uses_[k]) steps_[step].inputs[slot].data = inputs[k].data;
+  }
+  for (size_t k = 0; k < outputs_.size(); ++k)
+    if (output_from_input_[k]) outputs_[k].data = inputs[output_from_input_[k] - 1].data;
+  backend_.bind_thread();
+  for (Step& s : steps_) s.kernel->run(s.inputs, s.outputs, s.scratch);
+  backend_.synchronize();
+}
+
+Buffer StageProgram::output(size_t k) const { return outputs_.at(k); }
+
+int64_t StageProgram::measure_peak_bytes(std::span<const Buffer> inputs) {
+  std::memset(arena_, kMarker, static_cast<size_t>(plan_.arena_bytes));
+  run(inputs);
+  int64_t top = plan_.arena_bytes;
+  while (top > 0 && static_cast<unsigned char>(arena_[top - 1]) == kMarker) --top;
+  // The top buffer's alignment padding is never written: round up as the plan does.
+  return (top + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+}  // namespace pt

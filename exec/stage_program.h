@@ -1,0 +1,50 @@
+// exec/stage_program.h: a Graph compiled once on a Backend, run many times.
+//
+// Compiling makes one kernel per node (a UserError naming the node when the backend cannot run
+// it), plans one arena for every intermediate tensor and kernel scratch (exec/memory_plan.h),
+// and resolves every kernel argument to an address. run() patches the input addresses and calls
+// the kernels in order: nothing is allocated or looked up in it.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/ir.h"
+#include "exec/backend.h"
+#include "exec/memory_plan.h"
+
+namespace pt {
+
+class StageProgram {
+ public:
+  StageProgram(const Graph& g, Backend& backend);
+  ~StageProgram();
+  StageProgram(const StageProgram&) = delete;
+  StageProgram& operator=(const StageProgram&) = delete;
+
+  // inputs: one per graph input, in g.inputs order, of exactly the graph's types.
+  void run(std::span<const Buffer> inputs);
+  // Graph output k, valid until the next run.
+  Buffer output(size_t k) const;
+
+  const MemoryPlan& memory_plan() const { return plan_; }
+  int64_t planned_peak_bytes() const { return plan_.arena_bytes; }
+  // Fills the arena with a marker pattern, runs once, and returns one past the highest arena
+  // byte the run wrote: the memory the run really used.
+  int64_t measure_peak_bytes(std::span<const Buffer> inputs);
+
+ private:
+  struct Step;
+  const Graph& graph_;
+  Backend& backend_;
+  MemoryPlan plan_;
+  std::byte* arena_ = nullptr;
+  std::vector<Step> steps_;
+  std::vector<Buffer> outputs_;
+  // Where each graph input is read: (step, argument slot) per input.
+  std::vector<std::vector<std::pair<size_t, size_t>>> input_uses_;
+  std::vector<size_t> output_from_input_;  // per output: input index + 1, or 0
+};
+
+}  // namespace pt

@@ -1,0 +1,210 @@
+// tests/exec/linalg_test.cc: MatMul and Gemm against ONNX's node conformance data, and batched
+// MatMuls against a plain triple loop.
+#include <gtest/gtest.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "exec/cpu/cpu_kernels.h"
+#include "tests/exec/node_case.h"
+
+namespace pt {
+namespace {
+
+using testing::NodeCaseResult;
+
+struct NodeCase {
+  std::string name;
+  KernelFactory factory;
+};
+
+void PrintTo(const NodeCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<NodeCase> cases_of(const std::string& prefix, KernelFactory factory,
+                               const std::string& excluded = "") {
+  std::vector<NodeCase> out;
+  for (const std::string& name : testing::node_cases(prefix))
+    if (excluded.empty() || name.rfind(excluded, 0) != 0) out.push_back({name, factory});
+  return out;
+}
+
+std::vector<NodeCase> matmul_cases() {
+  return cases_of("test_matmul", cpu::make_matmul, "test_matmulinteger");
+}
+std::vector<NodeCase> gemm_cases() { return cases_of("test_gemm", cpu::make_gemm); }
+
+class LinalgConformance : public ::testing::TestWithParam<NodeCase> {};
+
+TEST_P(LinalgConformance, MatchesReference) {
+  const NodeCaseResult r = testing::run_node_case(GetParam().name, GetParam().factory);
+  if (r.kind == NodeCaseResult::kSkipped) GTEST_SKIP() << r.message;
+  EXPECT_EQ(r.kind, NodeCaseResult::kPassed) << r.message;
+}
+
+std::string case_name(const ::testing::TestParamInfo<NodeCase>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(MatMul, LinalgConformance, ::testing::ValuesIn(matmul_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Gemm, LinalgConformance, ::testing::ValuesIn(gemm_cases()), case_name);
+
+int passes(const std::vector<NodeCase>& cases) {
+  int n = 0;
+  for (const NodeCase& c : cases)
+    n += testing::run_node_case(c.name, c.factory).kind == NodeCaseResult::kPassed;
+  return n;
+}
+
+// Skips must not hide a broken kernel: every MatMul and Gemm case in ONNX 1.12 passes.
+TEST(LinalgConformanceCount, EveryCasePasses) {
+  EXPECT_GE(passes(matmul_cases()), 3);
+  EXPECT_GE(passes(gemm_cases()), 11);
+}
+
+// Runs one node built by hand (inputs named in0.., one output) through `factory`, twice.
+std::vector<float> run_node(Node node, KernelFactory factory, const std::vector<TensorType>& in,
+                            const std::vector<std::vector<float>>& data, const TensorType& y) {
+  Graph g;
+  for (size_t i = 0; i < in.size(); ++i)
+    node.inputs.push_back(g.add_value("in" + std::to_string(i), in[i]));
+  node.outputs = {g.add_value("y", y)};
+  g.add_node(node);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  CpuContext ctx{&engine, &stream, 2};
+  const KernelSpec spec{g, g.nodes[0], in, {y}, &ctx};
+  const std::unique_ptr<Kernel> k = factory(spec);
+  EXPECT_NE(k, nullptr);
+  if (!k) return {};
+  std::vector<Buffer> ins;
+  for (size_t i = 0; i < in.size(); ++i) ins.push_back({const_cast<float*>(data[i].data()), &in[i]});
+  std::vector<float> out(static_cast<size_t>(y.numel()));
+  const Buffer outs[] = {{out.data(), &y}};
+  std::vector<std::byte> scratch(k->scratch_bytes());
+  for (int step = 0; step < 2; ++step) {  // twice, as a program would: no state may carry over
+    k->run(ins, outs, scratch.data());
+    stream.wait();
+  }
+  return out;
+}
+
+std::vector<float> run_matmul(const TensorType& a, const TensorType& b, const TensorType& y,
+                              const std::vector<float>& a_data, const std::vector<float>& b_data) {
+  Node node;
+  node.op_type = "MatMul";
+  return run_node(node, cpu::make_matmul, {a, b}, {a_data, b_data}, y);
+}
+
+std::vector<float> ramp(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(0.37f * i) * scale;
+  return v;
+}
+
+void expect_near_all(const std::vector<float>& have, const std::vector<float>& want) {
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(have[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << "at " << i;
+}
+
+// (2, 4, 8, 16) x (2, 4, 16, 8): attention scores, every batch its own pair.
+TEST(MatMul, Batched4dMatchesLoop) {
+  const TensorType a{DType::kFloat32, {2, 4, 8, 16}}, b{DType::kFloat32, {2, 4, 16, 8}};
+  const TensorType y{DType::kFloat32, {2, 4, 8, 8}};
+  const auto ad = ramp(a.numel(), 1.f), bd = ramp(b.numel(), 0.5f);
+  std::vector<float> want(static_cast<size_t>(y.numel()));
+  for (int bt = 0; bt < 8; ++bt)
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) {
+        float acc = 0;
+        for (int k = 0; k < 16; ++k) acc += ad[bt * 128 + i * 16 + k] * bd[bt * 128 + k * 8 + j];
+        want[bt * 64 + i * 8 + j] = acc;
+      }
+  expect_near_all(run_matmul(a, b, y, ad, bd), want);
+}
+
+// (2, 8, 16) x (16, 4): a Linear without bias, B shared by every batch.
+TEST(MatMul, BroadcastWeightMatchesLoop) {
+  const TensorType a{DType::kFloat32, {2, 8, 16}}, b{DType::kFloat32, {16, 4}};
+  const TensorType y{DType::kFloat32, {2, 8, 4}};
+  const auto ad = ramp(a.numel(), 1.f), bd = ramp(b.numel(), 0.5f);
+  std::vector<float> want(static_cast<size_t>(y.numel()));
+  for (int r = 0; r < 16; ++r)
+    for (int j = 0; j < 4; ++j) {
+      float acc = 0;
+      for (int k = 0; k < 16; ++k) acc += ad[r * 16 + k] * bd[k * 4 + j];
+      want[r * 4 + j] = acc;
+    }
+  expect_near_all(run_matmul(a, b, y, ad, bd), want);
+}
+
+// (3, 1, 2, 5) x (4, 5, 3): batch dims broadcast both ways to (3, 4).
+TEST(MatMul, BatchDimsBroadcastBothWays) {
+  const TensorType a{DType::kFloat32, {3, 1, 2, 5}}, b{DType::kFloat32, {4, 5, 3}};
+  const TensorType y{DType::kFloat32, {3, 4, 2, 3}};
+  const auto ad = ramp(a.numel(), 1.f), bd = ramp(b.numel(), 0.5f);
+  std::vector<float> want(static_cast<size_t>(y.numel()));
+  for (int p = 0; p < 3; ++p)
+    for (int q = 0; q < 4; ++q)
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 3; ++j) {
+          float acc = 0;
+          for (int k = 0; k < 5; ++k) acc += ad[p * 10 + i * 5 + k] * bd[q * 15 + k * 3 + j];
+          want[((p * 4 + q) * 2 + i) * 3 + j] = acc;
+        }
+  expect_near_all(run_matmul(a, b, y, ad, bd), want);
+}
+
+// (5) x (2, 5, 3) -> (2, 3) and (2, 3, 5) x (5) -> (2, 3): 1-D operands promoted and dropped.
+TEST(MatMul, VectorOperands) {
+  const TensorType v{DType::kFloat32, {5}}, m{DType::kFloat32, {2, 5, 3}};
+  const TensorType mt{DType::kFloat32, {2, 3, 5}}, y{DType::kFloat32, {2, 3}};
+  const auto vd = ramp(5, 1.f), md = ramp(30, 0.5f);
+  std::vector<float> want_left(6), want_right(6);
+  for (int bt = 0; bt < 2; ++bt)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 5; ++k) {
+        want_left[bt * 3 + j] += vd[k] * md[bt * 15 + k * 3 + j];
+        want_right[bt * 3 + j] += md[bt * 15 + j * 5 + k] * vd[k];
+      }
+  expect_near_all(run_matmul(v, m, y, vd, md), want_left);
+  expect_near_all(run_matmul(mt, v, y, md, vd), want_right);
+}
+
+// Y = 0.5 * A^T @ B^T + 2 * C with A stored (4, 3), B stored (5, 4) and C (3, 1) broadcast
+// along rows: the one broadcast the conformance data lacks.
+TEST(Gemm, TransposedWithColumnBias) {
+  const TensorType a{DType::kFloat32, {4, 3}}, b{DType::kFloat32, {5, 4}};
+  const TensorType c{DType::kFloat32, {3, 1}}, y{DType::kFloat32, {3, 5}};
+  const auto ad = ramp(12, 1.f), bd = ramp(20, 0.5f), cd = ramp(3, 2.f);
+  std::vector<float> want(15);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) {
+      float acc = 0;
+      for (int k = 0; k < 4; ++k) acc += ad[k * 3 + i] * bd[j * 4 + k];
+      want[i * 5 + j] = 0.5f * acc + 2.f * cd[i];
+    }
+  Node node;
+  node.op_type = "Gemm";
+  node.attrs = {{"alpha", 0.5f}, {"beta", 2.f}, {"transA", int64_t{1}}, {"transB", int64_t{1}}};
+  expect_near_all(run_node(node, cpu::make_gemm, {a, b, c}, {ad, bd, cd}, y), want);
+}
+
+TEST(MatMul, DeclinesMismatchedInnerDims) {
+  Graph g;
+  Node node;
+  node.op_type = "MatMul";
+  const TensorType a{DType::kFloat32, {2, 3}}, b{DType::kFloat32, {4, 5}};
+  const TensorType y{DType::kFloat32, {2, 5}};
+  node.inputs = {g.add_value("a", a), g.add_value("b", b)};
+  node.outputs = {g.add_value("y", y)};
+  g.add_node(node);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  CpuContext ctx{&engine, &stream, 2};
+  EXPECT_EQ(cpu::make_matmul(KernelSpec{g, g.nodes[0], {a, b}, {y}, &ctx}), nullptr);
+}
+
+}  // namespace
+}  // namespace pt

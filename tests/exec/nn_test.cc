@@ -1,0 +1,261 @@
+// tests/exec/nn_test.cc: Conv, pooling, normalisations and softmax against ONNX's node
+// conformance data, and grouped / dilated convolutions against a plain loop.
+#include <gtest/gtest.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "exec/cpu/cpu_kernels.h"
+#include "tests/exec/node_case.h"
+
+namespace pt {
+namespace {
+
+using testing::NodeCaseResult;
+
+struct NodeCase {
+  std::string name;
+  KernelFactory factory;
+};
+
+void PrintTo(const NodeCase& c, std::ostream* os) { *os << c.name; }
+
+// Single-node cases of one op: the `_expanded` forms are graphs of other ops.
+std::vector<NodeCase> cases_of(const std::string& prefix, KernelFactory factory,
+                               const std::vector<std::string>& excluded = {}) {
+  std::vector<NodeCase> out;
+  for (const std::string& name : testing::node_cases(prefix)) {
+    bool keep = name.find("_expanded") == std::string::npos;
+    for (const std::string& e : excluded) keep = keep && name.rfind(e, 0) != 0;
+    if (keep) out.push_back({name, factory});
+  }
+  return out;
+}
+
+struct OpCases {
+  const char* op;
+  std::vector<NodeCase> cases;
+  int must_pass;  // cases of ONNX 1.12's data this kernel passes; the rest are declined on purpose
+};
+
+const std::vector<OpCases>& op_cases() {
+  static const std::vector<OpCases> all = [] {
+    std::vector<NodeCase> conv = cases_of("test_conv", cpu::make_conv,
+                                          {"test_convtranspose", "test_convinteger"});
+    for (const NodeCase& c : cases_of("test_basic_conv", cpu::make_conv, {"test_basic_convinteger"}))
+      conv.push_back(c);
+    return std::vector<OpCases>{
+        {"Conv", conv, 6},
+        // with_argmax cases ask for Indices, which the kernel declines.
+        {"MaxPool", cases_of("test_maxpool", cpu::make_max_pool), 13},
+        {"AveragePool", cases_of("test_averagepool", cpu::make_average_pool), 13},
+        {"GlobalAveragePool", cases_of("test_globalaveragepool", cpu::make_global_average_pool), 2},
+        {"BatchNormalization", cases_of("test_batchnorm", cpu::make_batch_norm), 4},
+        {"LayerNormalization", cases_of("test_layer_normalization", cpu::make_layer_norm), 19},
+        {"Softmax", cases_of("test_softmax", cpu::make_softmax), 7},
+        {"LogSoftmax", cases_of("test_logsoftmax", cpu::make_log_softmax), 7},
+    };
+  }();
+  return all;
+}
+
+std::vector<NodeCase> cases_for(const std::string& op) {
+  for (const OpCases& o : op_cases())
+    if (op == o.op) return o.cases;
+  return {};
+}
+
+class NnConformance : public ::testing::TestWithParam<NodeCase> {};
+
+TEST_P(NnConformance, MatchesReference) {
+  const NodeCaseResult r = testing::run_node_case(GetParam().name, GetParam().factory);
+  if (r.kind == NodeCaseResult::kSkipped) GTEST_SKIP() << r.message;
+  EXPECT_EQ(r.kind, NodeCaseResult::kPassed) << r.message;
+}
+
+std::string case_name(const ::testing::TestParamInfo<NodeCase>& info) { return info.param.name; }
+
+#define PT_NN_CASES(op) \
+  INSTANTIATE_TEST_SUITE_P(op, NnConformance, ::testing::ValuesIn(cases_for(#op)), case_name)
+PT_NN_CASES(Conv);
+PT_NN_CASES(MaxPool);
+PT_NN_CASES(AveragePool);
+PT_NN_CASES(GlobalAveragePool);
+PT_NN_CASES(BatchNormalization);
+PT_NN_CASES(LayerNormalization);
+PT_NN_CASES(Softmax);
+PT_NN_CASES(LogSoftmax);
+#undef PT_NN_CASES
+
+// Skips must not hide a broken kernel: each op passes at least the cases it is known to pass.
+TEST(NnConformanceCount, EnoughCasesPassPerOp) {
+  for (const OpCases& o : op_cases()) {
+    int passed = 0;
+    for (const NodeCase& c : o.cases)
+      passed += testing::run_node_case(c.name, c.factory).kind == NodeCaseResult::kPassed;
+    EXPECT_GE(passed, o.must_pass) << o.op;
+  }
+}
+
+// Runs one node built by hand (inputs in0.., outputs out0..) through `factory`, twice, as a
+// program would: the second run's outputs are returned.
+std::vector<std::vector<float>> run_node(Node node, KernelFactory factory,
+                                         const std::vector<TensorType>& in,
+                                         const std::vector<std::vector<float>>& data,
+                                         const std::vector<TensorType>& out) {
+  Graph g;
+  g.opsets[""] = 17;
+  for (size_t i = 0; i < in.size(); ++i)
+    node.inputs.push_back(g.add_value("in" + std::to_string(i), in[i]));
+  for (size_t i = 0; i < out.size(); ++i)
+    node.outputs.push_back(g.add_value("out" + std::to_string(i), out[i]));
+  g.add_node(node);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  CpuContext ctx{&engine, &stream, 2};
+  const KernelSpec spec{g, g.nodes[0], in, out, &ctx};
+  const std::unique_ptr<Kernel> k = factory(spec);
+  EXPECT_NE(k, nullptr);
+  if (!k) return {};
+  std::vector<Buffer> ins, outs;
+  for (size_t i = 0; i < in.size(); ++i) ins.push_back({const_cast<float*>(data[i].data()), &in[i]});
+  std::vector<std::vector<float>> results;
+  for (const TensorType& t : out) results.emplace_back(static_cast<size_t>(t.numel()), -7.f);
+  for (size_t i = 0; i < out.size(); ++i) outs.push_back({results[i].data(), &out[i]});
+  std::vector<std::byte> scratch(k->scratch_bytes());
+  for (int step = 0; step < 2; ++step) {
+    k->run(ins, outs, scratch.data());
+    stream.wait();
+  }
+  return results;
+}
+
+std::vector<float> run_node(Node node, KernelFactory factory, const std::vector<TensorType>& in,
+                            const std::vector<std::vector<float>>& data, const TensorType& y) {
+  auto outs = run_node(std::move(node), factory, in, data, std::vector<TensorType>{y});
+  return outs.empty() ? std::vector<float>{} : outs[0];
+}
+
+std::vector<float> ramp(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(0.37f * i) * scale;
+  return v;
+}
+
+void expect_near_all(const std::vector<float>& have, const std::vector<float>& want) {
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(have[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << "at " << i;
+}
+
+struct ConvCase {
+  int64_t n, c, h, w, m, group, k, stride, dilation, pad;
+};
+
+// Y[b, o, y, x] = B[o] + sum_{i, ky, kx} X[b, g*C/G + i, y*s - p + ky*d, x*s - p + kx*d] *
+// W[o, i, ky, kx] with g = o / (M/G): the definition, with zero padding.
+std::vector<float> conv_loop(const ConvCase& p, const std::vector<float>& x,
+                             const std::vector<float>& wt, const std::vector<float>& b,
+                             int64_t oh, int64_t ow) {
+  const int64_t cg = p.c / p.group, mg = p.m / p.group;
+  std::vector<float> y(static_cast<size_t>(p.n * p.m * oh * ow));
+  for (int64_t bi = 0; bi < p.n; ++bi)
+    for (int64_t o = 0; o < p.m; ++o)
+      for (int64_t yy = 0; yy < oh; ++yy)
+        for (int64_t xx = 0; xx < ow; ++xx) {
+          float acc = b[o];
+          for (int64_t i = 0; i < cg; ++i)
+            for (int64_t ky = 0; ky < p.k; ++ky)
+              for (int64_t kx = 0; kx < p.k; ++kx) {
+                const int64_t sy = yy * p.stride - p.pad + ky * p.dilation;
+                const int64_t sx = xx * p.stride - p.pad + kx * p.dilation;
+                if (sy < 0 || sy >= p.h || sx < 0 || sx >= p.w) continue;
+                const int64_t ci = o / mg * cg + i;
+                acc += x[((bi * p.c + ci) * p.h + sy) * p.w + sx] *
+                       wt[((o * cg + i) * p.k + ky) * p.k + kx];
+              }
+          y[((bi * p.m + o) * oh + yy) * ow + xx] = acc;
+        }
+  return y;
+}
+
+void check_conv(const ConvCase& p) {
+  const int64_t dk = (p.k - 1) * p.dilation + 1;
+  const int64_t oh = (p.h + 2 * p.pad - dk) / p.stride + 1, ow = (p.w + 2 * p.pad - dk) / p.stride + 1;
+  const TensorType x{DType::kFloat32, {p.n, p.c, p.h, p.w}};
+  const TensorType wt{DType::kFloat32, {p.m, p.c / p.group, p.k, p.k}};
+  const TensorType b{DType::kFloat32, {p.m}}, y{DType::kFloat32, {p.n, p.m, oh, ow}};
+  const auto xd = ramp(x.numel(), 1.f), wd = ramp(wt.numel(), 0.3f), bd = ramp(p.m, 0.1f);
+  Node node;
+  node.op_type = "Conv";
+  node.attrs = {{"group", p.group},
+                {"strides", std::vector<int64_t>{p.stride, p.stride}},
+                {"dilations", std::vector<int64_t>{p.dilation, p.dilation}},
+                {"pads", std::vector<int64_t>{p.pad, p.pad, p.pad, p.pad}}};
+  const auto have = run_node(node, cpu::make_conv, {x, wt, b}, {xd, wd, bd}, y);
+  expect_near_all(have, conv_loop(p, xd, wd, bd, oh, ow));
+}
+
+TEST(Conv, GroupedMatchesLoop) { check_conv({2, 8, 9, 9, 12, 4, 3, 1, 1, 1}); }
+TEST(Conv, DepthwiseStridedMatchesLoop) { check_conv({2, 16, 10, 10, 16, 16, 3, 2, 1, 1}); }
+TEST(Conv, DilatedMatchesLoop) { check_conv({1, 3, 11, 11, 5, 1, 3, 1, 2, 2}); }
+TEST(Conv, WideChannelsMatchLoop) { check_conv({2, 32, 7, 7, 64, 1, 3, 1, 1, 1}); }
+
+// MaxPool with dilation 2 on a 5x5 ramp: each output is the max of the 4 corners of a 3x3.
+TEST(MaxPool, DilatedMatchesLoop) {
+  const TensorType x{DType::kFloat32, {1, 1, 5, 5}}, y{DType::kFloat32, {1, 1, 3, 3}};
+  const auto xd = ramp(25, 1.f);
+  Node node;
+  node.op_type = "MaxPool";
+  node.attrs = {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                {"dilations", std::vector<int64_t>{2, 2}}};
+  const auto have = run_node(node, cpu::make_max_pool, {x}, {xd}, y);
+  ASSERT_EQ(have.size(), 9u);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      const float want = std::max({xd[i * 5 + j], xd[i * 5 + j + 2], xd[(i + 2) * 5 + j],
+                                   xd[(i + 2) * 5 + j + 2]});
+      EXPECT_EQ(have[i * 3 + j], want) << i << "," << j;
+    }
+}
+
+// training_mode=1 on (3, 5, 37): batch statistics over 111 values per channel (not a multiple
+// of the 16 summation lanes) and the running statistics, against the definition in double.
+TEST(BatchNormalization, TrainingMatchesDefinition) {
+  const int64_t n = 3, c = 5, s = 37;
+  const TensorType x{DType::kFloat32, {n, c, s}}, ch{DType::kFloat32, {c}};
+  const auto xd = ramp(x.numel(), 3.f), scale = ramp(c, 1.f), bias = ramp(c + 1, 0.5f);
+  const std::vector<float> mean_in(5, 0.25f), var_in(5, 2.f);
+  std::vector<float> want_y(static_cast<size_t>(x.numel())), want_mean(5), want_var(5);
+  for (int64_t k = 0; k < c; ++k) {
+    double m = 0, v = 0;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < s; ++i) m += xd[(b * c + k) * s + i];
+    m /= n * s;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < s; ++i) v += std::pow(xd[(b * c + k) * s + i] - m, 2);
+    v /= n * s;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < s; ++i) {
+        const int64_t at = (b * c + k) * s + i;
+        want_y[at] = float((xd[at] - m) / std::sqrt(v + 1e-3) * scale[k] + bias[k]);
+      }
+    want_mean[k] = float(0.25 * 0.8 + m * 0.2);
+    want_var[k] = float(2.0 * 0.8 + v * 0.2);
+  }
+  Node node;
+  node.op_type = "BatchNormalization";
+  node.attrs = {{"training_mode", int64_t{1}}, {"epsilon", 1e-3f}, {"momentum", 0.8f}};
+  const auto outs = run_node(node, cpu::make_batch_norm, {x, ch, ch, ch, ch},
+                             {xd, scale, bias, mean_in, var_in}, {x, ch, ch});
+  ASSERT_EQ(outs.size(), 3u);
+  expect_near_all(outs[0], want_y);
+  expect_near_all(outs[1], want_mean);
+  expect_near_all(outs[2], want_var);
+}
+
+}  // namespace
+}  // namespace pt

@@ -1,0 +1,29 @@
+// tests/exec/node_case.h: runs one of ONNX's backend node tests
+// (/usr/share/libonnx-testdata/data/node/<case>/) on one CPU kernel and compares its outputs with
+// the reference outputs stored beside it. Shared by the kernel tests of every op family.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "exec/kernel.h"
+
+namespace pt::testing {
+
+constexpr const char* kNodeTestRoot = "/usr/share/libonnx-testdata/data/node";
+
+struct NodeCaseResult {
+  enum Kind { kPassed, kFailed, kSkipped } kind = kSkipped;
+  std::string message;  // why it failed or was skipped
+};
+
+// Loads the case, makes the inputs an op reads at compile time (shapes, axes, pads) constant,
+// raises an unchanged op's opset to the supported range, imports it, builds the kernel with
+// `factory` (2 threads) and runs it. Outputs must match within |a-b| <= 1e-6 + 1e-4*|b|
+// (exactly for integers and bools).
+NodeCaseResult run_node_case(const std::string& case_name, KernelFactory factory);
+
+// Case directory names beginning with `prefix` ("test_matmul"), sorted.
+std::vector<std::string> node_cases(const std::string& prefix);
+
+}  // namespace pt::testing

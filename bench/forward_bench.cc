@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -52,6 +54,15 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     std::printf("%.4f %.4f\n", ms[ms.size() / 2], ms.front());
+    // Where the time goes: per op type over REPEATS profiled runs, largest first.
+    std::vector<double> seconds;
+    for (int r = 0; r < repeats; ++r) program.run_profiled(feeds, &seconds);
+    std::map<std::string, double> by_op;
+    for (size_t i = 0; i < seconds.size(); ++i) by_op[g.nodes[i].op_type] += seconds[i];
+    std::vector<std::pair<double, std::string>> sorted;
+    for (const auto& [op, s] : by_op) sorted.push_back({s, op});
+    std::sort(sorted.rbegin(), sorted.rend());
+    for (const auto& [s, op] : sorted) std::fprintf(stderr, "  %-20s %8.3f ms\n", op.c_str(), 1e3 * s / repeats);
   } catch (const pt::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

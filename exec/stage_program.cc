@@ -1,5 +1,6 @@
 #include "exec/stage_program.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -101,7 +102,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backen
 
 StageProgram::~StageProgram() { std::free(arena_); }
 
-void StageProgram::run(std::span<const Buffer> inputs) {
+void StageProgram::bind_inputs(std::span<const Buffer> inputs) {
   PT_CHECK(inputs.size() == graph_.inputs.size(), "program takes " + std::to_string(graph_.inputs.size()) + " inputs");
   for (size_t k = 0; k < inputs.size(); ++k) {
     PT_CHECK(inputs[k].type && *inputs[k].type == graph_.value(graph_.inputs[k]).type,
@@ -111,8 +112,23 @@ void StageProgram::run(std::span<const Buffer> inputs) {
   for (size_t k = 0; k < outputs_.size(); ++k)
     if (output_from_input_[k]) outputs_[k].data = inputs[output_from_input_[k] - 1].data;
   backend_.bind_thread();
+}
+
+void StageProgram::run(std::span<const Buffer> inputs) {
+  bind_inputs(inputs);
   for (Step& s : steps_) s.kernel->run(s.inputs, s.outputs, s.scratch);
   backend_.synchronize();
+}
+
+void StageProgram::run_profiled(std::span<const Buffer> inputs, std::vector<double>* seconds) {
+  bind_inputs(inputs);
+  seconds->resize(steps_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    steps_[i].kernel->run(steps_[i].inputs, steps_[i].outputs, steps_[i].scratch);
+    backend_.synchronize();
+    (*seconds)[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 }
 
 Buffer StageProgram::output(size_t k) const { return outputs_.at(k); }

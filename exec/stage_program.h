@@ -25,6 +25,8 @@ class StageProgram {
 
   // inputs: one per graph input, in g.inputs order, of exactly the graph's types.
   void run(std::span<const Buffer> inputs);
+  // run(), timing each node: seconds[i] += wall time of node i (sized to the node count).
+  void run_profiled(std::span<const Buffer> inputs, std::vector<double>* seconds);
   // Graph output k, valid until the next run.
   Buffer output(size_t k) const;
 
@@ -45,6 +47,8 @@ class StageProgram {
   // Where each graph input is read: (step, argument slot) per input.
   std::vector<std::vector<std::pair<size_t, size_t>>> input_uses_;
   std::vector<size_t> output_from_input_;  // per output: input index + 1, or 0
+
+  void bind_inputs(std::span<const Buffer> inputs);
 };
 
 }  // namespace pt

@@ -57,8 +57,37 @@ class DnnlEltwise final : public Kernel {
   std::unordered_map<int, dnnl::memory> args_;  // holds handles to the two memories above
 };
 
+// exp(x) for x in [-87, 88] with relative error below 2e-7, written so that loops over it
+// vectorise: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by a degree-6 polynomial, 2^n placed
+// into the exponent bits.
+inline float exp_poly(float x) {
+  x = std::min(88.0f, std::max(-87.0f, x));
+  const float n = std::nearbyint(x * 1.44269504f);
+  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln2 split in two parts
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// erf(x) = sign(x) (1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^{-x^2}), t = 1 / (1 + p|x|)
+// (Abramowitz and Stegun 7.1.26): absolute error below 1.5e-7, branch-free, vectorisable.
 struct ErfOp {
-  float operator()(float x) const { return std::erf(x); }
+  float operator()(float x) const {
+    const float a = std::fabs(x);
+    const float t = 1.0f / (1.0f + 0.3275911f * a);
+    const float poly =
+        t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    const float y = 1.0f - poly * exp_poly(-a * a);
+    return std::copysign(y, x);
+  }
 };
 struct NegOp {
   template <class T> T operator()(T x) const { return -x; }
@@ -218,7 +247,8 @@ std::unique_ptr<Kernel> make_gelu(const KernelSpec& s) {
   return nullptr;
 }
 
-// Erf on fp32 through std::erf (oneDNN's eltwise has no erf of its own).
+// Erf on fp32 through ErfOp (oneDNN's eltwise has no erf of its own; std::erf does not
+// vectorise and took a third of the GPT sample's forward time).
 std::unique_ptr<Kernel> make_erf(const KernelSpec& s) {
   if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0]))
     return nullptr;

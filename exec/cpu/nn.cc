@@ -240,10 +240,18 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   const memory::desc b_md = s.has_input(2) ? plain_desc(s.inputs[2]) : memory::desc();
   const bool pointwise =
       group == 1 && std::all_of(w.kernel.begin(), w.kernel.end(), [](int64_t k) { return k == 1; });
+  const bool dw = group > 1 && group == x[1] && group == y[1];
+  const char* envm = getenv("PT_CONV_MODE");
+  const int mode = envm ? atoi(envm) : 0;
+  memory::desc xs = pointwise ? x_md : any_layout(x), ws = pointwise ? w_md : any_layout(wd), ys = pointwise ? y_md : any_layout(y);
+  if (dw && mode == 1) { xs = x_md; ws = w_md; ys = y_md; }
+  if (dw && mode == 2) { xs = x_md; ys = y_md; }
+  if (dw && mode == 3) { ws = w_md; }
+  if (!pointwise && !dw && mode == 4) { xs = x_md; ys = y_md; ws = w_md; }
+  if (!pointwise && !dw && mode == 5) { xs = x_md; ys = y_md; }
   const dnnl::convolution_forward::desc d(
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-      pointwise ? x_md : any_layout(x), pointwise ? w_md : any_layout(wd), b_md,
-      pointwise ? y_md : any_layout(y), w.strides, w.dilation, w.pad_l, w.pad_r);
+      xs, ws, b_md, ys, w.strides, w.dilation, w.pad_l, w.pad_r);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::convolution_forward::primitive_desc pd(d, attr, k->engine());

@@ -28,6 +28,24 @@ using dnnl::memory;
 
 
 
+// Whether `a` and `b` put every element at the same offset: equal descs, or dense descs of the
+// same dims whose strides differ only on dims of size 1 (nchw and nhwc with H = W = 1).
+bool same_bytes(const memory::desc& a, const memory::desc& b) {
+  if (a == b) return true;
+  const dnnl_memory_desc_t &x = a.data, &y = b.data;
+  if (x.ndims != y.ndims || x.data_type != y.data_type || x.format_kind != dnnl_blocked ||
+      y.format_kind != dnnl_blocked || x.format_desc.blocking.inner_nblks != 0 ||
+      y.format_desc.blocking.inner_nblks != 0 || x.offset0 != y.offset0 ||
+      a.get_size() != b.get_size())
+    return false;
+  for (int i = 0; i < x.ndims; ++i) {
+    if (x.dims[i] != y.dims[i] || x.padded_dims[i] != y.padded_dims[i]) return false;
+    if (x.dims[i] != 1 && x.format_desc.blocking.strides[i] != y.format_desc.blocking.strides[i])
+      return false;
+  }
+  return true;
+}
+
 // Where an argument's data lives while the kernel runs.
 struct Place {
   enum Kind { kInput, kOutput, kScratch, kScratchpad } kind = kInput;
@@ -64,7 +82,7 @@ class DnnlKernel final : public Kernel {
   // Data at `from` (laid out as `have`) as `want`: `from` itself when the layouts agree, else a
   // scratch copy made by a reorder step.
   Place reordered(Place from, const memory::desc& have, const memory::desc& want) {
-    if (have == want) return from;
+    if (same_bytes(have, want)) return from;
     const Place to = reserve(want.get_size());
     add_reorder(from, have, to, want);
     return to;
@@ -249,6 +267,12 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   if (dw && mode == 3) { ws = w_md; }
   if (!pointwise && !dw && mode == 4) { xs = x_md; ys = y_md; ws = w_md; }
   if (!pointwise && !dw && mode == 5) { xs = x_md; ys = y_md; }
+  const bool unit = product(x, 2, x.size()) == 1 && product(y, 2, y.size()) == 1;
+  const auto nhwc = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, d.size() == 4 ? memory::format_tag::acdb : d.size() == 3 ? memory::format_tag::acb : memory::format_tag::acdeb); };
+  if (pointwise && unit && (mode == 6 || mode == 7)) { xs = nhwc(x); ys = nhwc(y); ws = mode == 6 ? any_layout(wd) : w_md; }
+  if (pointwise && unit && mode == 8) { xs = any_layout(x); ys = any_layout(y); ws = any_layout(wd); }
+  if (pointwise && !unit && mode == 9 && x[1] <= 8) { xs = any_layout(x); ys = any_layout(y); ws = any_layout(wd); }
+  if (pointwise && !unit && mode == 10 && x[1] <= 8) { xs = nhwc(x); ys = nhwc(y); ws = any_layout(wd); }
   const dnnl::convolution_forward::desc d(
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
       xs, ws, b_md, ys, w.strides, w.dilation, w.pad_l, w.pad_r);
@@ -258,7 +282,7 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
 
   const Place xp = k->reordered({Place::kInput, 0}, x_md, pd.src_desc());
   const Place wp = k->reordered({Place::kInput, 1}, w_md, pd.weights_desc());
-  const bool y_plain = pd.dst_desc() == y_md;
+  const bool y_plain = same_bytes(pd.dst_desc(), y_md);
   const Place yp = y_plain ? Place{Place::kOutput, 0} : k->reserve(pd.dst_desc().get_size());
   std::vector<std::tuple<int, memory::desc, Place>> args = {
       {DNNL_ARG_SRC, pd.src_desc(), xp},

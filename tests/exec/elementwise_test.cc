@@ -314,6 +314,18 @@ TEST(Gelu, BothFormsMatchTheirFormulas) {
   EXPECT_FALSE(bad.run(cpu::make_gelu));
 }
 
+// Erf's vectorised approximation stays within 2e-7 of std::erf over the whole float range used.
+TEST(Erf, WithinTwoTenMillionthsOfStdErf) {
+  const int n = 4801;
+  const std::vector<float> x = ramp(n, 0.0025f, -6.f);
+  HandNode node("Erf", {operand(kF32, {n}, x)}, {{kF32, {n}}});
+  const std::vector<float> y = run_output<float>(node, cpu::make_erf);
+  ASSERT_EQ(y.size(), x.size());
+  double worst = 0;
+  for (int i = 0; i < n; ++i) worst = std::max(worst, std::fabs(y[i] - std::erf(double(x[i]))));
+  EXPECT_LT(worst, 2e-7);
+}
+
 // Pow with a constant scalar exponent (x^2 as exported) keeps std::pow's rules on negative bases.
 TEST(Pow, ConstantExponentOnNegativeBases) {
   const std::vector<float> x = {-3.f, -0.5f, 0.f, 0.5f, 2.f};

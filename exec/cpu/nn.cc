@@ -241,7 +241,8 @@ memory::desc any_layout(const Dims& dims) {
 
 // Y = conv(X, W) + B with X: (N, C, in...), W: (M, C/group, k...), B: (M), Y: (N, M, out...).
 // W is viewed as (group, M/group, C/group, k...) when grouped. oneDNN picks the layouts (blocked
-// for speed); X and W are reordered into scratch before, Y out of it after. A dense 1x1 conv is
+// for speed); X and W are reordered into scratch before, Y out of it after, unless the chosen
+// layout puts every element where the plain one does (nhwc with H = W = 1). A dense 1x1 conv is
 // a GEMM on the plain layouts, faster there than the reorders it would need (about 3x on
 // 48->8 channels at 16x16).
 std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t group) {
@@ -258,24 +259,10 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   const memory::desc b_md = s.has_input(2) ? plain_desc(s.inputs[2]) : memory::desc();
   const bool pointwise =
       group == 1 && std::all_of(w.kernel.begin(), w.kernel.end(), [](int64_t k) { return k == 1; });
-  const bool dw = group > 1 && group == x[1] && group == y[1];
-  const char* envm = getenv("PT_CONV_MODE");
-  const int mode = envm ? atoi(envm) : 0;
-  memory::desc xs = pointwise ? x_md : any_layout(x), ws = pointwise ? w_md : any_layout(wd), ys = pointwise ? y_md : any_layout(y);
-  if (dw && mode == 1) { xs = x_md; ws = w_md; ys = y_md; }
-  if (dw && mode == 2) { xs = x_md; ys = y_md; }
-  if (dw && mode == 3) { ws = w_md; }
-  if (!pointwise && !dw && mode == 4) { xs = x_md; ys = y_md; ws = w_md; }
-  if (!pointwise && !dw && mode == 5) { xs = x_md; ys = y_md; }
-  const bool unit = product(x, 2, x.size()) == 1 && product(y, 2, y.size()) == 1;
-  const auto nhwc = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, d.size() == 4 ? memory::format_tag::acdb : d.size() == 3 ? memory::format_tag::acb : memory::format_tag::acdeb); };
-  if (pointwise && unit && (mode == 6 || mode == 7)) { xs = nhwc(x); ys = nhwc(y); ws = mode == 6 ? any_layout(wd) : w_md; }
-  if (pointwise && unit && mode == 8) { xs = any_layout(x); ys = any_layout(y); ws = any_layout(wd); }
-  if (pointwise && !unit && mode == 9 && x[1] <= 8) { xs = any_layout(x); ys = any_layout(y); ws = any_layout(wd); }
-  if (pointwise && !unit && mode == 10 && x[1] <= 8) { xs = nhwc(x); ys = nhwc(y); ws = any_layout(wd); }
   const dnnl::convolution_forward::desc d(
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-      xs, ws, b_md, ys, w.strides, w.dilation, w.pad_l, w.pad_r);
+      pointwise ? x_md : any_layout(x), pointwise ? w_md : any_layout(wd), b_md,
+      pointwise ? y_md : any_layout(y), w.strides, w.dilation, w.pad_l, w.pad_r);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::convolution_forward::primitive_desc pd(d, attr, k->engine());

@@ -62,7 +62,8 @@ class DnnlEltwise final : public Kernel {
 // into the exponent bits.
 inline float exp_poly(float x) {
   x = std::min(88.0f, std::max(-87.0f, x));
-  const float n = std::nearbyint(x * 1.44269504f);
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (no rounding instruction needed).
+  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
   const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln2 split in two parts
   float p = 1.0f / 720;
   p = p * r + 1.0f / 120;

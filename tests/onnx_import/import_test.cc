@@ -159,6 +159,17 @@ TEST(ImportErrors, UnknownOpNamesNodeAndOpset) {
             std::string::npos);
 }
 
+TEST(Import, NewerIrVersionWithASupportedOpsetIsTaken) {
+  fs::path p = scratch("ir10.onnx");
+  onnx::ModelProto m = tiny_model("Relu", "", 17);
+  m.set_ir_version(10);
+  save_model(m, p.string());
+  ImportOptions o;
+  o.batch = 3;
+  Graph g = import_model(p.string(), o);
+  EXPECT_EQ(g.value(g.outputs[0]).type.shape, (std::vector<int64_t>{3, 4}));
+}
+
 TEST(ImportErrors, OpsetOutOfRange) {
   fs::path p = scratch("old_opset.onnx");
   save_model(tiny_model("Relu", "", 11), p.string());

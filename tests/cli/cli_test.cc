@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "exec/npy.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -128,6 +130,40 @@ TEST(CliErrors, UnknownFlag) {
   Result r = run("partition samples/gpt/gpt.onnx --stages 2 --stagez 3");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// An .npy of float32 zeros of the given shape.
+fs::path zeros_npy(const std::string& name, std::vector<int64_t> shape) {
+  pt::Tensor t;
+  t.type = {pt::DType::kFloat32, std::move(shape)};
+  t.data.resize(static_cast<size_t>(t.type.bytes()));
+  const fs::path p = fs::temp_directory_path() / name;
+  pt::write_npy(t, p.string());
+  return p;
+}
+
+TEST(Cli, RunWritesEveryOutput) {
+  const fs::path out = fs::temp_directory_path() / "pt_cli_run";
+  fs::remove_all(out);
+  Result r = run("run samples/mlp/mlp.onnx --input input=" + zeros_npy("mlp_x.npy", {3, 64}).string() +
+                 " --output " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const pt::Tensor y = pt::read_npy((out / "output.npy").string());
+  EXPECT_EQ(y.type.shape, (std::vector<int64_t>{3, 10}));
+}
+
+TEST(CliErrors, RunWithAMissingInput) {
+  expect_one_line_error(run("run samples/mlp/mlp.onnx --input other=" +
+                            zeros_npy("mlp_other.npy", {3, 64}).string() + " --output /tmp/pt_x"),
+                        "samples/mlp/mlp.onnx: input 'input': is not given; pass --input "
+                        "input=FILE.npy holding float32[3,64]");
+}
+
+TEST(CliErrors, RunWithAWrongShape) {
+  expect_one_line_error(run("run samples/mlp/mlp.onnx --input input=" +
+                            zeros_npy("mlp_bad.npy", {3, 65}).string() + " --output /tmp/pt_x"),
+                        "--input input: holds float32[3,65] but the model takes float32[3,64]; "
+                        "give an array of that dtype and shape (the batch axis may differ)");
 }
 
 TEST(CliErrors, FailedExportWritesNothing) {

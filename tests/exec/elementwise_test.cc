@@ -38,42 +38,17 @@ const std::vector<OpCases>& op_cases() {
   return ops;
 }
 
-// Cases of one op: "test_neg" and "test_neg_example", not "test_negative_log_likelihood_loss";
-// "test_cast_*", not "test_castlike_*".
-std::vector<std::string> cases_of(const OpCases& op) {
-  const std::string prefix = op.prefix;
-  std::vector<std::string> out;
-  for (const std::string& name : node_cases(prefix))
-    if (name == prefix || name.rfind(prefix + "_", 0) == 0) out.push_back(name);
-  return out;
-}
-
-struct NamedCase {
-  std::string name;
-  KernelFactory factory;
-};
-void PrintTo(const NamedCase& c, std::ostream* os) { *os << c.name; }
-
-// run_node_case, with a case the harness cannot load (a string tensor) counted as skipped.
-NodeCaseResult run_case(const std::string& name, KernelFactory factory) {
-  try {
-    return run_node_case(name, factory);
-  } catch (const UserError& e) {
-    return {NodeCaseResult::kSkipped, std::string("the harness cannot load it: ") + e.what()};
-  }
-}
-
-std::vector<NamedCase> all_cases() {
-  std::vector<NamedCase> out;
+std::vector<NodeCase> all_cases() {
+  std::vector<NodeCase> out;
   for (const OpCases& op : op_cases())
-    for (const std::string& name : cases_of(op)) out.push_back({name, op.factory});
+    for (const NodeCase& c : testing::op_cases(op.prefix, op.factory)) out.push_back(c);
   return out;
 }
 
-class Conformance : public ::testing::TestWithParam<NamedCase> {};
+class Conformance : public ::testing::TestWithParam<NodeCase> {};
 
 TEST_P(Conformance, MatchesReference) {
-  const NodeCaseResult r = run_case(GetParam().name, GetParam().factory);
+  const NodeCaseResult r = run_node_case(GetParam().name, GetParam().factory);
   if (r.kind == NodeCaseResult::kSkipped) GTEST_SKIP() << r.message;
   EXPECT_EQ(r.kind, NodeCaseResult::kPassed) << r.message;
 }
@@ -82,12 +57,8 @@ INSTANTIATE_TEST_SUITE_P(Node, Conformance, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(Conformance, EnoughCasesPassPerOp) {
-  for (const OpCases& op : op_cases()) {
-    int passed = 0;
-    for (const std::string& name : cases_of(op))
-      passed += run_case(name, op.factory).kind == NodeCaseResult::kPassed;
-    EXPECT_GE(passed, op.min_passed) << op.prefix;
-  }
+  for (const OpCases& op : op_cases())
+    EXPECT_GE(count_passed(testing::op_cases(op.prefix, op.factory)), op.min_passed) << op.prefix;
 }
 
 // ---- hand cases -----------------------------------------------------------------------------

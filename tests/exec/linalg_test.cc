@@ -16,25 +16,12 @@ namespace {
 
 using testing::NodeCaseResult;
 
-struct NodeCase {
-  std::string name;
-  KernelFactory factory;
-};
-
-void PrintTo(const NodeCase& c, std::ostream* os) { *os << c.name; }
-
-std::vector<NodeCase> cases_of(const std::string& prefix, KernelFactory factory,
-                               const std::string& excluded = "") {
-  std::vector<NodeCase> out;
-  for (const std::string& name : testing::node_cases(prefix))
-    if (excluded.empty() || name.rfind(excluded, 0) != 0) out.push_back({name, factory});
-  return out;
-}
+using testing::NodeCase;
 
 std::vector<NodeCase> matmul_cases() {
-  return cases_of("test_matmul", cpu::make_matmul, "test_matmulinteger");
+  return testing::op_cases("test_matmul", cpu::make_matmul);
 }
-std::vector<NodeCase> gemm_cases() { return cases_of("test_gemm", cpu::make_gemm); }
+std::vector<NodeCase> gemm_cases() { return testing::op_cases("test_gemm", cpu::make_gemm); }
 
 class LinalgConformance : public ::testing::TestWithParam<NodeCase> {};
 
@@ -49,17 +36,10 @@ std::string case_name(const ::testing::TestParamInfo<NodeCase>& info) { return i
 INSTANTIATE_TEST_SUITE_P(MatMul, LinalgConformance, ::testing::ValuesIn(matmul_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Gemm, LinalgConformance, ::testing::ValuesIn(gemm_cases()), case_name);
 
-int passes(const std::vector<NodeCase>& cases) {
-  int n = 0;
-  for (const NodeCase& c : cases)
-    n += testing::run_node_case(c.name, c.factory).kind == NodeCaseResult::kPassed;
-  return n;
-}
-
 // Skips must not hide a broken kernel: every MatMul and Gemm case in ONNX 1.12 passes.
 TEST(LinalgConformanceCount, EveryCasePasses) {
-  EXPECT_GE(passes(matmul_cases()), 3);
-  EXPECT_GE(passes(gemm_cases()), 11);
+  EXPECT_GE(testing::count_passed(matmul_cases()), 3);
+  EXPECT_GE(testing::count_passed(gemm_cases()), 11);
 }
 
 // Runs one node built by hand (inputs named in0.., one output) through `factory`, twice.

@@ -16,24 +16,7 @@ namespace {
 
 using testing::NodeCaseResult;
 
-struct NodeCase {
-  std::string name;
-  KernelFactory factory;
-};
-
-void PrintTo(const NodeCase& c, std::ostream* os) { *os << c.name; }
-
-// Single-node cases of one op: the `_expanded` forms are graphs of other ops.
-std::vector<NodeCase> cases_of(const std::string& prefix, KernelFactory factory,
-                               const std::vector<std::string>& excluded = {}) {
-  std::vector<NodeCase> out;
-  for (const std::string& name : testing::node_cases(prefix)) {
-    bool keep = name.find("_expanded") == std::string::npos;
-    for (const std::string& e : excluded) keep = keep && name.rfind(e, 0) != 0;
-    if (keep) out.push_back({name, factory});
-  }
-  return out;
-}
+using testing::NodeCase;
 
 struct OpCases {
   const char* op;
@@ -43,20 +26,19 @@ struct OpCases {
 
 const std::vector<OpCases>& op_cases() {
   static const std::vector<OpCases> all = [] {
-    std::vector<NodeCase> conv = cases_of("test_conv", cpu::make_conv,
-                                          {"test_convtranspose", "test_convinteger"});
-    for (const NodeCase& c : cases_of("test_basic_conv", cpu::make_conv, {"test_basic_convinteger"}))
+    std::vector<NodeCase> conv = testing::op_cases("test_conv", cpu::make_conv);
+    for (const NodeCase& c : testing::op_cases("test_basic_conv", cpu::make_conv))
       conv.push_back(c);
     return std::vector<OpCases>{
         {"Conv", conv, 6},
         // with_argmax cases ask for Indices, which the kernel declines.
-        {"MaxPool", cases_of("test_maxpool", cpu::make_max_pool), 13},
-        {"AveragePool", cases_of("test_averagepool", cpu::make_average_pool), 13},
-        {"GlobalAveragePool", cases_of("test_globalaveragepool", cpu::make_global_average_pool), 2},
-        {"BatchNormalization", cases_of("test_batchnorm", cpu::make_batch_norm), 4},
-        {"LayerNormalization", cases_of("test_layer_normalization", cpu::make_layer_norm), 19},
-        {"Softmax", cases_of("test_softmax", cpu::make_softmax), 7},
-        {"LogSoftmax", cases_of("test_logsoftmax", cpu::make_log_softmax), 7},
+        {"MaxPool", testing::op_cases("test_maxpool", cpu::make_max_pool), 13},
+        {"AveragePool", testing::op_cases("test_averagepool", cpu::make_average_pool), 13},
+        {"GlobalAveragePool", testing::op_cases("test_globalaveragepool", cpu::make_global_average_pool), 2},
+        {"BatchNormalization", testing::op_cases("test_batchnorm", cpu::make_batch_norm), 4},
+        {"LayerNormalization", testing::op_cases("test_layer_normalization", cpu::make_layer_norm), 19},
+        {"Softmax", testing::op_cases("test_softmax", cpu::make_softmax), 7},
+        {"LogSoftmax", testing::op_cases("test_logsoftmax", cpu::make_log_softmax), 7},
     };
   }();
   return all;
@@ -92,12 +74,7 @@ PT_NN_CASES(LogSoftmax);
 
 // Skips must not hide a broken kernel: each op passes at least the cases it is known to pass.
 TEST(NnConformanceCount, EnoughCasesPassPerOp) {
-  for (const OpCases& o : op_cases()) {
-    int passed = 0;
-    for (const NodeCase& c : o.cases)
-      passed += testing::run_node_case(c.name, c.factory).kind == NodeCaseResult::kPassed;
-    EXPECT_GE(passed, o.must_pass) << o.op;
-  }
+  for (const OpCases& o : op_cases()) EXPECT_GE(testing::count_passed(o.cases), o.must_pass) << o.op;
 }
 
 // Runs one node built by hand (inputs in0.., outputs out0..) through `factory`, twice, as a

@@ -3,6 +3,7 @@
 // the reference outputs stored beside it. Shared by the kernel tests of every op family.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,21 @@ NodeCaseResult run_node_case(const std::string& case_name, KernelFactory factory
 
 // Case directory names beginning with `prefix` ("test_matmul"), sorted.
 std::vector<std::string> node_cases(const std::string& prefix);
+
+// One conformance case and the kernel factory that runs it.
+struct NodeCase {
+  std::string name;
+  KernelFactory factory;
+};
+void PrintTo(const NodeCase& c, std::ostream* os);
+
+// The single-node cases of one op: `prefix` itself or `prefix_...` (so "test_neg" leaves out
+// "test_negative_log_likelihood_loss" and "test_cast" leaves out "test_castlike_..."), less the
+// `_expanded` forms (graphs of other ops) and names containing any of `excluded`.
+std::vector<NodeCase> op_cases(const std::string& prefix, KernelFactory factory,
+                               const std::vector<std::string>& excluded = {});
+
+// How many of `cases` pass: each suite asserts a floor per op, so skips cannot make it pass.
+int count_passed(const std::vector<NodeCase>& cases);
 
 }  // namespace pt::testing

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -38,6 +39,21 @@ enum class DType : int32_t {
 size_t dtype_size(DType t);        // bytes per element; 0 for undefined and string
 const char* dtype_name(DType t);   // "float32", "int64", ...
 bool is_floating(DType t);
+
+// The DType of a C++ element type (bool is stored as one byte, 0 or 1).
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
+  else if constexpr (std::is_same_v<T, int8_t>) return DType::kInt8;
+  else if constexpr (std::is_same_v<T, uint8_t>) return DType::kUInt8;
+  else {
+    static_assert(std::is_same_v<T, bool>, "no DType for this element type");
+    return DType::kBool;
+  }
+}
 
 struct TensorType {
   DType dtype = DType::kUndefined;

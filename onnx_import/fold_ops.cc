@@ -33,17 +33,6 @@ namespace {
 
 // ---- Element types ----
 
-template <class T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
-  else if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
-  else if constexpr (std::is_same_v<T, int8_t>) return DType::kInt8;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::kUInt8;
-  else return DType::kBool;
-}
-
 // Calls f(T{}) with T the C++ type of `t`; nullopt for dtypes folding does not compute on.
 template <class F>
 Folded dispatch(DType t, F&& f) {

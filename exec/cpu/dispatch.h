@@ -14,17 +14,6 @@ namespace pt::cpu {
 template <class... Ts>
 struct TypeList {};
 
-template <class T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
-  else if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
-  else if constexpr (std::is_same_v<T, int8_t>) return DType::kInt8;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::kUInt8;
-  else return DType::kBool;  // bool: one byte, 0 or 1
-}
-
 // Calls f.template operator()<T>() for the T of the list whose dtype is t; nullptr if none.
 template <class... Ts, class F>
 std::unique_ptr<Kernel> visit(TypeList<Ts...>, DType t, F&& f) {

@@ -92,7 +92,6 @@ void infer_shapes(onnx::ModelProto* m, const std::string& path) {
 struct Known {
   std::map<std::string, TensorType> types;
   std::map<std::string, Tensor> constants;        // folded, non-parameter initializers
-  std::set<std::string> parameters;               // float initializers from the file
 
   void read(const onnx::GraphProto& g) {
     types.clear();

@@ -7,13 +7,12 @@ relative to the output's largest magnitude. Prints 'N passed, M failed'.
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import onnxruntime as ort
 
-from stage_chain import make_inputs, session
+from stage_chain import make_inputs, report, session
 
 
 def check(pipetrain, model, batch, tol, rng):
@@ -51,17 +50,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    passed = failed = 0
-    for model in args.model:
-        err = check(args.pipetrain, model, args.batch, args.tol, rng)
-        if err:
-            failed += 1
-            print(f"FAIL {os.path.basename(model)}: {err}")
-        else:
-            passed += 1
-            print(f"ok   {os.path.basename(model)}")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    report((os.path.basename(model), check(args.pipetrain, model, args.batch, args.tol, rng))
+           for model in args.model)
 
 
 if __name__ == "__main__":

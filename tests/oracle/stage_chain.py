@@ -93,6 +93,20 @@ def check_case(args, model, stages, rng):
         return None
 
 
+def report(results):
+    """Prints one line per (label, error or None), then 'N passed, M failed'; exits 1 on a failure."""
+    passed = failed = 0
+    for label, err in results:
+        if err:
+            failed += 1
+            print(f"FAIL {label}: {err}")
+        else:
+            passed += 1
+            print(f"ok   {label}")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pipetrain", required=True)
@@ -102,19 +116,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-5)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    passed = failed = 0
-    for model in args.model:
-        for stages in args.stages:
-            err = check_case(args, model, stages, rng)
-            label = f"{os.path.basename(model)} stages={stages}"
-            if err:
-                failed += 1
-                print(f"FAIL {label}: {err}")
-            else:
-                passed += 1
-                print(f"ok   {label}")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    report((f"{os.path.basename(model)} stages={stages}", check_case(args, model, stages, rng))
+           for model in args.model for stages in args.stages)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dispatch.h"
 #include "exec/cpu/dnnl_util.h"
+#include "exec/cpu/lane_math.h"
 
 namespace pt::cpu {
 namespace {
@@ -56,27 +57,6 @@ class DnnlEltwise final : public Kernel {
   dnnl::memory src_, dst_;
   std::unordered_map<int, dnnl::memory> args_;  // holds handles to the two memories above
 };
-
-// exp(x) for x in [-87, 88] with relative error below 2e-7, written so that loops over it
-// vectorise: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by a degree-6 polynomial, 2^n placed
-// into the exponent bits.
-inline float exp_poly(float x) {
-  x = std::min(88.0f, std::max(-87.0f, x));
-  // Round to nearest by adding and subtracting 1.5 * 2^23 (no rounding instruction needed).
-  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln2 split in two parts
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
 
 // erf(x) = sign(x) (1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^{-x^2}), t = 1 / (1 + p|x|)
 // (Abramowitz and Stegun 7.1.26): absolute error below 1.5e-7, branch-free, vectorisable.

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/channel_stats.h"
+#include "exec/cpu/lane_math.h"
 
 namespace pt::cpu {
 namespace {
@@ -17,48 +19,6 @@ using Dims = std::vector<int64_t>;
 
 // Below this many elements a kernel runs on one thread: a parallel region costs microseconds.
 constexpr int64_t kParallelMin = int64_t{1} << 15;
-
-// X: (N, C, S), S the product of the spatial dims (1 when there are none).
-struct ChannelDims {
-  int64_t n = 0, c = 0, s = 1;
-  int64_t numel() const { return n * c * s; }
-};
-
-ChannelDims channel_dims(const Dims& x) {
-  ChannelDims d{x[0], x[1], 1};
-  for (size_t i = 2; i < x.size(); ++i) d.s *= x[i];
-  return d;
-}
-
-constexpr int kLanes = 16;
-
-// sum_i p[i] over [0, n): 16 interleaved float lanes (vectorisable, and less rounding than one
-// running sum), folded in double.
-double sum(const float* p, int64_t n) {
-  float lane[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) lane[k] += p[i + k];
-  double total = 0;
-  for (; i < n; ++i) total += p[i];
-  for (float l : lane) total += l;
-  return total;
-}
-
-// sum_i (p[i] - mean)^2 over [0, n), the same way.
-double squared_deviation(const float* p, int64_t n, float mean) {
-  float lane[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) {
-      const float d = p[i + k] - mean;
-      lane[k] += d * d;
-    }
-  double total = 0;
-  for (; i < n; ++i) total += double(p[i] - mean) * double(p[i] - mean);
-  for (float l : lane) total += l;
-  return total;
-}
 
 bool all_float(const KernelSpec& s) {
   for (size_t i = 0; i < s.inputs.size(); ++i)
@@ -78,7 +38,8 @@ class GlobalAveragePool final : public Kernel {
     float* y = out[0].as<float>();
     const int64_t rows = d_.n * d_.c, s = d_.s;
 #pragma omp parallel for num_threads(threads_) if (d_.numel() >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) y[r] = static_cast<float>(sum(x + r * s, s) / double(s));
+    for (int64_t r = 0; r < rows; ++r)
+      y[r] = static_cast<float>(lane_sum(x + r * s, s) / double(s));
   }
 
  private:
@@ -108,7 +69,7 @@ class BatchNorm final : public Kernel {
     float mean = in[3].as<const float>()[c];
     float var = in[4].as<const float>()[c];
     if (training_) {
-      batch_stats(x, c, &mean, &var);
+      channel_moments(x, d_, c, &mean, &var);
       update_running(out, 1, c, in[3].as<const float>()[c], mean);
       update_running(out, 2, c, in[4].as<const float>()[c], var);
     }
@@ -119,17 +80,6 @@ class BatchNorm final : public Kernel {
       const int64_t at = (n * d_.c + c) * d_.s;
       for (int64_t i = 0; i < d_.s; ++i) y[at + i] = (x[at + i] - mean) * a + b;
     }
-  }
-
-  // Mean and biased variance of channel c over (N, S), in two passes.
-  void batch_stats(const float* x, int64_t c, float* mean, float* var) const {
-    const double count = double(d_.n) * double(d_.s);
-    double total = 0;
-    for (int64_t n = 0; n < d_.n; ++n) total += sum(x + (n * d_.c + c) * d_.s, d_.s);
-    *mean = static_cast<float>(total / count);
-    double dev = 0;
-    for (int64_t n = 0; n < d_.n; ++n) dev += squared_deviation(x + (n * d_.c + c) * d_.s, d_.s, *mean);
-    *var = static_cast<float>(dev / count);
   }
 
   void update_running(std::span<const Buffer> out, size_t k, int64_t c, float running,

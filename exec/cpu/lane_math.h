@@ -1,0 +1,63 @@
+// exec/cpu/lane_math.h: scalar helpers the CPU kernel loops share, written so that the loops
+// calling them vectorise: a polynomial exp, and float sums kept in 16 interleaved lanes and
+// folded in double (vectorisable, and less rounding than one running sum).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace pt::cpu {
+
+// exp(x) for x in [-87, 88] with relative error below 2e-7, written so that loops over it
+// vectorise: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by a degree-6 polynomial, 2^n placed
+// into the exponent bits.
+inline float exp_poly(float x) {
+  x = std::min(88.0f, std::max(-87.0f, x));
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (no rounding instruction needed).
+  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln2 split in two parts
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+inline constexpr int kLanes = 16;
+
+// sum_i p[i] over [0, n): 16 interleaved float lanes (vectorisable, and less rounding than one
+// running sum), folded in double.
+inline double lane_sum(const float* p, int64_t n) {
+  float lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lane[k] += p[i + k];
+  double total = 0;
+  for (; i < n; ++i) total += p[i];
+  for (float l : lane) total += l;
+  return total;
+}
+
+// sum_i (p[i] - mean)^2 over [0, n), the same way.
+inline double lane_squared_deviation(const float* p, int64_t n, float mean) {
+  float lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const float d = p[i + k] - mean;
+      lane[k] += d * d;
+    }
+  double total = 0;
+  for (; i < n; ++i) total += double(p[i] - mean) * double(p[i] - mean);
+  for (float l : lane) total += l;
+  return total;
+}
+
+}  // namespace pt::cpu

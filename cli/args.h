@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
+
 namespace pt {
 
 struct ModelArgs {
@@ -41,8 +43,6 @@ struct RunArgs {
   int threads = 1;
 };
 
-// "8GiB" -> 8589934592; "1.5e9" -> 1500000000. Throws UserError naming `flag`.
-int64_t parse_bytes(const std::string& text, const std::string& flag);
 // {"seq=32", "len=7"} -> {{"seq",32},{"len",7}}. Throws UserError naming --dim.
 std::map<std::string, int64_t> parse_dims(const std::vector<std::string>& dims);
 

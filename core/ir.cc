@@ -109,8 +109,13 @@ ValueId Graph::add_value(const std::string& value_name, const TensorType& type) 
 }
 
 ValueId Graph::add_initializer(const std::string& value_name, Tensor data, bool constant) {
-  ValueId id = add_value(value_name, data.type);
-  values[static_cast<size_t>(id)].init = std::make_shared<const Tensor>(std::move(data));
+  return add_initializer(value_name, std::make_shared<const Tensor>(std::move(data)), constant);
+}
+
+ValueId Graph::add_initializer(const std::string& value_name,
+                               std::shared_ptr<const Tensor> data, bool constant) {
+  ValueId id = add_value(value_name, data->type);
+  values[static_cast<size_t>(id)].init = std::move(data);
   values[static_cast<size_t>(id)].constant = constant;
   initializers.push_back(id);
   return id;
@@ -156,6 +161,38 @@ int64_t Graph::parameter_count() const {
   for (ValueId v : initializers)
     if (value(v).is_parameter()) total += value(v).type.numel();
   return total;
+}
+
+Graph extract_subgraph(const Graph& src, const std::string& name, const std::vector<Node>& nodes,
+                       const std::vector<ValueId>& inputs, const std::vector<ValueId>& outputs) {
+  Graph out;
+  out.name = name;
+  out.opsets = src.opsets;
+  out.ir_version = src.ir_version;
+  out.producer_name = src.producer_name;
+  std::map<ValueId, ValueId> remap;  // id in src -> id in out
+  auto map_value = [&](ValueId v) -> ValueId {
+    if (v == kNoValue) return kNoValue;
+    auto it = remap.find(v);
+    if (it != remap.end()) return it->second;
+    const Value& s = src.value(v);
+    const ValueId id = s.is_initializer() ? out.add_initializer(s.name, s.init, s.constant)
+                                          : out.add_value(s.name, s.type);
+    remap[v] = id;
+    return id;
+  };
+  for (ValueId v : inputs) out.inputs.push_back(map_value(v));
+  for (const Node& n : nodes) {
+    Node copy = n;
+    for (ValueId& v : copy.inputs) v = map_value(v);
+    for (ValueId& v : copy.outputs) v = map_value(v);
+    if (!copy.domain.empty() && copy.domain != "ai.onnx" && !out.opsets.count(copy.domain))
+      out.opsets[copy.domain] = 1;
+    out.add_node(std::move(copy));
+  }
+  for (ValueId v : outputs) out.outputs.push_back(map_value(v));
+  out.rebuild_uses();
+  return out;
 }
 
 }  // namespace pt

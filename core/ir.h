@@ -129,6 +129,9 @@ class Graph {
   int64_t opset() const;  // version of the default domain
   ValueId add_value(const std::string& value_name, const TensorType& type);
   ValueId add_initializer(const std::string& value_name, Tensor data, bool constant = false);
+  // Shares data another graph holds (a parameter read by several stage graphs).
+  ValueId add_initializer(const std::string& value_name, std::shared_ptr<const Tensor> data,
+                          bool constant = false);
   int add_node(Node node);  // appends; call rebuild_uses() after a batch of edits
   ValueId find(const std::string& value_name) const;  // kNoValue if absent
   const Value& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }
@@ -142,5 +145,11 @@ class Graph {
  private:
   std::map<std::string, ValueId> by_name_;
 };
+
+// A standalone graph made of `nodes` (whose value ids refer to src), with the given inputs and
+// outputs (ids in src). Values and initializers (data shared, not copied) come along as the nodes
+// reference them; opsets, IR version and producer are src's.
+Graph extract_subgraph(const Graph& src, const std::string& name, const std::vector<Node>& nodes,
+                       const std::vector<ValueId>& inputs, const std::vector<ValueId>& outputs);
 
 }  // namespace pt

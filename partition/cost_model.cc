@@ -30,27 +30,6 @@ bool is_view(const std::string& op) {
          op == "Identity";
 }
 
-// Ops through which no gradient flows to any input.
-bool is_non_differentiable(const std::string& op) {
-  return op == "Equal" || op == "Shape" || op == "Size";
-}
-
-// Inputs (by index) that carry a gradient when their value needs one. Index inputs, masks,
-// shapes and axes never do.
-bool input_differentiable(const Node& n, size_t i) {
-  const std::string& op = n.op_type;
-  if (is_non_differentiable(op)) return false;
-  if (op == "Where") return i != 0;
-  if (op == "Gather") return i == 0;
-  if (op == "Reshape" || op == "Expand" || op == "Squeeze" || op == "Unsqueeze" ||
-      op == "Dropout" || op == "Split" || op == "ReduceSum" || op == "ReduceMean")
-    return i == 0;
-  if (op == "Slice") return i == 0;
-  if (op == "Clip") return i == 0;
-  if (op == "BatchNormalization") return i <= 2;  // running mean and variance are buffers
-  return true;
-}
-
 int64_t numel(const Graph& g, ValueId v) { return v == kNoValue ? 0 : g.value(v).type.numel(); }
 int64_t nbytes(const Graph& g, ValueId v) { return v == kNoValue ? 0 : g.value(v).type.bytes(); }
 
@@ -164,20 +143,57 @@ std::vector<int> saved_for_backward(const Node& n) {
 
 }  // namespace
 
+// Ops through which no gradient flows to any input.
+static bool is_non_differentiable(const std::string& op) {
+  return op == "Equal" || op == "Shape" || op == "Size";
+}
+
+// Inputs (by index) that carry a gradient when their value needs one. Index inputs, masks,
+// shapes and axes never do.
+bool input_differentiable(const Node& n, size_t i) {
+  const std::string& op = n.op_type;
+  if (is_non_differentiable(op)) return false;
+  if (op == "Where") return i != 0;
+  if (op == "Gather") return i == 0;
+  if (op == "Reshape" || op == "Expand" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "Dropout" || op == "Split" || op == "ReduceSum" || op == "ReduceMean" ||
+      op == "Pad" || op == "SoftmaxCrossEntropy")
+    return i == 0;
+  if (op == "Slice") return i == 0;
+  if (op == "Clip") return i == 0;
+  if (op == "BatchNormalization") return i <= 2;  // running mean and variance are buffers
+  return true;
+}
+
+// Outputs (by index) that carry a gradient back: BatchNormalization's running statistics,
+// LayerNormalization's Mean and InvStdDev, Dropout's mask and MaxPool's indices never do.
+bool output_differentiable(const Node& n, size_t k) {
+  const std::string& op = n.op_type;
+  if (op == "BatchNormalization" || op == "LayerNormalization" || op == "Dropout" ||
+      op == "MaxPool")
+    return k == 0;
+  return !is_non_differentiable(op);
+}
+
 int64_t NodeCost::cost() const {
   return flops_fwd + flops_bwd() + 3 * kFlopsPerByte * (bytes_read + bytes_written);
 }
 
-std::vector<bool> needs_gradient(const Graph& g) {
+std::vector<bool> needs_gradient(const Graph& g, const std::vector<ValueId>& seeds) {
   std::vector<bool> needs(g.values.size(), false);
   for (size_t v = 0; v < g.values.size(); ++v) needs[v] = g.values[v].is_parameter();
+  for (ValueId v : seeds) needs[static_cast<size_t>(v)] = is_floating(g.value(v).type.dtype);
   for (const Node& n : g.nodes) {
     bool any = false;
     for (size_t i = 0; i < n.inputs.size(); ++i)
       any = any || (n.inputs[i] != kNoValue && needs[static_cast<size_t>(n.inputs[i])] &&
                     input_differentiable(n, i));
-    for (ValueId o : n.outputs)
-      if (o != kNoValue) needs[static_cast<size_t>(o)] = any && is_floating(g.value(o).type.dtype);
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const ValueId o = n.outputs[k];
+      if (o == kNoValue) continue;
+      needs[static_cast<size_t>(o)] =
+          any && output_differentiable(n, k) && is_floating(g.value(o).type.dtype);
+    }
   }
   return needs;
 }

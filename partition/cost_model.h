@@ -46,7 +46,14 @@ constexpr int64_t kFlopsPerByte = 4;
 
 // Which values carry a gradient: trainable parameters and every floating-point value computed
 // from one through differentiable ops. Graph inputs (images, token ids) need none.
-std::vector<bool> needs_gradient(const Graph& g);
+// `seeds` are further values that need one (a chunk's activation inputs).
+std::vector<bool> needs_gradient(const Graph& g, const std::vector<ValueId>& seeds = {});
+
+// Input i of n carries a gradient when its value needs one (never index inputs, masks, shapes,
+// axes, running statistics); output k of n passes a gradient back (never statistics, masks or
+// indices). autodiff follows the same predicates.
+bool input_differentiable(const Node& n, size_t i);
+bool output_differentiable(const Node& n, size_t k);
 
 std::vector<NodeCost> estimate_costs(const Graph& g);
 

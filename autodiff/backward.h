@@ -1,0 +1,53 @@
+// autodiff/backward.h: a chunk's forward graph -> the three graphs a pipeline runs per
+// micro-batch. In: a chunk Graph (partition/cut.h), with the loss appended on the last chunk
+// (autodiff/loss.h). Out: F, B and W graphs and the names of the tensors passed between them.
+//
+//   F  inputs: the chunk's inputs.  outputs: the chunk's outputs, then the kept tensors.
+//   B  inputs: "grad.<y>" per chunk output y that carries a gradient (none on the last chunk: its
+//      loss is seeded with 1), then the kept tensors B reads.  outputs: "grad.<x>" per chunk
+//      input x that wants a gradient, then the tensors passed to W. Recomputed forward nodes run
+//      inside B just before the first backward node that reads them.
+//   W  inputs: the passed tensors, the kept tensors W reads, then "grad_acc.<p>" per parameter.
+//      outputs: "grad.<p>" = grad_acc.<p> + this micro-batch's gradient, per parameter p.
+// B never reads anything W makes. Backward nodes whose results feed only parameter gradients are
+// W's; the rest (everything an input gradient depends on) are B's.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "autodiff/recompute.h"
+#include "core/ir.h"
+
+namespace pt {
+
+struct BackwardOptions {
+  std::vector<std::string> grad_inputs;  // chunk inputs whose gradient B returns
+  std::string loss_output;               // seeded with 1; empty: every differentiable output
+                                         // gets a "grad.<name>" input
+  RecomputePolicy recompute;
+  std::vector<std::string> frozen;       // parameters that get no gradient
+};
+
+struct BackwardGraphs {
+  Graph forward, backward_input, backward_weight;
+  std::vector<std::string> kept;             // F -> B and W, in F's output order
+  std::vector<std::string> kept_for_weight;  // the part of `kept` W reads
+  std::vector<std::string> passed;           // B -> W
+  std::vector<std::string> output_grads;     // B's gradient inputs
+  std::vector<std::string> input_grads;      // B's gradient outputs
+  std::vector<std::string> params;           // parameters with a gradient, W's order
+  std::vector<std::string> recomputed;       // names of the forward nodes B re-runs
+  int64_t kept_bytes = 0;                    // per micro-batch, F -> B/W
+  int64_t passed_bytes = 0;                  // per micro-batch, B -> W
+  int64_t recompute_flops = 0;
+  int64_t flops_fwd = 0, flops_bwd_input = 0, flops_bwd_weight = 0;  // cost model, no recompute
+};
+
+BackwardGraphs build_backward(const Graph& chunk, const BackwardOptions& options);
+
+// "grad.<name>" and "grad_acc.<name>": the names every stage and the executor agree on.
+std::string grad_name(const std::string& value);
+std::string grad_acc_name(const std::string& param);
+
+}  // namespace pt

@@ -1,0 +1,13 @@
+// core/bytes.h: sizes as users write them ("8GiB", "512MB", "1.5e9"), for memory limits and
+// recompute budgets alike.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pt {
+
+// "8GiB" -> 8589934592; "1.5e9" -> 1500000000. Throws UserError naming `where`.
+int64_t parse_bytes(const std::string& text, const std::string& where);
+
+}  // namespace pt

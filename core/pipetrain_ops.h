@@ -1,0 +1,62 @@
+// core/pipetrain_ops.h: the ops of the "pipetrain" domain, which autodiff emits where one fused
+// kernel beats a chain of standard ops. This comment is their specification: the CPU kernels
+// (exec/cpu/grad.cc) implement it, and the portable lowering (autodiff/portable.cc) rewrites each
+// into standard ONNX ops that onnxruntime runs. All tensors are float32 unless said otherwise;
+// "reduce over A" sums over the axes A. Attributes use ONNX's names for the forward op.
+//
+//   ReluGrad(dY, Y) -> dX              dX = dY where Y > 0, else 0
+//   ClipGrad(dY, X, min?, max?) -> dX  dX = dY where min < X < max (strict; an omitted bound is
+//                                      no bound), else 0. min and max are scalars.
+//   ErfGrad(dY, X) -> dX               dX = dY * 2/sqrt(pi) * exp(-X^2)
+//   GeluGrad(dY, X) -> dX              dX = dY * gelu'(X); approximate = "none" (default):
+//                                        gelu'(x) = Phi(x) + x * phi(x), Phi the normal CDF, phi
+//                                        its density; "tanh": the derivative of
+//                                        0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//   SoftmaxGrad(dY, Y) -> dX           axis (default -1): dX = Y * (dY - sum_axis(dY * Y))
+//   LogSoftmaxGrad(dY, Y) -> dX        axis (default -1): dX = dY - exp(Y) * sum_axis(dY)
+//   LayerNormGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale?, dBias?)
+//                                      axis (default -1), normalised axes A = [axis, rank).
+//                                      Mean and InvStdDev are LayerNormalization's optional
+//                                      outputs (shape X.shape[:axis] + [1]*len(A)).
+//                                        xhat = (X - Mean) * InvStdDev, g = dY * Scale
+//                                        dX = InvStdDev * (g - mean_A(g) - xhat * mean_A(g * xhat))
+//                                        dScale = reduce over [0, axis) of dY * xhat
+//                                        dBias  = reduce over [0, axis) of dY
+//   BatchNormGrad(dY, X, Scale) -> (dX, dScale?, dBias?)
+//                                      training-mode BatchNormalization, epsilon (default 1e-5);
+//                                      X is [N, C, ...]; statistics over R = all axes but 1:
+//                                        mean, var = biased moments of X over R per channel
+//                                        istd = 1 / sqrt(var + epsilon), xhat = (X - mean) * istd
+//                                        dBias = sum_R(dY), dScale = sum_R(dY * xhat)
+//                                        dX = Scale * istd * (dY - dBias/|R| - xhat * dScale/|R|)
+//   ConvGradInput(dY, W) -> dX         Conv's auto_pad (NOTSET only), dilations, group, pads,
+//                                      strides, plus input_shape (ints, X's full shape): the
+//                                      gradient of Conv(X, W) with respect to X
+//   ConvGradWeight(dY, X) -> dW        the same attributes plus weight_shape (ints): the gradient
+//                                      of Conv(X, W) with respect to W
+//   MaxPoolGrad(dY, X) -> dX           MaxPool's kernel_shape, strides, pads, dilations,
+//                                      ceil_mode: each dY element goes to the first maximum of its
+//                                      window in row-major order (padding never wins); windows
+//                                      that overlap add up
+//   AveragePoolGrad(dY) -> dX          AveragePool's kernel_shape, strides, pads, ceil_mode,
+//                                      count_include_pad, plus input_shape (ints): each dY
+//                                      element spread evenly over the cells its average divided by
+//   GatherGrad(dY, Indices) -> dData   axis (default 0), data_shape (ints): zeros of data_shape
+//                                      with dY's rows added at Indices (int64 or int32; negative
+//                                      indices count from the end; repeated indices add up)
+//   SoftmaxCrossEntropy(Logits, Target, Scale) -> Loss
+//                                      classes on the last axis of Logits [..., C]; Target is
+//                                      int64 of Logits.shape[:-1]; Scale a float scalar;
+//                                      ignore_index (default -100). Loss is a scalar:
+//                                        Scale * sum over valid t of (logsumexp(Logits[t]) -
+//                                        Logits[t, Target[t]]), valid: Target[t] != ignore_index
+//   SoftmaxCrossEntropyGrad(dLoss, Logits, Target, Scale) -> dLogits
+//                                      dLogits[t] = dLoss * Scale * (softmax(Logits[t]) -
+//                                      onehot(Target[t])) for valid t, 0 for ignored t
+#pragma once
+
+namespace pt {
+
+inline constexpr const char* kPipetrainDomain = "pipetrain";
+
+}  // namespace pt

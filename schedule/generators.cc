@@ -1,0 +1,174 @@
+#include "schedule/generators.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "schedule/costs.h"
+#include "schedule/list_scheduler.h"
+
+namespace pt {
+
+const std::vector<KindInfo>& schedule_kinds() {
+  static const std::vector<KindInfo> kinds = {
+      {"gpipe", 1, 1, 1, Placement::kLoop, false, "all forwards, then all backwards"},
+      {"1f1b", 1, 1, 1, Placement::kLoop, false, "one forward one backward after a warm-up"},
+      {"interleaved", 2, 64, 2, Placement::kLoop, false, "Megatron's interleaved 1F1B"},
+      {"zb-h1", 1, 1, 1, Placement::kLoop, true, "zero bubble, 1F1B's memory"},
+      {"zb-h2", 1, 1, 1, Placement::kLoop, true, "zero bubble, about twice 1F1B's memory"},
+      {"zb-v", 2, 2, 2, Placement::kV, true, "zero bubble V, 1F1B's memory"},
+      {"v-zb", 2, 2, 2, Placement::kV, true, "V-shape, zero bubble at 1F1B's memory"},
+      {"v-half", 2, 2, 2, Placement::kV, true, "V-shape, half of 1F1B's memory"},
+      {"v-min", 2, 2, 2, Placement::kV, true, "V-shape, a third of 1F1B's memory"},
+  };
+  return kinds;
+}
+
+const KindInfo& find_kind(const std::string& name) {
+  std::string known;
+  for (const KindInfo& k : schedule_kinds()) {
+    if (k.name == name) return k;
+    known += k.name + ", ";
+  }
+  throw UserError("--kind " + name, "unknown schedule kind", "use one of " + known + "auto");
+}
+
+namespace {
+
+using Lists = std::vector<std::vector<Action>>;
+
+// GPipe: device d runs F of every micro-batch, then their fused backwards in the same order.
+Lists gpipe(int P, int M) {
+  Lists out(static_cast<size_t>(P));
+  for (int d = 0; d < P; ++d) {
+    for (int m = 0; m < M; ++m) out[static_cast<size_t>(d)].push_back({Op::kF, d, m});
+    for (int m = 0; m < M; ++m) out[static_cast<size_t>(d)].push_back({Op::kBW, d, m});
+  }
+  return out;
+}
+
+// Interleaves a device's forward and backward sequences: `warmup` forwards, then one forward
+// and one backward in turn, then the remaining backwards (1F1B's shape, with or without chunks).
+std::vector<Action> one_f_one_b(const std::vector<Action>& fwd, const std::vector<Action>& bwd,
+                                size_t warmup) {
+  warmup = std::min(warmup, fwd.size());
+  std::vector<Action> out(fwd.begin(), fwd.begin() + static_cast<long>(warmup));
+  size_t f = warmup, b = 0;
+  while (f < fwd.size()) {
+    out.push_back(fwd[f++]);
+    out.push_back(bwd[b++]);
+  }
+  while (b < bwd.size()) out.push_back(bwd[b++]);
+  return out;
+}
+
+// 1F1B: device d warms up with P-1-d forwards, enough to keep the pipe full.
+Lists one_f_one_b(int P, int M) {
+  Lists out;
+  for (int d = 0; d < P; ++d) {
+    std::vector<Action> fwd, bwd;
+    for (int m = 0; m < M; ++m) {
+      fwd.push_back({Op::kF, d, m});
+      bwd.push_back({Op::kBW, d, m});
+    }
+    out.push_back(one_f_one_b(fwd, bwd, static_cast<size_t>(P - 1 - d)));
+  }
+  return out;
+}
+
+// Megatron's interleaved 1F1B: chunk k*P + d on device d. Micro-batches go in groups of P; in a
+// group the device runs its chunks in turn (forward: chunk 0 first; backward: last chunk first).
+// Warm-up: 2(P-1-d) + (V-1)P forwards. A last, smaller group (M not a multiple of P) keeps
+// the order; the validator checks every M of the tests.
+Lists interleaved(int P, int M, int V) {
+  Lists out;
+  for (int d = 0; d < P; ++d) {
+    std::vector<Action> fwd, bwd;
+    for (int g = 0; g < M; g += P)
+      for (int k = 0; k < V; ++k)
+        for (int m = g; m < std::min(M, g + P); ++m) {
+          fwd.push_back({Op::kF, k * P + d, m});
+          bwd.push_back({Op::kBW, (V - 1 - k) * P + d, m});
+        }
+    out.push_back(one_f_one_b(fwd, bwd, static_cast<size_t>(2 * (P - 1 - d) + (V - 1) * P)));
+  }
+  return out;
+}
+
+// The zero-bubble kinds: list scheduling with unit costs under each schedule's memory.
+// cap[d] is in micro-batches of a whole stage; w_lag[d] bounds the W's a device leaves pending.
+Lists listed(const KindInfo& k, int P, int M, std::vector<double> cap, std::vector<int> w_lag) {
+  ListPolicy policy;
+  policy.chunks = k.default_chunks;
+  policy.placement = k.placement;
+  policy.split = true;
+  policy.cap = std::move(cap);
+  policy.w_lag = std::move(w_lag);
+  return list_schedule(k.name, P, M, unit_costs(P, k.default_chunks), policy).schedule.devices;
+}
+
+template <typename F>
+std::vector<double> per_device(int P, F f) {
+  std::vector<double> out;
+  for (int d = 0; d < P; ++d) out.push_back(f(d));
+  return out;
+}
+template <typename F>
+std::vector<int> per_device_int(int P, F f) {
+  std::vector<int> out;
+  for (int d = 0; d < P; ++d) out.push_back(f(d));
+  return out;
+}
+
+// Caps are in micro-batches (a whole stage's activation), W lag in pending W's (-1: W runs
+// only in idle time, the zero-bubble authors' rule). Numbers are each paper's memory.
+Lists split_kind(const KindInfo& k, int P, int M) {
+  const double p = P;
+  auto all = [&](double x) { return per_device(P, [&](int) { return x; }); };
+  if (k.name == "zb-h1")  // 1F1B's in-flight count P-d
+    return listed(k, P, M, per_device(P, [&](int d) { return p - d; }), {});
+  if (k.name == "zb-h2")  // 2(P-d)-1 in flight: the warm-up is full, so is the steady state
+    return listed(k, P, M, per_device(P, [&](int d) { return 2 * (p - d) - 1; }), {});
+  if (k.name == "zb-v") return listed(k, P, M, all(p), {});
+  if (k.name == "v-zb")   // as zb-v, but no device leaves more than P W's pending
+    return listed(k, P, M, all(p), per_device_int(P, [&](int) { return P; }));
+  if (k.name == "v-half") return listed(k, P, M, all(static_cast<double>((P + 2) / 2)), {});
+  PT_CHECK(k.name == "v-min");
+  // At a third of the memory the order of forwards matters: keep the faster of the two.
+  const std::vector<double> cap = all(static_cast<double>((P + 4) / 3));
+  ListResult best;
+  for (ForwardOrder order : {ForwardOrder::kOldest, ForwardOrder::kEntryFirst}) {
+    ListPolicy policy{k.default_chunks, k.placement, true, cap, {}, false, order};
+    ListResult r = list_schedule(k.name, P, M, unit_costs(P, k.default_chunks), policy);
+    if (best.schedule.devices.empty() || r.makespan < best.makespan) best = std::move(r);
+  }
+  return best.schedule.devices;
+}
+
+}  // namespace
+
+Schedule generate(const std::string& kind, int stages, int micro_batches, int chunks) {
+  const KindInfo& k = find_kind(kind);
+  if (chunks == 0) chunks = k.default_chunks;
+  if (chunks < k.min_chunks || chunks > k.max_chunks)
+    throw UserError("--kind " + kind, "takes " +
+                                          (k.min_chunks == k.max_chunks
+                                               ? std::to_string(k.min_chunks)
+                                               : std::to_string(k.min_chunks) + " or more") +
+                                          " chunks per device, not " + std::to_string(chunks),
+                    "change --chunks");
+  if (stages < 1 || micro_batches < 1)
+    throw UserError("--kind " + kind, "needs at least one stage and one micro-batch", "");
+  Schedule s;
+  s.kind = kind;
+  s.stages = stages;
+  s.chunks = chunks;
+  s.micro_batches = micro_batches;
+  s.placement = k.placement;
+  if (kind == "gpipe") s.devices = gpipe(stages, micro_batches);
+  else if (kind == "1f1b") s.devices = one_f_one_b(stages, micro_batches);
+  else if (kind == "interleaved") s.devices = interleaved(stages, micro_batches, chunks);
+  else s.devices = split_kind(k, stages, micro_batches);
+  return s;
+}
+
+}  // namespace pt

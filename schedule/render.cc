@@ -1,0 +1,144 @@
+#include "schedule/render.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace pt {
+
+std::string step_grid(const Schedule& s, const std::vector<GridMark>& marks) {
+  constexpr int kBefore = 5, kAfter = 6, kRowsAround = 3;
+  int focus = marks.empty() ? 0 : marks.front().step;
+  for (const GridMark& m : marks) focus = std::min(focus, m.step);
+  const int first = std::max(0, focus - kBefore);
+  int last = first + kBefore + kAfter;  // one past
+  size_t width = 4;
+  for (const auto& list : s.devices)
+    for (const Action& a : list) width = std::max(width, format_action(a).size());
+  width += 2;
+  auto marked = [&](int d, int step) {
+    return std::any_of(marks.begin(), marks.end(),
+                       [&](const GridMark& m) { return m.device == d && m.step == step; });
+  };
+  for (const GridMark& m : marks) last = std::max(last, std::min(m.step + 1, first + 24));
+  auto show_row = [&](int d) {  // small schedules: every row; large: rows near a mark
+    if (s.stages <= 2 * kRowsAround + 2) return true;
+    return std::any_of(marks.begin(), marks.end(),
+                       [&](const GridMark& m) { return std::abs(m.device - d) <= kRowsAround; });
+  };
+  std::ostringstream out;
+  out << "        step";
+  for (int i = first; i < last; ++i) {
+    std::string n = std::to_string(i);
+    out << std::string(width + 1 - n.size(), ' ') << n;
+  }
+  out << "\n";
+  for (int d = 0; d < s.stages; ++d) {
+    if (!show_row(d)) continue;
+    const auto& list = s.devices[static_cast<size_t>(d)];
+    bool row_marked = false;
+    std::string row;
+    for (int i = first; i < last; ++i) {
+      std::string text = i < static_cast<int>(list.size()) ? format_action(list[static_cast<size_t>(i)]) : "";
+      if (marked(d, i)) {
+        row_marked = true;
+        text = "[" + text + "]";
+      }
+      row += std::string(width + 1 - text.size(), ' ') + text;
+    }
+    char label[32];
+    std::snprintf(label, sizeof label, "%s device %-3d", row_marked ? "->" : "  ", d);
+    out << label << row;
+    if (last < static_cast<int>(list.size())) out << " ...";
+    out << "\n";
+  }
+  return out.str();
+}
+
+namespace {
+
+char glyph(const Schedule& s, const Action& a) {
+  const bool later = a.chunk >= s.stages;  // a device's second (or later) chunk
+  switch (a.op) {
+    case Op::kF: return later ? 'f' : 'F';
+    case Op::kB: return later ? 'b' : 'B';
+    case Op::kW: return later ? 'w' : 'W';
+    case Op::kBW: return later ? '+' : '#';
+    default: return '.';
+  }
+}
+
+std::string format_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+}  // namespace
+
+std::string ascii_timeline(const Schedule& s, const Simulation& sim, int width) {
+  std::ostringstream out;
+  const double scale = sim.makespan > 0 ? width / sim.makespan : 1;
+  for (size_t d = 0; d < sim.timeline.size(); ++d) {
+    std::string row(static_cast<size_t>(width), '.');
+    for (const TimedAction& t : sim.timeline[d]) {
+      if (!is_compute(t.action.op)) continue;
+      const int from = static_cast<int>(std::lround(t.start * scale));
+      const int to = std::max(from + 1, static_cast<int>(std::lround(t.end * scale)));
+      for (int x = from; x < std::min(to, width); ++x) row[static_cast<size_t>(x)] = glyph(s, t.action);
+    }
+    char label[32];
+    std::snprintf(label, sizeof label, "device %-3zu |", d);
+    out << label << row << "|\n";
+  }
+  out << "F/B/W: forward, input-gradient, weight-gradient; # fused B+W; lowercase: a later chunk\n";
+  out << "makespan " << format_number(sim.makespan) << "  bubble " << format_number(sim.bubble)
+      << "  (with steps overlapped: " << format_number(sim.span_bubble) << ")\n";
+  for (const DeviceReport& r : sim.devices) {
+    out << "device " << r.index << ": busy " << format_number(r.busy) << "  bubble "
+        << format_number(r.bubble) << "  peak activations " << format_number(r.peak_activations);
+    if (sim.bytes) out << " (" << format_number(r.peak_bytes) << " bytes)";
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::string svg_timeline(const Schedule& s, const Simulation& sim) {
+  constexpr double kRow = 28, kLabel = 70, kWidth = 1200, kTop = 30;
+  const double scale = sim.makespan > 0 ? kWidth / sim.makespan : 1;
+  std::ostringstream out;
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLabel + kWidth + 10
+      << "\" height=\"" << kTop + kRow * s.stages + 10 << "\" font-family=\"monospace\" "
+      << "font-size=\"11\">\n";
+  out << "<text x=\"4\" y=\"18\">" << s.kind << ": " << s.stages << " stages, "
+      << s.micro_batches << " micro-batches, " << s.chunks << " chunk(s) per device; makespan "
+      << format_number(sim.makespan) << ", bubble " << format_number(sim.bubble) << "</text>\n";
+  for (size_t d = 0; d < sim.timeline.size(); ++d) {
+    const double y = kTop + kRow * static_cast<double>(d);
+    out << "<text x=\"4\" y=\"" << y + kRow * 0.65 << "\">device " << d << "</text>\n";
+    for (const TimedAction& t : sim.timeline[d]) {
+      if (!is_compute(t.action.op)) continue;
+      const bool later = t.action.chunk >= s.stages;
+      const char* fill = "#999";
+      switch (t.action.op) {
+        case Op::kF: fill = later ? "#9ecae1" : "#3182bd"; break;
+        case Op::kB: fill = later ? "#a1d99b" : "#31a354"; break;
+        case Op::kW: fill = later ? "#fdd0a2" : "#e6550d"; break;
+        default: fill = later ? "#bcbddc" : "#756bb1"; break;
+      }
+      const double x = kLabel + t.start * scale, w = (t.end - t.start) * scale;
+      out << "<rect x=\"" << x << "\" y=\"" << y + 2 << "\" width=\"" << w << "\" height=\""
+          << kRow - 4 << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.5\">"
+          << "<title>" << format_action(t.action) << " " << format_number(t.start) << "-"
+          << format_number(t.end) << "</title></rect>\n";
+      if (w >= 14)
+        out << "<text x=\"" << x + w / 2 << "\" y=\"" << y + kRow * 0.65
+            << "\" text-anchor=\"middle\" fill=\"white\">" << t.action.micro_batch << "</text>\n";
+    }
+  }
+  out << "</svg>\n";
+  return out.str();
+}
+
+}  // namespace pt

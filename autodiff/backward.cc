@@ -58,7 +58,7 @@ struct Work {
   }
 
   // Zeros of type t: a scalar 0 expanded (the gradient of an input no output depends on).
-  ValueId zeros(const TensorType& t) {
+  ValueId zeros(TensorType t) {
     Tensor zero;
     zero.type = TensorType{t.dtype, {}};
     zero.data.resize(dtype_size(t.dtype));
@@ -199,8 +199,10 @@ void split_and_emit(Work& w, const RecomputePolicy& policy, const std::vector<Va
     if (read_by_b.count(v)) kept_b.push_back(v);
     if (read_by_w.count(v)) kept_w.push_back(v);
   }
+  // B hands W what it made and the output gradients it received (B's output is then its input).
+  const std::set<ValueId> received(grad_in.begin(), grad_in.end());
   for (ValueId v : read_by_w)
-    if (v != kNoValue && made_in_b.count(v)) passed.push_back(v);
+    if (v != kNoValue && (made_in_b.count(v) || received.count(v))) passed.push_back(v);
 
   const Graph& g = w.g;
   std::vector<ValueId> f_outputs = g.outputs;
@@ -283,7 +285,7 @@ BackwardGraphs build_backward(const Graph& chunk, const BackwardOptions& options
     if (static_cast<size_t>(p) >= forward_values || !w.g.value(p).is_parameter()) continue;
     const ValueId t = w.total(p);
     if (t == kNoValue) continue;
-    const std::string& name = w.g.value(p).name;
+    const std::string name = w.g.value(p).name;
     const ValueId acc = w.g.add_value(grad_acc_name(name), w.g.value(p).type);
     w.bwd_values.insert(acc);
     acc_inputs.push_back(acc);

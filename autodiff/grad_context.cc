@@ -23,7 +23,7 @@ const Tensor* GradContext::constant(size_t i) const {
 
 // Types of the optional outputs a rule may ask for, from the forward node's inputs.
 static TensorType optional_output_type(const Graph& g, const Node& n, size_t k) {
-  const TensorType& x = g.value(n.inputs[0]).type;
+  const TensorType x = g.value(n.inputs[0]).type;
   if (n.op_type == "LayerNormalization" && (k == 1 || k == 2)) {
     int64_t axis = n.attr_int("axis", -1);
     if (axis < 0) axis += static_cast<int64_t>(x.shape.size());
@@ -108,8 +108,8 @@ std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a,
   return out;
 }
 
-ValueId GradContext::sum_to(ValueId g, const std::vector<int64_t>& target) {
-  const std::vector<int64_t>& s = shape(g);
+ValueId GradContext::sum_to(ValueId g, std::vector<int64_t> target) {
+  const std::vector<int64_t> s = shape(g);
   if (s == target) return g;
   PT_CHECK(target.size() <= s.size(), "sum_to: target has more axes than the gradient");
   const size_t lead = s.size() - target.size();
@@ -128,7 +128,7 @@ ValueId GradContext::sum_to(ValueId g, const std::vector<int64_t>& target) {
   return reshape(r, target);
 }
 
-ValueId GradContext::reshape(ValueId v, const std::vector<int64_t>& shape_to) {
+ValueId GradContext::reshape(ValueId v, std::vector<int64_t> shape_to) {
   if (shape(v) == shape_to) return v;
   return emit("Reshape", {v, ints(shape_to)}, TensorType{type(v).dtype, shape_to});
 }

@@ -31,8 +31,9 @@ class GradContext {
   ValueId y(size_t k);
   ValueId dy(size_t k = 0) const { return k < dys_.size() ? dys_[k] : kNoValue; }
   bool wants(size_t i) const { return i < wants_.size() && wants_[i]; }
-  const TensorType& type(ValueId v) const { return work_.value(v).type; }
-  const std::vector<int64_t>& shape(ValueId v) const { return type(v).shape; }
+  // Copies: emitting a node may grow the value table under a reference.
+  TensorType type(ValueId v) const { return work_.value(v).type; }
+  std::vector<int64_t> shape(ValueId v) const { return work_.value(v).type.shape; }
 
   // Adds `grad` to input i's gradient (inputs used twice get two contributions, summed later).
   void give(size_t i, ValueId grad);
@@ -49,8 +50,8 @@ class GradContext {
   ValueId scalar(float v);                         // constant float32 scalar
 
   // dY reduced to `shape` over the axes numpy broadcasting stretched, then reshaped.
-  ValueId sum_to(ValueId g, const std::vector<int64_t>& shape);
-  ValueId reshape(ValueId v, const std::vector<int64_t>& shape);
+  ValueId sum_to(ValueId g, std::vector<int64_t> shape);
+  ValueId reshape(ValueId v, std::vector<int64_t> shape);
   ValueId transpose(ValueId v, const std::vector<int64_t>& perm);
   // Common element-wise ops on float tensors, with numpy broadcasting of shapes.
   ValueId mul(ValueId a, ValueId b);
@@ -76,5 +77,7 @@ using GradRule = void (*)(GradContext&);
 
 // The rule for an op ("" or "pipetrain" domain), or nullptr when pipetrain cannot differentiate it.
 GradRule find_grad_rule(const std::string& domain, const std::string& op_type);
+// Every op with a rule, as "op" or "domain::op".
+std::vector<std::string> grad_rule_ops();
 
 }  // namespace pt

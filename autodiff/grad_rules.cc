@@ -537,4 +537,11 @@ GradRule find_grad_rule(const std::string& domain, const std::string& op_type) {
   return nullptr;
 }
 
+std::vector<std::string> grad_rule_ops() {
+  std::vector<std::string> out;
+  for (const RuleEntry& e : kRules)
+    out.push_back(std::string(e.domain).empty() ? e.op : std::string(e.domain) + "::" + e.op);
+  return out;
+}
+
 }  // namespace pt

@@ -39,7 +39,7 @@ void add_loss(Graph& g, const LossSpec& spec) {
   if (pred == kNoValue || !std::count(g.outputs.begin(), g.outputs.end(), pred))
     throw UserError("loss.output", "'" + spec.output + "' is not an output of the model",
                     "name one of the model's outputs (pipetrain inspect lists them)");
-  const TensorType& pt = g.value(pred).type;
+  const TensorType pt = g.value(pred).type;
   const std::string where = "loss on output '" + g.value(pred).name + "'";
   if (pt.dtype != DType::kFloat32)
     throw UserError(where, "the output is " + pt.str() + ", not float32",

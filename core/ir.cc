@@ -195,4 +195,19 @@ Graph extract_subgraph(const Graph& src, const std::string& name, const std::vec
   return out;
 }
 
+std::string graph_text(const Graph& g) {
+  std::string s;
+  const auto name = [&](ValueId v) { return v == kNoValue ? std::string("-") : g.value(v).name; };
+  for (ValueId v : g.inputs) s += "input " + name(v) + " " + g.value(v).type.str() + "\n";
+  for (const Node& n : g.nodes) {
+    s += n.name + " = " + (n.domain.empty() ? "" : n.domain + "::") + n.op_type + "(";
+    for (size_t i = 0; i < n.inputs.size(); ++i) s += (i ? ", " : "") + name(n.inputs[i]);
+    s += ") ->";
+    for (ValueId o : n.outputs) s += " " + name(o) + (o == kNoValue ? "" : " " + g.value(o).type.str());
+    s += "\n";
+  }
+  for (ValueId v : g.outputs) s += "output " + name(v) + " " + g.value(v).type.str() + "\n";
+  return s;
+}
+
 }  // namespace pt

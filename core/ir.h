@@ -146,6 +146,11 @@ class Graph {
   std::map<std::string, ValueId> by_name_;
 };
 
+// The graph as text, one line per input, node and output: for debugging and golden tests.
+//   input x float32[2,3]
+//   mm1 = MatMul(x, w) -> y float32[2,5]
+std::string graph_text(const Graph& g);
+
 // A standalone graph made of `nodes` (whose value ids refer to src), with the given inputs and
 // outputs (ids in src). Values and initializers (data shared, not copied) come along as the nodes
 // reference them; opsets, IR version and producer are src's.

@@ -1,0 +1,87 @@
+#include "exec/reference_step.h"
+
+#include <cstring>
+
+#include "autodiff/loss.h"
+#include "core/error.h"
+#include "exec/stage_program.h"
+
+namespace pt {
+
+struct ReferenceStep::Chunk {
+  const BackwardGraphs& graphs;
+  StageProgram f, b, w;
+  Chunk(const BackwardGraphs& g, Backend& backend)
+      : graphs(g), f(g.forward, backend), b(g.backward_input, backend),
+        w(g.backward_weight, backend) {}
+};
+
+namespace {
+
+using Store = std::map<std::string, Tensor>;
+
+Tensor copy_out(const Buffer& b) {
+  Tensor t;
+  t.type = *b.type;
+  const auto* p = static_cast<const std::byte*>(b.data);
+  t.data.assign(p, p + b.type->bytes());
+  return t;
+}
+
+// Runs `program` on `g`, reading each input by name from `store`, then stores every output.
+void run(StageProgram& program, const Graph& g, Store& store) {
+  std::vector<Buffer> in;
+  for (ValueId v : g.inputs) {
+    const Value& val = g.value(v);
+    auto it = store.find(val.name);
+    PT_CHECK(it != store.end(), g.name + " needs '" + val.name + "', which nothing made");
+    PT_CHECK(it->second.type == val.type, g.name + ": '" + val.name + "' is " +
+                                              it->second.type.str() + ", expected " + val.type.str());
+    in.push_back({it->second.data.data(), &val.type});
+  }
+  program.run(in);
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    store[g.value(g.outputs[k]).name] = copy_out(program.output(k));
+}
+
+}  // namespace
+
+ReferenceStep::ReferenceStep(const std::vector<BackwardGraphs>& chunks, Backend& backend) {
+  for (const BackwardGraphs& g : chunks) {
+    chunks_.push_back(std::make_unique<Chunk>(g, backend));
+    const Graph& w = g.backward_weight;
+    for (const std::string& p : g.params) {
+      const ValueId acc = w.find(grad_acc_name(p));
+      PT_CHECK(acc != kNoValue, "W graph lacks " + grad_acc_name(p));
+      Tensor zero;
+      zero.type = w.value(acc).type;
+      zero.data.assign(static_cast<size_t>(zero.type.bytes()), std::byte{0});
+      grads_[p] = std::move(zero);
+    }
+  }
+  kept_bytes_.assign(chunks.size(), 0);
+}
+
+ReferenceStep::~ReferenceStep() = default;
+
+void ReferenceStep::run_micro_batch(const std::map<std::string, Tensor>& feeds) {
+  Store store = feeds;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    Chunk& ch = *chunks_[c];
+    run(ch.f, ch.graphs.forward, store);
+    kept_bytes_[c] = 0;
+    for (const std::string& k : ch.graphs.kept) kept_bytes_[c] += store.at(k).type.bytes();
+  }
+  const Chunk& last = *chunks_.back();
+  if (last.graphs.forward.find(kLossOutput) != kNoValue)
+    loss_ += static_cast<double>(*store.at(kLossOutput).as<float>());
+  for (size_t c = chunks_.size(); c-- > 0;) {
+    Chunk& ch = *chunks_[c];
+    run(ch.b, ch.graphs.backward_input, store);
+    for (const std::string& p : ch.graphs.params) store[grad_acc_name(p)] = grads_.at(p);
+    run(ch.w, ch.graphs.backward_weight, store);
+    for (const std::string& p : ch.graphs.params) grads_[p] = std::move(store.at(grad_name(p)));
+  }
+}
+
+}  // namespace pt

@@ -1,0 +1,377 @@
+// Finite-difference checks of every gradient rule (tests/autodiff/grad_check.h explains the
+// tolerance), broadcasting cases included, plus a check that every rule in the table has a case.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "autodiff/grad_context.h"
+#include "autodiff/loss.h"
+#include "tests/autodiff/grad_check.h"
+
+namespace pt::test {
+namespace {
+
+using Shape = std::vector<int64_t>;
+using A = std::map<std::string, AttrValue>;
+
+// When set, check() only records which ops a case uses (for the coverage test).
+std::set<std::string>* g_collect = nullptr;
+
+void check(GraphMaker& m, const std::string& loss = "") {
+  if (g_collect) {
+    for (const Node& n : m.g.nodes)
+      g_collect->insert(n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type);
+    return;
+  }
+  const CheckResult r = check_gradients(m, loss);
+  EXPECT_GT(r.checked, 0);
+}
+
+// Element-wise binary ops over broadcasting pairs: same shape, trailing vector, middle ones,
+// leading axes missing, scalar.
+void BinaryBroadcasting() {
+  const std::vector<std::pair<Shape, Shape>> pairs = {
+      {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 3, 4}, {3, 1}}, {{1, 3, 1}, {2, 1, 4}},
+      {{2, 3}, {}}};
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    for (const auto& [sa, sb] : pairs) {
+      SCOPED_TRACE(std::string(op));
+      GraphMaker m;
+      const ValueId a = m.input("a", sa);
+      const ValueId b = m.input("b", sb, std::string(op) == "Div" ? uniform(0.5f, 2) : Filler{});
+      m.output(m.op(op, {a, b}, broadcast_shape(sa, sb)));
+      check(m);
+    }
+  }
+}
+
+void BinaryWithParameter() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {3, 4});
+  const ValueId w = m.param("w", {4});
+  m.output(m.op("Mul", {x, w}, {3, 4}));
+  check(m);
+}
+
+void Pow() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {2, 3}, uniform(0.5f, 2));
+  m.output(m.op("Pow", {x, m.floats({}, {3.0f})}, {2, 3}));
+  check(m);
+}
+
+void Unary() {
+  struct U {
+    const char* op;
+    Filler fill;
+    A attrs;
+  };
+  const std::vector<U> ops = {
+      {"Sqrt", uniform(0.5f, 2), {}},         {"Neg", {}, {}},
+      {"Relu", uniform(-1, 1, 0.05f), {}},    {"Erf", {}, {}},
+      {"Tanh", {}, {}},                       {"Sigmoid", {}, {}},
+      {"Identity", {}, {}},                   {"Gelu", uniform(-2, 2), {}},
+      {"Gelu", uniform(-2, 2), {{"approximate", std::string("tanh")}}},
+  };
+  for (const U& u : ops) {
+    SCOPED_TRACE(std::string(u.op));
+    GraphMaker m;
+    const ValueId x = m.input("x", {3, 5}, u.fill);
+    m.output(m.op(u.op, {x}, {3, 5}, u.attrs));
+    check(m);
+  }
+}
+
+void ClipWithBoundsAndWithout() {
+  for (int bounds = 0; bounds < 3; ++bounds) {
+    GraphMaker m;
+    const ValueId x = m.input("x", {4, 6}, uniform(-3, 3));
+    std::vector<ValueId> in = {x};
+    if (bounds >= 1) in.push_back(m.floats({}, {-0.5f}));
+    if (bounds >= 2) in.push_back(m.floats({}, {0.5f}));
+    // Keep every element 2h away from the kinks at -0.5 and 0.5.
+    float* d = m.feeds["x"].as<float>();
+    for (int i = 0; i < 24; ++i)
+      if (std::fabs(std::fabs(d[i]) - 0.5f) < 0.05f) d[i] += 0.1f;
+    m.output(m.op("Clip", in, {4, 6}));
+    check(m);
+  }
+}
+
+void WhereBroadcasting() {
+  GraphMaker m;
+  const ValueId c = m.bools({3, 1}, {true, false, true});
+  const ValueId a = m.input("a", {3, 4});
+  const ValueId b = m.input("b", {4});
+  m.output(m.op("Where", {c, a, b}, {3, 4}));
+  check(m);
+}
+
+void CastAndDropoutInference() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {2, 3});
+  const ValueId y = m.op("Cast", {x}, {2, 3}, {{"to", int64_t{1}}});
+  const ValueId z = m.op_n("Dropout", {y}, {TensorType{DType::kFloat32, {2, 3}}})[0];
+  m.output(z);
+  check(m);
+}
+
+void SoftmaxAndLogSoftmaxOnAxes() {
+  for (const char* op : {"Softmax", "LogSoftmax"})
+    for (int64_t axis : {-1, 1}) {
+      SCOPED_TRACE(std::string(op) + " axis " + std::to_string(axis));
+      GraphMaker m;
+      const ValueId x = m.input("x", {2, 3, 4}, uniform(-2, 2));
+      m.output(m.op(op, {x}, {2, 3, 4}, {{"axis", axis}}));
+      check(m);
+    }
+}
+
+void LayerNormalization() {
+  for (int64_t axis : {-1, 1}) {
+    SCOPED_TRACE(axis);
+    GraphMaker m;
+    const ValueId x = m.input("x", {2, 3, 4}, uniform(-2, 2));
+    const Shape ps = axis == -1 ? Shape{4} : Shape{3, 4};
+    const ValueId s = m.param("scale", ps, uniform(0.5f, 1.5f));
+    const ValueId b = m.param("bias", ps);
+    m.output(m.op("LayerNormalization", {x, s, b}, {2, 3, 4}, {{"axis", axis}, {"epsilon", 1e-5f}}));
+    check(m);
+  }
+}
+
+void BatchNormalizationTrainingAndInference() {
+  for (int64_t training : {1, 0}) {
+    SCOPED_TRACE(training);
+    GraphMaker m;
+    const ValueId x = m.input("x", {3, 2, 2, 3}, uniform(-2, 2));
+    const ValueId s = m.param("scale", {2}, uniform(0.5f, 1.5f));
+    const ValueId b = m.param("bias", {2});
+    const ValueId mean = m.floats({2}, {0.1f, -0.2f});
+    const ValueId var = m.floats({2}, {0.8f, 1.3f});
+    std::vector<TensorType> outs = {TensorType{DType::kFloat32, {3, 2, 2, 3}}};
+    if (training) {
+      outs.push_back(TensorType{DType::kFloat32, {2}});
+      outs.push_back(TensorType{DType::kFloat32, {2}});
+    }
+    m.output(m.op_n("BatchNormalization", {x, s, b, mean, var}, outs,
+                    {{"epsilon", 1e-5f}, {"training_mode", training}})[0]);
+    check(m);
+  }
+}
+
+void MatMulWeightBatchedAndBroadcast() {
+  {
+    GraphMaker m;  // activation times a weight (the Linear layer)
+    const ValueId x = m.input("x", {2, 3, 4});
+    const ValueId w = m.param("w", {4, 5});
+    m.output(m.op("MatMul", {x, w}, {2, 3, 5}));
+    check(m);
+  }
+  {
+    GraphMaker m;  // attention: both batched, the left one broadcast over a batch axis
+    const ValueId a = m.input("a", {2, 1, 3, 4});
+    const ValueId b = m.input("b", {3, 4, 2});
+    m.output(m.op("MatMul", {a, b}, {2, 3, 3, 2}));
+    check(m);
+  }
+}
+
+void GemmTransposesAlphaBetaBias() {
+  for (int64_t ta : {0, 1})
+    for (int64_t tb : {0, 1})
+      for (const Shape& cs : {Shape{5}, Shape{3, 5}, Shape{1, 5}}) {
+        SCOPED_TRACE(std::to_string(ta) + std::to_string(tb));
+        GraphMaker m;
+        const ValueId a = m.input("a", ta ? Shape{4, 3} : Shape{3, 4});
+        const ValueId b = m.param("b", tb ? Shape{5, 4} : Shape{4, 5});
+        const ValueId c = m.param("c", cs);
+        m.output(m.op("Gemm", {a, b, c}, {3, 5},
+                      {{"transA", ta}, {"transB", tb}, {"alpha", 0.7f}, {"beta", 1.3f}}));
+        check(m);
+      }
+}
+
+void ConvStridesPadsDilationsGroups() {
+  struct C {
+    Shape x, w, y;
+    A attrs;
+  };
+  const std::vector<C> cases = {
+      {{2, 3, 5, 5}, {4, 3, 3, 3}, {2, 4, 5, 5}, {{"pads", Shape{1, 1, 1, 1}}}},
+      {{1, 2, 6, 7}, {3, 2, 3, 2}, {1, 3, 3, 4},
+       {{"strides", Shape{2, 2}}, {"pads", Shape{0, 1, 1, 0}}}},
+      {{1, 2, 7, 7}, {2, 2, 3, 3}, {1, 2, 3, 3}, {{"dilations", Shape{2, 2}}}},
+      {{1, 4, 5, 5}, {4, 1, 3, 3}, {1, 4, 3, 3},
+       {{"group", int64_t{4}}, {"strides", Shape{2, 2}}, {"pads", Shape{1, 1, 1, 1}}}},
+      {{1, 4, 4, 4}, {6, 2, 1, 1}, {1, 6, 4, 4}, {{"group", int64_t{2}}}},
+  };
+  for (const C& c : cases) {
+    GraphMaker m;
+    const ValueId x = m.input("x", c.x);
+    const ValueId w = m.param("w", c.w);
+    const ValueId b = m.param("b", {c.w[0]});
+    A a = c.attrs;
+    a["kernel_shape"] = Shape{c.w[2], c.w[3]};
+    m.output(m.op("Conv", {x, w, b}, c.y, a));
+    check(m);
+  }
+}
+
+// Distinct values spaced wider than 2h, so that no window's maximum is a near tie.
+Filler spaced(std::vector<float>* pool) {
+  return [pool](std::mt19937& rng) {
+    const size_t k = rng() % pool->size();
+    const float v = (*pool)[k];
+    pool->erase(pool->begin() + static_cast<long>(k));
+    return v;
+  };
+}
+
+void Pooling() {
+  {
+    std::vector<float> pool;
+    for (int i = 0; i < 2 * 2 * 5 * 5; ++i) pool.push_back(-2.5f + 0.05f * static_cast<float>(i));
+    GraphMaker m;
+    const ValueId x = m.input("x", {2, 2, 5, 5}, spaced(&pool));
+    m.output(m.op("MaxPool", {x}, {2, 2, 3, 3},
+                  {{"kernel_shape", Shape{3, 3}}, {"strides", Shape{2, 2}}, {"pads", Shape{1, 1, 1, 1}}}));
+    check(m);
+  }
+  for (int64_t include : {0, 1}) {
+    GraphMaker m;
+    const ValueId x = m.input("x", {1, 2, 5, 4});
+    m.output(m.op("AveragePool", {x}, {1, 2, 3, 2},
+                  {{"kernel_shape", Shape{3, 2}}, {"strides", Shape{2, 2}},
+                   {"pads", Shape{1, 0, 1, 0}}, {"count_include_pad", include}}));
+    check(m);
+  }
+  GraphMaker m;
+  const ValueId x = m.input("x", {2, 3, 4, 5});
+  m.output(m.op("GlobalAveragePool", {x}, {2, 3, 1, 1}));
+  check(m);
+}
+
+void ReshapesAndTranspose() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {2, 3, 4});
+  const ValueId r = m.op("Reshape", {x, m.ints({6, 4})}, {6, 4});
+  const ValueId t = m.op("Transpose", {r}, {4, 6}, {{"perm", Shape{1, 0}}});
+  const ValueId u = m.op("Unsqueeze", {t, m.ints({0})}, {1, 4, 6});
+  const ValueId s = m.op("Squeeze", {u, m.ints({0})}, {4, 6});
+  const ValueId f = m.op("Flatten", {s}, {4, 6}, {{"axis", int64_t{1}}});
+  const ValueId t3 = m.op("Transpose", {x}, {4, 2, 3}, {{"perm", Shape{2, 0, 1}}});
+  m.output(f);
+  m.output(t3);
+  check(m);
+}
+
+void ConcatSplitSlicePad() {
+  GraphMaker m;
+  const ValueId a = m.input("a", {2, 3});
+  const ValueId b = m.input("b", {2, 5});
+  const ValueId c = m.op("Concat", {a, b}, {2, 8}, {{"axis", int64_t{1}}});
+  const auto parts = m.op_n("Split", {c, m.ints({3, 4, 1})},
+                            {TensorType{DType::kFloat32, {2, 3}}, TensorType{DType::kFloat32, {2, 4}},
+                             TensorType{DType::kFloat32, {2, 1}}},
+                            {{"axis", int64_t{1}}});
+  // parts[2] is dropped: its gradient is zero.
+  const ValueId s = m.op("Slice", {parts[1], m.ints({-3}), m.ints({100}), m.ints({1})}, {2, 3});
+  const ValueId p = m.op("Pad", {s, m.ints({1, 0, 0, 2})}, {3, 5});
+  m.output(parts[0]);
+  m.output(p);
+  check(m);
+}
+
+void GatherEmbeddingExpandReduce() {
+  GraphMaker m;
+  const ValueId table = m.param("table", {5, 3});
+  const ValueId ids = m.int_input("ids", {2, 3}, {4, 1, 4, 0, -1, 2});
+  const ValueId e = m.op("Gather", {table, ids}, {2, 3, 3});
+  const ValueId x = m.input("x", {3, 1});
+  const ValueId ex = m.op("Expand", {x, m.ints({2, 3, 3})}, {2, 3, 3});
+  const ValueId sum = m.op("Add", {e, ex}, {2, 3, 3});
+  m.output(m.op("ReduceSum", {sum, m.ints({1})}, {2, 1, 3}));
+  m.output(m.op("ReduceMean", {sum}, {2, 3}, {{"axes", Shape{-1}}, {"keepdims", int64_t{0}}}));
+  check(m);
+}
+
+void CrossEntropyLossWithIgnoredTargets() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {2, 3, 4});
+  const ValueId w = m.param("w", {4, 6});
+  m.output(m.op("MatMul", {x, w}, {2, 3, 6}));
+  add_loss(m.g, LossSpec{});
+  m.feeds[kLossTarget].type = TensorType{DType::kInt64, {2, 3}};
+  const std::vector<int64_t> t = {0, 5, -100, 3, 3, 1};
+  m.feeds[kLossTarget].data.resize(t.size() * sizeof(int64_t));
+  std::memcpy(m.feeds[kLossTarget].data.data(), t.data(), t.size() * sizeof(int64_t));
+  m.feeds[kLossScale].type = TensorType{DType::kFloat32, {}};
+  m.feeds[kLossScale].data.resize(4);
+  *m.feeds[kLossScale].as<float>() = 1.0f / 5;
+  check(m, kLossOutput);
+}
+
+void MseLoss() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {3, 2});
+  const ValueId w = m.param("w", {2, 2});
+  m.output(m.op("MatMul", {x, w}, {3, 2}));
+  add_loss(m.g, LossSpec{LossSpec::Kind::kMse});
+  GraphMaker t;
+  t.input("t", {3, 2});
+  m.feeds[kLossTarget] = t.feeds["t"];
+  m.feeds[kLossScale].type = TensorType{DType::kFloat32, {}};
+  m.feeds[kLossScale].data.resize(4);
+  *m.feeds[kLossScale].as<float>() = 1.0f / 6;
+  check(m, kLossOutput);
+}
+
+struct Case {
+  const char* name;
+  void (*run)();
+};
+
+const Case kCases[] = {
+    {"BinaryBroadcasting", BinaryBroadcasting},
+    {"BinaryWithParameter", BinaryWithParameter},
+    {"Pow", Pow},
+    {"Unary", Unary},
+    {"ClipWithBoundsAndWithout", ClipWithBoundsAndWithout},
+    {"WhereBroadcasting", WhereBroadcasting},
+    {"CastAndDropoutInference", CastAndDropoutInference},
+    {"SoftmaxAndLogSoftmaxOnAxes", SoftmaxAndLogSoftmaxOnAxes},
+    {"LayerNormalization", LayerNormalization},
+    {"BatchNormalizationTrainingAndInference", BatchNormalizationTrainingAndInference},
+    {"MatMulWeightBatchedAndBroadcast", MatMulWeightBatchedAndBroadcast},
+    {"GemmTransposesAlphaBetaBias", GemmTransposesAlphaBetaBias},
+    {"ConvStridesPadsDilationsGroups", ConvStridesPadsDilationsGroups},
+    {"Pooling", Pooling},
+    {"ReshapesAndTranspose", ReshapesAndTranspose},
+    {"ConcatSplitSlicePad", ConcatSplitSlicePad},
+    {"GatherEmbeddingExpandReduce", GatherEmbeddingExpandReduce},
+    {"CrossEntropyLossWithIgnoredTargets", CrossEntropyLossWithIgnoredTargets},
+    {"MseLoss", MseLoss},
+};
+
+class GradRule : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GradRule, MatchesFiniteDifferences) { GetParam().run(); }
+
+INSTANTIATE_TEST_SUITE_P(Cases, GradRule, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(GradRules, EveryRuleHasACase) {
+  std::set<std::string> used;
+  g_collect = &used;
+  for (const Case& c : kCases) c.run();
+  g_collect = nullptr;
+  for (const std::string& op : grad_rule_ops())
+    EXPECT_TRUE(used.count(op) || op == "com.microsoft::Gelu")  // the same rule as Gelu
+        << op << " has no finite-difference case";
+}
+
+}  // namespace
+}  // namespace pt::test

@@ -23,6 +23,15 @@ struct InspectArgs {
   bool json = false;
 };
 
+// The backward's settings, shared by `partition --backward` and `grad`.
+struct BackwardArgs {
+  std::string loss = "cross_entropy";  // cross_entropy | mse | model
+  std::string loss_output;             // model output the loss reads; empty: the first
+  int64_t ignore_index = -100;
+  std::string recompute = "none";      // a policy, or one per device separated by commas
+  std::vector<std::string> frozen;     // parameter names or globs that get no gradient
+};
+
 struct PartitionArgs {
   ModelArgs model;
   int stages = 1;
@@ -33,6 +42,21 @@ struct PartitionArgs {
   double slack = 0.02;
   std::string export_dir;
   bool json = false;
+  bool backward = false;   // also build F, B, W per stage (report; export with --export)
+  bool portable = false;   // exported backward graphs in standard ONNX ops only
+  BackwardArgs bwd;
+};
+
+struct GradArgs {
+  std::string model;
+  std::vector<std::string> inputs;  // "name=file.npy", the global batch
+  std::string target;               // .npy: int64 class indices, or floats for mse
+  std::vector<std::string> dims;
+  int stages = 1;
+  int micro_batches = 1;
+  int threads = 1;
+  std::string output_dir;
+  BackwardArgs bwd;
 };
 
 struct RunArgs {

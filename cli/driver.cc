@@ -38,27 +38,26 @@ PartitionOptions partition_options(const PartitionArgs& a) {
   return o;
 }
 
-// Writes stage_K.onnx per chunk, in forward order. Every model is built and checked before the
-// first file is written, and each file is written atomically.
-void export_stages(const Graph& g, const PartitionPlan& plan, const std::string& dir) {
+}  // namespace
+
+void export_graphs(const std::vector<std::pair<std::string, Graph>>& files,
+                   const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<onnx::ModelProto> models;
-  for (const ChunkPlan& c : plan.chunks) {
-    models.push_back(to_model_proto(cut_chunk(g, c)));
+  for (const auto& [name, graph] : files) {
+    models.push_back(to_model_proto(graph));
     try {
       onnx::checker::check_model(models.back());
     } catch (const std::exception& e) {
-      PT_CHECK(false, "stage " + std::to_string(c.index) + " fails the onnx checker: " + e.what());
+      PT_CHECK(false, name + " fails the onnx checker: " + e.what());
     }
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw UserError(dir, "cannot create the export folder: " + ec.message(), "choose another --export");
   for (size_t k = 0; k < models.size(); ++k)
-    save_model(models[k], (fs::path(dir) / ("stage_" + std::to_string(k) + ".onnx")).string());
+    save_model(models[k], (fs::path(dir) / files[k].first).string());
 }
-
-}  // namespace
 
 int run_ops() {
   print_op_table(std::cout);
@@ -88,11 +87,17 @@ int run_partition(const PartitionArgs& a) {
   Graph g = import_model(a.model.model, import_options(a.model));
   std::vector<NodeCost> costs = estimate_costs(g);
   PartitionPlan plan = plan_partition(g, costs, options);
-  if (!a.export_dir.empty()) export_stages(g, plan, a.export_dir);
+  if (!a.export_dir.empty()) {
+    std::vector<std::pair<std::string, Graph>> files;
+    for (const ChunkPlan& c : plan.chunks)
+      files.emplace_back("stage_" + std::to_string(c.index) + ".onnx", cut_chunk(g, c));
+    export_graphs(files, a.export_dir);
+  }
   if (a.json)
     std::cout << partition_json(g, plan).dump(2) << "\n";
   else
     print_partition_table(std::cout, g, plan, a.model.model, a.model.micro_batch);
+  if (a.backward) report_backward(a.json ? std::cerr : std::cout, g, plan, a);
   return 0;
 }
 

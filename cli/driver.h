@@ -3,7 +3,15 @@
 // process exit code; UserErrors propagate to main, which prints them as one line.
 #pragma once
 
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autodiff/chunk_backward.h"
 #include "cli/args.h"
+#include "core/ir.h"
+#include "partition/partitioner.h"
 
 namespace pt {
 
@@ -11,5 +19,16 @@ int run_ops();
 int run_inspect(const InspectArgs& a);
 int run_partition(const PartitionArgs& a);
 int run_forward(const RunArgs& a);
+int run_grad(const GradArgs& a);
+
+// Writes each (file name, graph) into dir. Every model is built and checked by the onnx checker
+// before the first file is written, and each file is written atomically.
+void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir);
+
+// `partition --backward`: builds F, B and W per chunk, exports them with --export, prints the
+// per-stage kept and passed bytes and recompute FLOPs.
+void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
+                     const PartitionArgs& a);
+ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices);
 
 }  // namespace pt

@@ -1,0 +1,224 @@
+// `pipetrain partition --backward` (per-stage F/B/W report and export) and `pipetrain grad` (one
+// step's loss and parameter gradients, written as .npy).
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "autodiff/chunk_backward.h"
+#include "autodiff/portable.h"
+#include "cli/driver.h"
+#include "core/error.h"
+#include "exec/cpu/cpu_backend.h"
+#include "exec/npy.h"
+#include "exec/reference_step.h"
+#include "onnx_import/import.h"
+#include "partition/cost_model.h"
+#include "partition/linear_partition.h"
+
+namespace pt {
+
+ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices) {
+  ChunkBackwardOptions o;
+  LossSpec loss;
+  loss.kind = LossSpec::parse_kind(a.loss, "--loss");
+  loss.output = a.loss_output;
+  loss.ignore_index = a.ignore_index;
+  o.loss = loss;
+  std::stringstream ss(a.recompute);
+  for (std::string item; std::getline(ss, item, ',');)
+    o.recompute.push_back(RecomputePolicy::parse(item, "--recompute"));
+  if (o.recompute.size() != 1 && static_cast<int>(o.recompute.size()) != devices)
+    throw UserError("--recompute", "gives " + std::to_string(o.recompute.size()) +
+                                       " policies for " + std::to_string(devices) + " stages",
+                    "give one policy for all stages, or one per stage separated by commas");
+  o.frozen = a.frozen;
+  return o;
+}
+
+namespace {
+
+double percent(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+int64_t train_flops(const BackwardGraphs& b) {
+  return b.flops_fwd + b.flops_bwd_input + b.flops_bwd_weight;
+}
+
+// Per stage: what F keeps for B and W, what B hands W, and what recompute costs, under the
+// chosen policy; then kept bytes and extra FLOPs under the standard policies for comparison.
+void print_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
+                    const std::vector<BackwardGraphs>& chosen, const BackwardArgs& a) {
+  os << "\nbackward (recompute " << a.recompute << "), per micro-batch:\n";
+  os << "  chunk device  kept (F->B,W)  passed (B->W)  recompute FLOPs  extra  params\n";
+  for (size_t c = 0; c < chosen.size(); ++c) {
+    const BackwardGraphs& b = chosen[c];
+    os << "  " << std::setw(5) << c << std::setw(7) << plan.chunks[c].device << std::setw(15)
+       << format_bytes(b.kept_bytes) << std::setw(15) << format_bytes(b.passed_bytes)
+       << std::setw(17) << b.recompute_flops << std::setw(6) << std::fixed << std::setprecision(1)
+       << percent(b.recompute_flops, train_flops(b)) << "%" << std::setw(8) << b.params.size()
+       << "\n";
+  }
+  os << "\nkept bytes per micro-batch (extra FLOPs) by policy:\n  chunk";
+  const std::vector<std::string> policies = {"none", "selective", "every:1", "full"};
+  for (const std::string& p : policies) os << std::setw(22) << p;
+  os << "\n";
+  std::vector<std::vector<BackwardGraphs>> runs;
+  for (const std::string& p : policies) {
+    BackwardArgs other = a;
+    other.recompute = p;
+    runs.push_back(build_chunk_backward(g, plan, chunk_backward_options(other, plan.devices)));
+  }
+  for (size_t c = 0; c < chosen.size(); ++c) {
+    os << "  " << std::setw(5) << c;
+    for (const auto& run : runs) {
+      std::ostringstream cell;
+      cell << format_bytes(run[c].kept_bytes) << " (" << std::fixed << std::setprecision(1)
+           << percent(run[c].recompute_flops, train_flops(run[c])) << "%)";
+      os << std::setw(22) << cell.str();
+    }
+    os << "\n";
+  }
+}
+
+std::map<std::string, Tensor> read_named(const std::vector<std::string>& specs) {
+  std::map<std::string, Tensor> out;
+  for (const std::string& s : specs) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+      throw UserError("--input", "cannot read '" + s + "'", "write NAME=FILE.npy");
+    out[s.substr(0, eq)] = read_npy(s.substr(eq + 1));
+  }
+  return out;
+}
+
+// Rows [m*rows, (m+1)*rows) of t along axis 0.
+Tensor slice_rows(const Tensor& t, int64_t m, int64_t rows) {
+  Tensor out;
+  out.type = t.type;
+  out.type.shape[0] = rows;
+  const size_t bytes = static_cast<size_t>(out.type.bytes());
+  out.data.assign(t.data.begin() + static_cast<long>(static_cast<size_t>(m) * bytes),
+                  t.data.begin() + static_cast<long>(static_cast<size_t>(m + 1) * bytes));
+  return out;
+}
+
+Tensor scalar_f32(float v) {
+  Tensor t;
+  t.type = TensorType{DType::kFloat32, {}};
+  t.data.resize(sizeof(float));
+  std::memcpy(t.data.data(), &v, sizeof(float));
+  return t;
+}
+
+// loss_scale: 1 / what the global mean divides by (loss.h).
+float loss_scale(const LossSpec& loss, const Tensor& target, int micro_batches) {
+  if (loss.kind == LossSpec::Kind::kModel) return 1.0f / static_cast<float>(micro_batches);
+  if (loss.kind == LossSpec::Kind::kMse) return 1.0f / static_cast<float>(target.type.numel());
+  int64_t counted = 0;
+  for (int64_t i = 0; i < target.type.numel(); ++i) counted += target.as<int64_t>()[i] != loss.ignore_index;
+  if (counted == 0)
+    throw UserError("--target", "every target equals ignore_index", "give at least one real target");
+  return 1.0f / static_cast<float>(counted);
+}
+
+std::string npy_name(const std::string& value) {
+  std::string s = value;
+  for (char& c : s)
+    if (c == '/' || c == ':' || c == '\\' || c == ' ') c = '_';
+  return s + ".npy";
+}
+
+}  // namespace
+
+void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
+                     const PartitionArgs& a) {
+  const std::vector<BackwardGraphs> chunks =
+      build_chunk_backward(g, plan, chunk_backward_options(a.bwd, plan.devices));
+  if (!a.export_dir.empty()) {
+    std::vector<std::pair<std::string, Graph>> files;
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const std::string stem = "stage_" + std::to_string(k);
+      std::array<std::pair<const char*, Graph>, 3> parts = {
+          std::pair<const char*, Graph>{"_fwd", chunks[k].forward},
+          {"_bwd_input", chunks[k].backward_input},
+          {"_bwd_weight", chunks[k].backward_weight}};
+      for (auto& [suffix, graph] : parts) {
+        if (a.portable) lower_to_standard(graph);
+        files.emplace_back(stem + suffix + ".onnx", std::move(graph));
+      }
+    }
+    export_graphs(files, a.export_dir);
+  }
+  print_backward(os, g, plan, chunks, a.bwd);
+}
+
+int run_grad(const GradArgs& a) {
+  if (a.threads < 1) throw UserError("--threads", "must be at least 1", "");
+  if (a.micro_batches < 1) throw UserError("--micro-batches", "must be at least 1", "");
+  std::map<std::string, Tensor> inputs = read_named(a.inputs);
+  if (inputs.empty()) throw UserError("--input", "no input given", "pass --input NAME=FILE.npy");
+  const Tensor target = read_npy(a.target);
+  const int64_t global = target.type.shape.empty() ? 1 : target.type.shape[0];
+  if (global % a.micro_batches != 0)
+    throw UserError("--micro-batches", std::to_string(a.micro_batches) + " does not divide the batch of " + std::to_string(global),
+                    "choose a divisor of the batch size");
+  const int64_t rows = global / a.micro_batches;
+  for (const auto& [name, t] : inputs)
+    if (t.type.shape.empty() || t.type.shape[0] != global)
+      throw UserError("--input " + name, "has batch " + (t.type.shape.empty() ? std::string("none") : std::to_string(t.type.shape[0])) +
+                                             " but the target has " + std::to_string(global),
+                      "give inputs and target with the same first axis");
+  ImportOptions io;
+  io.batch = rows;
+  io.dims = parse_dims(a.dims);
+  Graph g = import_model(a.model, io);
+  PartitionOptions po;
+  po.stages = a.stages;
+  const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
+  const ChunkBackwardOptions co = chunk_backward_options(a.bwd, plan.devices);
+  const std::vector<BackwardGraphs> chunks = build_chunk_backward(g, plan, co);
+
+  CpuBackend backend(a.threads);
+  ReferenceStep step(chunks, backend);
+  const float scale = loss_scale(*co.loss, target, a.micro_batches);
+  for (int m = 0; m < a.micro_batches; ++m) {
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, t] : inputs) feeds[name] = slice_rows(t, m, rows);
+    feeds[kLossTarget] = slice_rows(target, m, rows);
+    feeds[kLossScale] = scalar_f32(scale);
+    for (ValueId v : chunks.front().forward.inputs) {
+      const Value& val = chunks.front().forward.value(v);
+      auto it = feeds.find(val.name);
+      if (it == feeds.end())
+        throw UserError(a.model + ": input '" + val.name + "'", "is not given",
+                        "pass --input " + val.name + "=FILE.npy");
+      if (!(it->second.type == val.type))
+        throw UserError("--input " + val.name, "holds " + it->second.type.str() + " per micro-batch, but the model takes " + val.type.str(),
+                        "give an array of that dtype and shape");
+    }
+    const Graph& last = chunks.back().forward;
+    const ValueId t = last.find(kLossTarget);
+    if (!(feeds[kLossTarget].type == last.value(t).type))
+      throw UserError("--target", "holds " + feeds[kLossTarget].type.str() + " per micro-batch, but the loss takes " + last.value(t).type.str(),
+                      "give class indices (int64) for cross_entropy, or floats shaped like the output for mse");
+    step.run_micro_batch(feeds);
+  }
+  namespace fs = std::filesystem;
+  fs::create_directories(a.output_dir);
+  write_npy(scalar_f32(static_cast<float>(step.loss())), (fs::path(a.output_dir) / "loss.npy").string());
+  for (const auto& [name, t] : step.grads())
+    write_npy(t, (fs::path(a.output_dir) / npy_name(name)).string());
+  std::cout << "loss " << std::setprecision(8) << step.loss() << "\n";
+  std::cout << step.grads().size() << " parameter gradients -> " << a.output_dir << "\n";
+  for (size_t c = 0; c < chunks.size(); ++c)
+    std::cout << "chunk " << c << " kept " << step.kept_bytes()[c] << " bytes per micro-batch ("
+              << chunks[c].recomputed.size() << " nodes recomputed)\n";
+  return 0;
+}
+
+}  // namespace pt

@@ -45,6 +45,7 @@ const std::vector<OpEntry>& op_table() {
       {"", "Concat", S::kRun, ""},
       {"", "Split", S::kRun, "split sizes constant"},
       {"", "Slice", S::kRun, "starts/ends/axes/steps constant"},
+      {"", "Pad", S::kRun, "constant mode, pads constant"},
       {"", "Gather", S::kRun, "embeddings; indices not differentiable"},
       {"", "Expand", S::kRun, "shape constant"},
       {"", "Identity", S::kRun, ""},

@@ -57,6 +57,23 @@ const std::map<std::string, KernelFactory>& registry() {
       {"Expand", make_expand},
       {"ReduceMean", make_reduce_mean},
       {"ReduceSum", make_reduce_sum},
+      {"Pad", make_pad},
+      // Backward ops of the pipetrain domain (core/pipetrain_ops.h).
+      {"pipetrain::ReluGrad", make_relu_grad},
+      {"pipetrain::ClipGrad", make_clip_grad},
+      {"pipetrain::ErfGrad", make_erf_grad},
+      {"pipetrain::GeluGrad", make_gelu_grad},
+      {"pipetrain::SoftmaxGrad", make_softmax_grad},
+      {"pipetrain::LogSoftmaxGrad", make_log_softmax_grad},
+      {"pipetrain::LayerNormGrad", make_layer_norm_grad},
+      {"pipetrain::BatchNormGrad", make_batch_norm_grad},
+      {"pipetrain::ConvGradInput", make_conv_grad_input},
+      {"pipetrain::ConvGradWeight", make_conv_grad_weight},
+      {"pipetrain::MaxPoolGrad", make_max_pool_grad},
+      {"pipetrain::AveragePoolGrad", make_average_pool_grad},
+      {"pipetrain::GatherGrad", make_gather_grad},
+      {"pipetrain::SoftmaxCrossEntropy", make_softmax_cross_entropy},
+      {"pipetrain::SoftmaxCrossEntropyGrad", make_softmax_cross_entropy_grad},
   };
   return r;
 }

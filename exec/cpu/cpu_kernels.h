@@ -54,4 +54,31 @@ std::unique_ptr<Kernel> make_expand(const KernelSpec& s);
 std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s);
 std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s);
 
+// Backward kernels, pipetrain-domain ops (core/pipetrain_ops.h is their specification).
+// elementwise_grad.cc: activation and softmax gradients on oneDNN's eltwise and softmax_v2
+// backward (ErfGrad a loop)
+std::unique_ptr<Kernel> make_relu_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_clip_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_erf_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_gelu_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_softmax_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_log_softmax_grad(const KernelSpec& s);
+
+// nn_grad.cc: Conv gradients on oneDNN's convolution backward, AveragePoolGrad on pooling_v2
+// backward, MaxPoolGrad a loop; nn_grad_norm.cc: LayerNormGrad and BatchNormGrad loops
+std::unique_ptr<Kernel> make_conv_grad_input(const KernelSpec& s);
+std::unique_ptr<Kernel> make_conv_grad_weight(const KernelSpec& s);
+std::unique_ptr<Kernel> make_max_pool_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_average_pool_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_layer_norm_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_batch_norm_grad(const KernelSpec& s);
+
+// movement_grad.cc: GatherGrad, and ONNX Pad (constant mode), Slice's gradient
+std::unique_ptr<Kernel> make_gather_grad(const KernelSpec& s);
+std::unique_ptr<Kernel> make_pad(const KernelSpec& s);
+
+// loss.cc: the fused softmax cross-entropy loss and its gradient
+std::unique_ptr<Kernel> make_softmax_cross_entropy(const KernelSpec& s);
+std::unique_ptr<Kernel> make_softmax_cross_entropy_grad(const KernelSpec& s);
+
 }  // namespace pt::cpu

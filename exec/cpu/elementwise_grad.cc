@@ -1,0 +1,186 @@
+// exec/cpu/elementwise_grad.cc: the backward half of the element-wise family, pipetrain-domain
+// ops (core/pipetrain_ops.h has their math): ReluGrad, ClipGrad and GeluGrad on oneDNN's eltwise
+// backward, ErfGrad (and ClipGrad with a bound known only at run time) as loops, SoftmaxGrad and
+// LogSoftmaxGrad on oneDNN's softmax_v2 backward. dY, the saved tensor (X or Y) and dX share one
+// float32 shape.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/dnnl_kernel.h"
+#include "exec/cpu/dnnl_util.h"
+#include "exec/cpu/lane_math.h"
+
+namespace pt::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays on one thread
+
+// (dY, saved, ...) -> dX, inputs 0 and 1 present, all float32 of one shape.
+bool same_float_shapes(const KernelSpec& s) {
+  return s.inputs.size() >= 2 && s.has_input(0) && s.has_input(1) && single_output(s) &&
+         float_only(s) && s.inputs[1] == s.inputs[0] && s.outputs[0] == s.inputs[0];
+}
+
+// dX = dY * alg'(saved) on oneDNN's eltwise backward; `saved` (input 1) is bound as the forward's
+// src or dst (saved_arg). The forward primitive_desc is the hint oneDNN asks for.
+std::unique_ptr<Kernel> make_eltwise_grad(const KernelSpec& s, dnnl::algorithm alg,
+                                          int saved_arg, float alpha = 0.f, float beta = 0.f) {
+  return build_or_null(s, [&]() -> std::unique_ptr<Kernel> {
+    auto k = std::make_unique<DnnlKernel>(*s.cpu);
+    const memory::desc md = plain_desc(s.inputs[0]);
+    const dnnl::eltwise_forward::primitive_desc hint(
+        {dnnl::prop_kind::forward_training, alg, md, alpha, beta}, k->engine());
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::eltwise_backward::primitive_desc pd({alg, md, md, alpha, beta}, attr,
+                                                    k->engine(), hint);
+    k->add_step(dnnl::eltwise_backward(pd), pd.scratchpad_desc(),
+                {{DNNL_ARG_DIFF_DST, md, {Place::kInput, 0}},
+                 {saved_arg, md, {Place::kInput, 1}},
+                 {DNNL_ARG_DIFF_SRC, md, {Place::kOutput, 0}}});
+    return k;
+  });
+}
+
+// ErfGrad: dX = dY * 2/sqrt(pi) * exp(-X^2), exp by the vectorisable exp_poly (relative error
+// below 2e-7; it returns about 1e-38 instead of underflowing for |X| > 9.3).
+class ErfGrad final : public Kernel {
+ public:
+  ErfGrad(int64_t n, int threads) : n_(n), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float* dy = in[0].as<const float>();
+    const float* x = in[1].as<const float>();
+    float* dx = out[0].as<float>();
+    constexpr float k2OverSqrtPi = 1.12837916709551257f;
+#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
+    for (int64_t i = 0; i < n_; ++i) dx[i] = dy[i] * k2OverSqrtPi * exp_poly(-x[i] * x[i]);
+  }
+
+ private:
+  int64_t n_;
+  int threads_;
+};
+
+// One ClipGrad bound: a value fixed at creation (given constant, or infinite when omitted), or
+// the scalar input `input` read in run().
+struct ClipGradBound {
+  float value = 0.f;
+  int input = -1;
+  float get(std::span<const Buffer> in) const {
+    return input < 0 ? value : in[static_cast<size_t>(input)].as<const float>()[0];
+  }
+};
+
+// ClipGrad with a bound not known until run(): dX = dY where lo < X < hi, else 0.
+class ClipGradLoop final : public Kernel {
+ public:
+  ClipGradLoop(ClipGradBound lo, ClipGradBound hi, int64_t n, int threads)
+      : lo_(lo), hi_(hi), n_(n), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float lo = lo_.get(in), hi = hi_.get(in);
+    const float* dy = in[0].as<const float>();
+    const float* x = in[1].as<const float>();
+    float* dx = out[0].as<float>();
+#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
+    for (int64_t i = 0; i < n_; ++i) dx[i] = lo < x[i] && x[i] < hi ? dy[i] : 0.f;
+  }
+
+ private:
+  ClipGradBound lo_, hi_;
+  int64_t n_;
+  int threads_;
+};
+
+// Bound k of ClipGrad (2 = min, 3 = max): `fallback` when omitted; nullopt unless a float32
+// scalar.
+std::optional<ClipGradBound> clip_grad_bound(const KernelSpec& s, size_t k, float fallback) {
+  if (!s.has_input(k)) return ClipGradBound{fallback};
+  if (s.inputs[k].dtype != DType::kFloat32 || s.inputs[k].numel() != 1) return std::nullopt;
+  const Tensor* c = s.constant(k);
+  return c ? ClipGradBound{c->as<float>()[0]} : ClipGradBound{0.f, static_cast<int>(k)};
+}
+
+// SoftmaxGrad (softmax_accurate) or LogSoftmaxGrad (softmax_log) on oneDNN's softmax_v2
+// backward: DIFF_DST = dY (input 0), DST = Y (input 1), along `axis` (default -1).
+std::unique_ptr<Kernel> make_softmax_grad_like(const KernelSpec& s, dnnl::algorithm alg) {
+  if (s.inputs.size() != 2 || !same_float_shapes(s)) return nullptr;
+  const int64_t rank = static_cast<int64_t>(s.inputs[0].shape.size());
+  int64_t axis = s.node.attr_int("axis", -1);
+  if (axis < 0) axis += rank;
+  if (rank == 0 || axis < 0 || axis >= rank) return nullptr;
+  return build_or_null(s, [&]() -> std::unique_ptr<Kernel> {
+    auto k = std::make_unique<DnnlKernel>(*s.cpu);
+    const memory::desc md = plain_desc(s.inputs[0]);
+    const int ax = static_cast<int>(axis);
+    const dnnl::softmax_v2_forward::primitive_desc hint(
+        {dnnl::prop_kind::forward_training, alg, md, md, ax}, k->engine());
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::softmax_v2_backward::primitive_desc pd({alg, md, md, md, ax}, attr, k->engine(),
+                                                       hint);
+    k->add_step(dnnl::softmax_v2_backward(pd), pd.scratchpad_desc(),
+                {{DNNL_ARG_DIFF_DST, md, {Place::kInput, 0}},
+                 {DNNL_ARG_DST, md, {Place::kInput, 1}},
+                 {DNNL_ARG_DIFF_SRC, md, {Place::kOutput, 0}}});
+    return k;
+  });
+}
+
+}  // namespace
+
+// ReluGrad(dY, Y): dX = dY where Y > 0, else 0 (relu's backward from its dst, alpha 0).
+std::unique_ptr<Kernel> make_relu_grad(const KernelSpec& s) {
+  if (s.inputs.size() != 2 || !same_float_shapes(s)) return nullptr;
+  return make_eltwise_grad(s, dnnl::algorithm::eltwise_relu_use_dst_for_bwd, DNNL_ARG_DST);
+}
+
+// ClipGrad(dY, X, min?, max?): dX = dY where min < X < max, else 0. Constant (or omitted) bounds
+// run as oneDNN's clip_v2 backward, whose mask is the same strict one; a bound fed at run time
+// as a loop.
+std::unique_ptr<Kernel> make_clip_grad(const KernelSpec& s) {
+  if (s.inputs.size() < 2 || s.inputs.size() > 4 || !same_float_shapes(s)) return nullptr;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const auto lo = clip_grad_bound(s, 2, -kInf), hi = clip_grad_bound(s, 3, kInf);
+  if (!lo || !hi) return nullptr;
+  if (lo->input < 0 && hi->input < 0)
+    return make_eltwise_grad(s, dnnl::algorithm::eltwise_clip_v2, DNNL_ARG_SRC, lo->value,
+                             hi->value);
+  return std::make_unique<ClipGradLoop>(*lo, *hi, s.inputs[0].numel(), s.cpu->threads);
+}
+
+// ErfGrad(dY, X): dX = dY * 2/sqrt(pi) * exp(-X^2).
+std::unique_ptr<Kernel> make_erf_grad(const KernelSpec& s) {
+  if (s.inputs.size() != 2 || !same_float_shapes(s)) return nullptr;
+  return std::make_unique<ErfGrad>(s.inputs[0].numel(), s.cpu->threads);
+}
+
+// GeluGrad(dY, X): dX = dY * gelu'(X), approximate "none" (gelu_erf) or "tanh" (gelu_tanh), from
+// the forward's src.
+std::unique_ptr<Kernel> make_gelu_grad(const KernelSpec& s) {
+  if (s.inputs.size() != 2 || !same_float_shapes(s)) return nullptr;
+  const std::string approximate = s.node.attr_string("approximate", "none");
+  if (approximate == "none")
+    return make_eltwise_grad(s, dnnl::algorithm::eltwise_gelu_erf, DNNL_ARG_SRC);
+  if (approximate == "tanh")
+    return make_eltwise_grad(s, dnnl::algorithm::eltwise_gelu_tanh, DNNL_ARG_SRC);
+  return nullptr;
+}
+
+// SoftmaxGrad(dY, Y): dX = Y * (dY - sum_axis(dY * Y)).
+std::unique_ptr<Kernel> make_softmax_grad(const KernelSpec& s) {
+  return make_softmax_grad_like(s, dnnl::algorithm::softmax_accurate);
+}
+
+// LogSoftmaxGrad(dY, Y): dX = dY - exp(Y) * sum_axis(dY).
+std::unique_ptr<Kernel> make_log_softmax_grad(const KernelSpec& s) {
+  return make_softmax_grad_like(s, dnnl::algorithm::softmax_log);
+}
+
+}  // namespace pt::cpu

@@ -1,0 +1,182 @@
+// exec/cpu/loss.cc: the fused loss of the pipetrain domain (core/pipetrain_ops.h):
+// SoftmaxCrossEntropy and its gradient, on Logits [..., C] seen as T rows of C classes. Loops
+// that vectorise: the row max, then exp (exp_poly) summed in double lanes; rows run in parallel.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/lane_math.h"
+
+namespace pt::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = int64_t{1} << 15;  // elements below which one thread runs
+constexpr int kDoubleLanes = 8;
+
+// max_j x[j] over a row of c > 0 values.
+float row_max(const float* x, int64_t c) {
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, x[0]);
+  int64_t j = 0;
+  for (; j + kLanes <= c; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) lane[k] = std::max(lane[k], x[j + k]);
+  float m = *std::max_element(lane, lane + kLanes);
+  for (; j < c; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// sum_j exp(x[j] - m), accumulated in double; with kStore, also writes each exp to e[j].
+template <bool kStore>
+double exp_sum(const float* x, int64_t c, float m, float* e) {
+  double lane[kDoubleLanes] = {};
+  int64_t j = 0;
+  for (; j + kDoubleLanes <= c; j += kDoubleLanes)
+    for (int k = 0; k < kDoubleLanes; ++k) {
+      const float v = exp_poly(x[j + k] - m);
+      if constexpr (kStore) e[j + k] = v;
+      lane[k] += v;
+    }
+  double total = 0;
+  for (; j < c; ++j) {
+    const float v = exp_poly(x[j] - m);
+    if constexpr (kStore) e[j] = v;
+    total += v;
+  }
+  for (double l : lane) total += l;
+  return total;
+}
+
+// Shared by the loss and its gradient: T rows of C classes, targets in [0, C) or ignore_index.
+struct LossRows {
+  std::string node;
+  int64_t rows = 0, classes = 0, ignore_index = -100;
+  int threads = 1;
+
+  bool parallel() const { return rows > 1 && rows * classes >= kParallelMin; }
+
+  // Targets are the user's data: checked before any row is computed.
+  void check(const int64_t* target) const {
+    for (int64_t t = 0; t < rows; ++t)
+      if (target[t] != ignore_index && (target[t] < 0 || target[t] >= classes))
+        throw UserError(node, "target " + std::to_string(target[t]) + " at row " +
+                                  std::to_string(t) + " is outside the classes [0, " +
+                                  std::to_string(classes) + ")",
+                        "check the labels against the number of classes, or mark ignored rows "
+                        "with ignore_index (" + std::to_string(ignore_index) + ")");
+  }
+};
+
+// Loss = Scale * sum over valid t of (logsumexp(Logits[t]) - Logits[t, Target[t]]), with
+// logsumexp = m + log(sum exp(x - m)), m the row max. Row losses go to scratch (double) and are
+// added in row order: the same result for any thread count.
+class SoftmaxCrossEntropy final : public Kernel {
+ public:
+  explicit SoftmaxCrossEntropy(LossRows r) : r_(std::move(r)) {}
+
+  size_t scratch_bytes() const override { return static_cast<size_t>(r_.rows) * sizeof(double); }
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
+    const float* x = in[0].as<const float>();
+    const int64_t* target = in[1].as<const int64_t>();
+    auto* loss = static_cast<double*>(scratch);
+    r_.check(target);
+    const int64_t c = r_.classes;
+#pragma omp parallel for num_threads(r_.threads) if (r_.parallel())
+    for (int64_t t = 0; t < r_.rows; ++t) {
+      if (target[t] == r_.ignore_index) {
+        loss[t] = 0;
+        continue;
+      }
+      const float* row = x + t * c;
+      const float m = row_max(row, c);
+      loss[t] = double(m) + std::log(exp_sum<false>(row, c, m, nullptr)) - double(row[target[t]]);
+    }
+    double total = 0;
+    for (int64_t t = 0; t < r_.rows; ++t) total += loss[t];
+    out[0].as<float>()[0] = static_cast<float>(double(in[2].as<const float>()[0]) * total);
+  }
+
+ private:
+  LossRows r_;
+};
+
+// dLogits[t] = dLoss * Scale * (softmax(Logits[t]) - onehot(Target[t])) for valid t, else 0.
+// The exps are written to the row, then scaled by dLoss * Scale / sum.
+class SoftmaxCrossEntropyGrad final : public Kernel {
+ public:
+  explicit SoftmaxCrossEntropyGrad(LossRows r) : r_(std::move(r)) {}
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float k = in[0].as<const float>()[0] * in[3].as<const float>()[0];
+    const float* x = in[1].as<const float>();
+    const int64_t* target = in[2].as<const int64_t>();
+    float* dx = out[0].as<float>();
+    r_.check(target);
+    const int64_t c = r_.classes;
+#pragma omp parallel for num_threads(r_.threads) if (r_.parallel())
+    for (int64_t t = 0; t < r_.rows; ++t) {
+      float* d = dx + t * c;
+      if (target[t] == r_.ignore_index) {
+        std::fill(d, d + c, 0.f);
+        continue;
+      }
+      const float* row = x + t * c;
+      const float m = row_max(row, c);
+      const float scale = static_cast<float>(double(k) / exp_sum<true>(row, c, m, d));
+      for (int64_t j = 0; j < c; ++j) d[j] *= scale;
+      d[target[t]] -= k;
+    }
+  }
+
+ private:
+  LossRows r_;
+};
+
+// Logits [..., C] float32 with C > 0, Target int64 of Logits.shape[:-1], Scale a float32
+// scalar: the rows, or nullopt.
+std::optional<LossRows> loss_rows(const KernelSpec& s, size_t logits, size_t target,
+                                  size_t scale) {
+  for (size_t i : {logits, target, scale})
+    if (!s.has_input(i)) return std::nullopt;
+  const TensorType &x = s.inputs[logits], &t = s.inputs[target], &sc = s.inputs[scale];
+  if (x.dtype != DType::kFloat32 || x.shape.empty() || x.shape.back() < 1 ||
+      t.dtype != DType::kInt64 || t.shape != std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1) ||
+      sc.dtype != DType::kFloat32 || sc.numel() != 1)
+    return std::nullopt;
+  return LossRows{"SoftmaxCrossEntropy node '" + s.node.name + "'", t.numel(), x.shape.back(),
+                  s.node.attr_int("ignore_index", -100), s.cpu->threads};
+}
+
+}  // namespace
+
+// SoftmaxCrossEntropy(Logits, Target, Scale) -> Loss (float32 scalar), ignore_index.
+std::unique_ptr<Kernel> make_softmax_cross_entropy(const KernelSpec& s) {
+  if (s.inputs.size() != 3 || s.outputs.size() != 1 ||
+      s.outputs[0].dtype != DType::kFloat32 || s.outputs[0].numel() != 1)
+    return nullptr;
+  auto rows = loss_rows(s, 0, 1, 2);
+  if (!rows) return nullptr;
+  return std::make_unique<SoftmaxCrossEntropy>(std::move(*rows));
+}
+
+// SoftmaxCrossEntropyGrad(dLoss, Logits, Target, Scale) -> dLogits, ignore_index.
+std::unique_ptr<Kernel> make_softmax_cross_entropy_grad(const KernelSpec& s) {
+  if (s.inputs.size() != 4 || !s.has_input(0) || s.inputs[0].dtype != DType::kFloat32 ||
+      s.inputs[0].numel() != 1 || s.outputs.size() != 1)
+    return nullptr;
+  auto rows = loss_rows(s, 1, 2, 3);
+  if (!rows || s.outputs[0] != s.inputs[1]) return nullptr;
+  rows->node = "SoftmaxCrossEntropyGrad node '" + s.node.name + "'";
+  return std::make_unique<SoftmaxCrossEntropyGrad>(std::move(*rows));
+}
+
+}  // namespace pt::cpu

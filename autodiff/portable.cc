@@ -68,8 +68,8 @@ class Lowering {
                     "export without --portable, or change the attribute in the model");
   }
 
-  ValueId emit(const std::string& op, std::vector<ValueId> inputs, TensorType t,
-               Attrs attrs = {}, ValueId into = kNoValue) {
+  ValueId emit(const std::string& op, std::vector<ValueId> inputs, TensorType t, Attrs attrs = {},
+               ValueId into = kNoValue) {
     return emit_n(op, std::move(inputs), {t}, std::move(attrs), into)[0];
   }
 
@@ -82,8 +82,8 @@ class Lowering {
     n.attrs = std::move(attrs);
     for (size_t k = 0; k < outs.size(); ++k) {
       if (k == 0 && into != kNoValue) {
-        PT_CHECK(type(into) == outs[0], n_.label() + ": lowered " + op + " gives " +
-                                            outs[0].str() + " for " + type(into).str());
+        PT_CHECK(type(into) == outs[0], n_.label() + ": lowered " + op + " gives " + outs[0].str() +
+                                            " for " + type(into).str());
         n.outputs.push_back(into);
       } else {
         n.outputs.push_back(g_.add_value(fresh(op), outs[k]));
@@ -145,8 +145,10 @@ class Lowering {
     for (size_t d = 0; d < shape(v).size(); ++d) {
       const bool reduced =
           axes.empty() || std::count(axes.begin(), axes.end(), static_cast<int64_t>(d));
-      if (!reduced) s.push_back(shape(v)[d]);
-      else if (keep) s.push_back(1);
+      if (!reduced)
+        s.push_back(shape(v)[d]);
+      else if (keep)
+        s.push_back(1);
     }
     std::vector<ValueId> inputs = {v};
     if (!axes.empty()) inputs.push_back(ints(axes));
@@ -219,8 +221,10 @@ void lower_clip_grad(Lowering& L) {
     const ValueId below = L.binary("Less", x, L.in(3));
     inside = inside == kNoValue ? below : L.binary("And", inside, below);
   }
-  if (inside == kNoValue) L.unary("Identity", L.in(0), L.out(0));
-  else L.where(inside, L.in(0), L.scalar(0.f), L.out(0));
+  if (inside == kNoValue)
+    L.unary("Identity", L.in(0), L.out(0));
+  else
+    L.where(inside, L.in(0), L.scalar(0.f), L.out(0));
 }
 
 // dX = dY * (Exp(-(X * X)) * 2/sqrt(pi))
@@ -250,8 +254,8 @@ void lower_gelu_grad(Lowering& L) {
     const ValueId inner = L.mul(x, L.add(L.mul(x2, L.scalar(static_cast<float>(a))), one));
     const ValueId t = L.unary("Tanh", L.mul(inner, L.scalar(static_cast<float>(k))));
     const ValueId sech2 = L.sub(one, L.mul(t, t));
-    const ValueId du = L.add(L.mul(x2, L.scalar(static_cast<float>(3 * a * k))),
-                             L.scalar(static_cast<float>(k)));
+    const ValueId du =
+        L.add(L.mul(x2, L.scalar(static_cast<float>(3 * a * k))), L.scalar(static_cast<float>(k)));
     d = L.add(L.mul(L.add(t, one), half), L.mul(L.mul(x, half), L.mul(sech2, du)));
   } else {
     L.fail("approximate '" + mode + "' (none or tanh)");
@@ -317,8 +321,8 @@ void lower_batch_norm_grad(Lowering& L) {
   const ValueId xhat = L.mul(xc, istd);
   const bool dx = L.out(0) != kNoValue;
   const ValueId dbias = dx || L.out(2) != kNoValue ? L.reduce_sum(dy, r, true) : kNoValue;
-  const ValueId dscale = dx || L.out(1) != kNoValue ? L.reduce_sum(L.mul(dy, xhat), r, true)
-                                                    : kNoValue;
+  const ValueId dscale =
+      dx || L.out(1) != kNoValue ? L.reduce_sum(L.mul(dy, xhat), r, true) : kNoValue;
   if (dx) {
     const ValueId k = L.mul(L.reshape(L.in(2), per_channel), istd);
     const ValueId centred =
@@ -367,7 +371,9 @@ Attrs transposed_window(const Window& w, const Shape& in, const Shape& out) {
     end.push_back(std::max<int64_t>(past, 0));
     extra.push_back(std::max<int64_t>(-past, 0));
   }
-  return {{"strides", w.strides}, {"dilations", w.dilations}, {"pads", concat(pads, end)},
+  return {{"strides", w.strides},
+          {"dilations", w.dilations},
+          {"pads", concat(pads, end)},
           {"output_padding", extra}};
 }
 
@@ -433,9 +439,9 @@ void lower_max_pool_grad(Lowering& L) {
   const TensorType yt = L.type(dy);
   const auto yi = L.emit_n("MaxPool", {x}, {yt, TensorType{DType::kInt64, yt.shape}}, a);
   const int64_t numel = L.type(x).numel(), m = yt.numel();
-  const ValueId flat = L.emit("ScatterElements",
-                              {L.zeros({numel}), L.reshape(yi[1], {m}), L.reshape(dy, {m})},
-                              f32({numel}), {{"axis", int64_t{0}}, {"reduction", std::string("add")}});
+  const ValueId flat =
+      L.emit("ScatterElements", {L.zeros({numel}), L.reshape(yi[1], {m}), L.reshape(dy, {m})},
+             f32({numel}), {{"axis", int64_t{0}}, {"reduction", std::string("add")}});
   L.reshape(flat, L.shape(x), L.out(0));
 }
 
@@ -456,7 +462,8 @@ void lower_average_pool_grad(Lowering& L) {
   std::fill(c, c + count.type.numel(), 1.f);
   for (size_t i = 0, inner = 1; i < w.kernel.size(); ++i) {
     const int64_t in = xs[i + 2], out = ys[i + 2];
-    const int64_t lo = include_pad ? -w.pad_begin[i] : 0, hi = in + (include_pad ? w.pad_end[i] : 0);
+    const int64_t lo = include_pad ? -w.pad_begin[i] : 0,
+                  hi = in + (include_pad ? w.pad_end[i] : 0);
     inner = static_cast<size_t>(product(ys, i + 3, ys.size()));
     for (int64_t k = 0; k < count.type.numel(); ++k) {
       const int64_t o = (k / static_cast<int64_t>(inner)) % out;
@@ -508,7 +515,8 @@ void lower_gather_grad(Lowering& L) {
   for (int64_t d = 0; d < r; ++d)
     if (d != a) moved.push_back(ds[static_cast<size_t>(d)]);
   back = concat(concat(iota(1, a + 1), {0}), iota(a + 1, r));
-  const ValueId s = L.emit("ScatterND", {L.zeros(moved), j, L.transpose(dy, forward)}, f32(moved), add);
+  const ValueId s =
+      L.emit("ScatterND", {L.zeros(moved), j, L.transpose(dy, forward)}, f32(moved), add);
   L.transpose(s, back, dd);
 }
 
@@ -524,7 +532,8 @@ Targets valid_targets(Lowering& L, ValueId target) {
   return {valid, L.where(valid, target, L.int_scalar(0))};
 }
 
-// Loss = Scale * ReduceSum(Where(valid, -GatherElements(LogSoftmax(Logits, -1), T'[.., None], -1), 0))
+// Loss = Scale * ReduceSum(Where(valid, -P, 0)),
+//   P = GatherElements(LogSoftmax(Logits, -1), T'[.., None], axis -1)
 //      (-log softmax(l)[t] = logsumexp(l) - l[t])
 void lower_softmax_cross_entropy(Lowering& L) {
   const ValueId logits = L.in(0);
@@ -544,9 +553,9 @@ void lower_softmax_cross_entropy_grad(Lowering& L) {
   const ValueId p = L.emit("Softmax", {logits}, lt, {{"axis", int64_t{-1}}});
   Tensor off_on{f32({2}), std::vector<std::byte>(2 * sizeof(float))};
   off_on.as<float>()[1] = 1.f;
-  const ValueId onehot = L.emit("OneHot", {t.safe, L.int_scalar(lt.shape.back()),
-                                           L.constant(std::move(off_on), "off_on")},
-                                lt, {{"axis", int64_t{-1}}});
+  const ValueId onehot = L.emit(
+      "OneHot", {t.safe, L.int_scalar(lt.shape.back()), L.constant(std::move(off_on), "off_on")},
+      lt, {{"axis", int64_t{-1}}});
   const ValueId diff = L.where(L.unsqueeze_last(t.valid), L.sub(p, onehot), L.scalar(0.f));
   L.mul(diff, L.mul(L.in(0), L.in(3)), L.out(0));
 }

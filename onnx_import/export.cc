@@ -18,6 +18,17 @@ onnx::ModelProto to_model_proto(const Graph& g) {
     o->set_domain(domain);
     o->set_version(version);
   }
+  // A node domain the graph's opsets lack ("pipetrain" in a graph built by hand) is imported at
+  // version 1, so that the model names every domain it uses.
+  std::set<std::string> missing;
+  for (const Node& n : g.nodes)
+    if (!n.domain.empty() && n.domain != "ai.onnx" && !g.opsets.count(n.domain))
+      missing.insert(n.domain);
+  for (const std::string& domain : missing) {
+    auto* o = m.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(1);
+  }
   auto* gp = m.mutable_graph();
   gp->set_name(g.name.empty() ? "pipetrain" : g.name);
   std::set<ValueId> io;

@@ -29,14 +29,12 @@ class AutoSearch {
       : P(stages), M(micro_batches), opt_(o) {}
 
   AutoResult run() {
+    check_limit();
     for (const Costs& costs : opt_.chunkings) try_hand_made(costs);
     const Candidate hand = best_;
     for (const Costs& costs : opt_.chunkings) try_policies(costs);
     refine();
-    if (!best_.costs)
-      throw UserError("--memory-limit", "no schedule fits: the smallest peak of any schedule "
-                                        "tried is " + std::to_string(smallest_peak_),
-                      "raise the limit to at least that");
+    PT_CHECK(best_.costs, "a limit above least_memory fitted nothing");
     AutoResult r;
     r.schedule = best_.schedule;
     r.schedule.kind = "auto";
@@ -49,10 +47,22 @@ class AutoSearch {
   }
 
  private:
+  // Below the least the list scheduler needs, no schedule keeps every device's micro-batch.
+  void check_limit() const {
+    if (opt_.memory_limit <= 0) return;
+    double least = kInf;
+    for (const Costs& costs : opt_.chunkings)
+      for (Placement placement : {Placement::kLoop, Placement::kV})
+        least = std::min(least, least_memory(costs, P, placement));
+    if (opt_.memory_limit < least * (1 - 1e-9))
+      throw UserError("--memory-limit", "no schedule fits: one micro-batch needs " +
+                                            std::to_string(least) + " on some device",
+                      "raise the limit to at least that");
+  }
+
   bool fits(const Schedule& s, const Costs& costs) {
     const std::vector<double> peaks = peak_memory(s, costs);
     const double peak = *std::max_element(peaks.begin(), peaks.end());
-    smallest_peak_ = std::min(smallest_peak_, peak);
     return opt_.memory_limit <= 0 || peak <= opt_.memory_limit * (1 + 1e-9);
   }
 
@@ -210,7 +220,6 @@ class AutoSearch {
   ListPolicy best_policy_;
   const Costs* best_policy_costs_ = nullptr;
   double best_list_makespan_ = kInf;
-  double smallest_peak_ = kInf;
   int tried_ = 0;
 };
 

@@ -35,7 +35,7 @@ struct AutoResult {
   double best_hand_made_makespan = 0;
 };
 
-// UserError when nothing fits the limit (naming the smallest limit that would).
+// UserError when the limit is below what one micro-batch needs on a device (naming it).
 AutoResult auto_schedule(int stages, int micro_batches, const AutoOptions& options);
 
 }  // namespace pt

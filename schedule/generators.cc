@@ -77,19 +77,24 @@ Lists one_f_one_b(int P, int M) {
 
 // Megatron's interleaved 1F1B: chunk k*P + d on device d. Micro-batches go in groups of P; in a
 // group the device runs its chunks in turn (forward: chunk 0 first; backward: last chunk first).
-// Warm-up: 2(P-1-d) + (V-1)P forwards. A last, smaller group (M not a multiple of P) keeps
-// the order; the validator checks every M of the tests.
+// Warm-up: 2(P-1-d) + (V-1)P forwards. Megatron needs M to be a multiple of P; for any other M
+// the order is built for M rounded up to one and the phantom micro-batches are dropped: that
+// only removes actions, so no wait is added and the order stays deadlock-free.
 Lists interleaved(int P, int M, int V) {
+  const int padded = (M + P - 1) / P * P;
   Lists out;
   for (int d = 0; d < P; ++d) {
     std::vector<Action> fwd, bwd;
-    for (int g = 0; g < M; g += P)
+    for (int g = 0; g < padded; g += P)
       for (int k = 0; k < V; ++k)
-        for (int m = g; m < std::min(M, g + P); ++m) {
+        for (int m = g; m < g + P; ++m) {
           fwd.push_back({Op::kF, k * P + d, m});
           bwd.push_back({Op::kBW, (V - 1 - k) * P + d, m});
         }
-    out.push_back(one_f_one_b(fwd, bwd, static_cast<size_t>(2 * (P - 1 - d) + (V - 1) * P)));
+    std::vector<Action> order =
+        one_f_one_b(fwd, bwd, static_cast<size_t>(2 * (P - 1 - d) + (V - 1) * P));
+    std::erase_if(order, [&](const Action& a) { return a.micro_batch >= M; });
+    out.push_back(std::move(order));
   }
   return out;
 }

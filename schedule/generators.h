@@ -4,7 +4,7 @@
 //
 //   gpipe        all F, then all fused BW                                  V = 1
 //   1f1b         P-1-d warm-up F on device d, then one F one BW            V = 1
-//   interleaved  Megatron's interleaved 1F1B, chunk c on device c mod P    V >= 2
+//   interleaved  Megatron's interleaved 1F1B, chunk c on device c mod P               V >= 2
 //   zb-h1        B/W split, 1F1B's memory (P-d micro-batches on device d)          V = 1
 //   zb-h2        B/W split, 2(P-d)-1 on device d: no idle time inside a device's span  V = 1
 //   zb-v         B/W split, V placement, P micro-batches on every device               V = 2

@@ -17,6 +17,19 @@ std::vector<double> footprints(const Costs& costs, int stages, Placement placeme
   return fp;
 }
 
+double least_memory(const Costs& costs, int stages, Placement placement) {
+  std::vector<double> entry(static_cast<size_t>(stages), 0.0), other(entry);
+  for (int c = 0; c < static_cast<int>(costs.chunks.size()); ++c) {
+    const size_t d = static_cast<size_t>(device_of(placement, stages, c));
+    const double act = costs.chunks[static_cast<size_t>(c)].activation;
+    if (c < stages) entry[d] = act;
+    else other[d] = std::max(other[d], act);
+  }
+  double need = 0;
+  for (size_t d = 0; d < entry.size(); ++d) need = std::max(need, entry[d] + other[d]);
+  return need;
+}
+
 namespace {
 
 constexpr double kEps = 1e-9;

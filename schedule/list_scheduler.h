@@ -48,4 +48,8 @@ ListResult list_schedule(const std::string& kind, int stages, int micro_batches,
 // A micro-batch's activation on each device (the sum over the device's chunks).
 std::vector<double> footprints(const Costs& costs, int stages, Placement placement);
 
+// The smallest cap (the same on every device) the list scheduler can work with: on each
+// device, a first chunk's activation plus the largest of its other chunks'.
+double least_memory(const Costs& costs, int stages, Placement placement);
+
 }  // namespace pt

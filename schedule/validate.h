@@ -22,7 +22,7 @@ namespace pt {
 class ScheduleError : public UserError {
  public:
   ScheduleError(const std::string& where, const std::string& what, std::string grid)
-      : UserError(where, what, "`pipetrain schedule --from-csv FILE` prints the grid"),
+      : UserError(where, what, "the device x step grid marks where"),
         grid_(std::move(grid)) {}
   const std::string& grid() const { return grid_; }
 

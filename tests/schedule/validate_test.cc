@@ -1,0 +1,112 @@
+// The validator: accepts every generator's output (compute-only and lowered) over stages 1..8,
+// micro-batches 1..32 and the chunk counts each kind allows; rejects hand-written bad
+// schedules with a one-line message and the device x step grid marking the failing step.
+#include <gtest/gtest.h>
+
+#include "schedule/generators.h"
+#include "schedule/lower.h"
+#include "schedule/validate.h"
+
+namespace pt {
+namespace {
+
+TEST(Validate, AcceptsEveryGeneratorAndItsLowering) {
+  int checked = 0;
+  for (const KindInfo& k : schedule_kinds())
+    for (int v = k.min_chunks; v <= std::min(k.max_chunks, 4); ++v)
+      for (int p = 1; p <= 8; ++p)
+        for (int m = 1; m <= 32; ++m) {
+          const std::string where = k.name + " v=" + std::to_string(v) + " p=" +
+                                    std::to_string(p) + " m=" + std::to_string(m);
+          const Schedule s = generate(k.name, p, m, v);
+          ASSERT_NO_THROW(validate(s, where)) << where;
+          ASSERT_NO_THROW(validate(add_send_recv(s), where + " lowered")) << where;
+          ++checked;
+        }
+  EXPECT_EQ(checked, (8 + 3) * 8 * 32);  // 8 one-value kinds + interleaved at v = 2, 3, 4
+}
+
+struct Failure {
+  std::string message, grid;
+};
+
+Failure check(const std::string& csv) {
+  try {
+    validate(parse_csv(csv, "bad.csv"), "bad.csv");
+  } catch (const ScheduleError& e) {
+    return {e.what(), e.grid()};
+  }
+  return {"accepted", ""};
+}
+
+constexpr const char* kFix = "; the device x step grid marks where";
+
+TEST(Validate, RejectsAMissingW) {
+  const Failure f = check("# stages: 2\n0F0,0F1,0B0,0W0,0B1\n1F0,1B0,1W0,1F1,1B1,1W1\n");
+  EXPECT_EQ(f.message, std::string("bad.csv: device 0 step 4 (0B1) has no 0W1") + kFix);
+  EXPECT_NE(f.grid.find("[0B1]"), std::string::npos) << f.grid;
+  EXPECT_NE(f.grid.find("-> device 0"), std::string::npos) << f.grid;
+  EXPECT_EQ(f.grid.find("-> device 1"), std::string::npos) << f.grid;
+}
+
+TEST(Validate, RejectsAReceiveBeforeItsSendCanHappen) {
+  // Device 1 waits for 0's activations before sending the gradient device 0 needs first.
+  const Failure f = check(
+      "0F0,0SF0,0RB0,0BW0,0F1,0SF1,0RB1,0BW1\n"
+      "1RF1,1F1,1BW1,1SB1,1RF0,1F0,1BW0,1SB0\n");
+  EXPECT_EQ(f.message, std::string("bad.csv: deadlock: device 0 step 2 (0RB0) waits for 1SB0 "
+                                   "on device 1; device 1 step 0 (1RF1) waits for 0SF1 on "
+                                   "device 0") + kFix);
+  EXPECT_NE(f.grid.find("[0RB0]"), std::string::npos) << f.grid;
+  EXPECT_NE(f.grid.find("[1RF1]"), std::string::npos) << f.grid;
+}
+
+TEST(Validate, RejectsACrossDeviceDeadlockInACompiledSchedule) {
+  // Device 0 runs micro-batch 1's backward before 0's, device 1 the other way round, and
+  // device 0 never sends micro-batch 1's forward before it waits: a cycle between devices.
+  const Failure f = check("0F0,0BW0,0F1,0BW1\n1F1,1BW1,1F0,1BW0\n");
+  EXPECT_EQ(f.message, std::string("bad.csv: deadlock: device 0 step 1 (0BW0) waits for 1B0 "
+                                   "on device 1; device 1 step 0 (1F1) waits for 0F1 on "
+                                   "device 0") + kFix);
+  EXPECT_NE(f.grid.find("[0BW0]"), std::string::npos) << f.grid;
+  EXPECT_NE(f.grid.find("[1F1]"), std::string::npos) << f.grid;
+}
+
+TEST(Validate, RejectsOrderAndPlacementErrors) {
+  EXPECT_EQ(check("0B0,0F0,0W0\n").message,
+            std::string("bad.csv: device 0 step 0 (0B0) comes before its F (0F0)") + kFix);
+  EXPECT_EQ(check("0F0,0BW0\n0F0,1BW0\n").message,
+            std::string("bad.csv: device 1 step 0 (0F0): chunk 0 is on device 0, not 1") + kFix);
+  EXPECT_EQ(check("0F0,0BW0,0F0\n").message,
+            std::string("bad.csv: device 0 step 2 (0F0) repeats step 0") + kFix);
+  EXPECT_EQ(check("# micro_batches: 2\n0F0,0BW0\n").message,
+            std::string("bad.csv: device 0 has no 0F1") + kFix);
+  EXPECT_EQ(check("0F0,0B0,0W0,0BW0\n").message,
+            std::string("bad.csv: device 0 step 3 (0BW0) is fused, but B or W of micro-batch 0 also appears") + kFix);
+  EXPECT_EQ(check("0F0,0BW0,STEP\n1F0,1BW0\n").message,
+            std::string("bad.csv: device 1 has no STEP at its end, while other devices do") + kFix);
+  // Lowered (has sends) but the receive of device 1's input is missing.
+  EXPECT_EQ(check("0F0,0SF0,0RB0,0BW0\n1F0,1BW0,1SB0\n").message,
+            std::string("bad.csv: device 1 step 0 (1F0): the schedule has sends and receives but no 1RF0 on device 1") + kFix);
+}
+
+TEST(Validate, GridMarksTheStepOnLargeSchedules) {
+  Schedule s = generate("1f1b", 8, 32);
+  auto& row = s.devices[5];
+  size_t at = 20;
+  while (row[at].op != Op::kBW) ++at;
+  row[at].op = Op::kB;  // a B without its W
+  try {
+    validate(s, "1f1b");
+    FAIL() << "accepted";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("device 5 step " + std::to_string(at)), std::string::npos)
+        << e.what();
+    EXPECT_NE(e.grid().find("-> device 5"), std::string::npos) << e.grid();
+    EXPECT_NE(e.grid().find("[" + format_action(row[at]) + "]"), std::string::npos) << e.grid();
+    EXPECT_NE(e.grid().find(" " + std::to_string(at) + " "), std::string::npos) << e.grid();
+  }
+}
+
+}  // namespace
+}  // namespace pt

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/driver.h"
+#include "cli/schedule_args.h"
 #include "core/error.h"
 
 namespace pt {
@@ -33,6 +34,7 @@ int run_cli(int argc, char** argv) {
   InspectArgs inspect;
   PartitionArgs partition;
   RunArgs forward;
+  ScheduleArgs schedule;
 
   const std::vector<Command> commands = {
       {"ops", "print the table of supported ops", [](CLI::App*) {}, [] { return run_ops(); }},
@@ -74,6 +76,9 @@ int run_cli(int argc, char** argv) {
          c->add_option("--threads,-t", forward.threads, "CPU threads")->check(CLI::PositiveNumber);
        },
        [&] { return run_forward(forward); }},
+      {"schedule", "build or read a pipeline schedule; check, simulate and draw it",
+       [&](CLI::App* c) { add_schedule_options(c, &schedule); },
+       [&] { return run_schedule(schedule); }},
   };
 
   std::vector<std::pair<CLI::App*, const Command*>> subs;

@@ -1,0 +1,254 @@
+// cli/schedule_cmd.cc: `pipetrain schedule`. Costs (unit, --costs or --model) -> a schedule
+// (a generator, auto, or --from-csv) -> validate, lower, simulate -> timeline, CSV, SVG, JSON.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/args.h"
+#include "cli/schedule_args.h"
+#include "core/bytes.h"
+#include "core/error.h"
+#include "onnx_import/import.h"
+#include "partition/cost_model.h"
+#include "partition/partitioner.h"
+#include "schedule/auto.h"
+#include "schedule/generators.h"
+#include "schedule/lower.h"
+#include "schedule/render.h"
+#include "schedule/simulate.h"
+#include "schedule/validate.h"
+
+namespace pt {
+
+void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
+  c->add_option("--kind,-k", a->kind,
+                "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-zb | v-half | v-min | auto");
+  c->add_option("--stages,-s", a->stages, "pipeline stages (devices)")->check(CLI::PositiveNumber);
+  c->add_option("--micro-batches,-m", a->micro_batches, "micro-batches per step")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--chunks,-v", a->chunks, "chunks per device")->check(CLI::PositiveNumber);
+  c->add_option("--costs", a->costs,
+                "F,B,W times of a whole stage (or of each stage in turn: 3 x stages numbers)")
+      ->delimiter(',');
+  c->add_option("--comm", a->comm, "time of one transfer between devices")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--w-keep", a->w_keep, "fraction of F's activations that B leaves for W")
+      ->check(CLI::Range(0.0, 1.0));
+  c->add_option("--model", a->model, "take costs from this ONNX model (FLOPs, saved bytes)");
+  c->add_option("--micro-batch,-b", a->micro_batch, "--model: binds the batch dimension")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--dim", a->dims, "--model: binds a named symbolic dimension: NAME=VALUE");
+  c->add_option("--memory-limit", a->memory_limit,
+                "per device: micro-batches of a stage's activations, or bytes with --model");
+  c->add_option("--csv", a->csv, "write the schedule as CSV");
+  c->add_option("--from-csv", a->from_csv, "read, check and simulate this CSV schedule");
+  c->add_option("--svg", a->svg, "draw the timeline as SVG");
+  c->add_flag("--lowered", a->lowered, "--csv: include sends, receives and the optimizer step");
+  c->add_flag("--json", a->json, "print one JSON object");
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path, "cannot be read", "check the path given to --from-csv");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Temp file + rename, so a failed run leaves nothing half-written.
+void write_atomic(const std::string& path, const std::string& text, const std::string& flag) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out) {
+      std::filesystem::remove(tmp);
+      throw UserError(path, "cannot be written", "choose another " + flag);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp);
+    throw UserError(path, "cannot be written: " + ec.message(), "choose another " + flag);
+  }
+}
+
+// Per-chunk costs from the model: F, B, W in GFLOP and kept activations in bytes, chunk by
+// chunk of the partition into stages x chunks.
+Costs model_costs(const ScheduleArgs& a, int v) {
+  ImportOptions io;
+  io.batch = a.micro_batch;
+  io.dims = parse_dims(a.dims);
+  const Graph g = import_model(a.model, io);
+  const std::vector<NodeCost> nodes = estimate_costs(g);
+  PartitionOptions po;
+  po.stages = a.stages;
+  po.chunks_per_stage = v;
+  const PartitionPlan plan = plan_partition(g, nodes, po);
+  Costs costs;
+  costs.bytes = true;
+  for (const ChunkPlan& c : plan.chunks) {
+    ChunkCost cc;
+    cc.f = cc.b = cc.w = 0;
+    for (int n = c.begin; n < c.end; ++n) {
+      cc.f += nodes[static_cast<size_t>(n)].flops_fwd * 1e-9;
+      cc.b += nodes[static_cast<size_t>(n)].flops_bwd_input * 1e-9;
+      cc.w += nodes[static_cast<size_t>(n)].flops_bwd_weight * 1e-9;
+    }
+    cc.activation = static_cast<double>(c.activation_bytes);
+    costs.chunks.push_back(cc);
+  }
+  return costs;
+}
+
+Costs costs_for(const ScheduleArgs& a, int stages, int v) {
+  Costs costs;
+  if (!a.model.empty()) {
+    costs = model_costs(a, v);
+  } else if (!a.costs.empty()) {
+    const size_t n = a.costs.size();
+    if (n != 3 && n != 3 * static_cast<size_t>(stages))
+      throw UserError("--costs", "has " + std::to_string(n) + " numbers",
+                      "give F,B,W (3 numbers) or F,B,W for each stage (" +
+                          std::to_string(3 * stages) + ")");
+    std::vector<ChunkCost> per_stage;
+    for (int s = 0; s < stages; ++s) {
+      const size_t i = n == 3 ? 0 : 3 * static_cast<size_t>(s);
+      if (a.costs[i] < 0 || a.costs[i + 1] < 0 || a.costs[i + 2] < 0)
+        throw UserError("--costs", "has a negative time", "give times >= 0");
+      per_stage.push_back({a.costs[i], a.costs[i + 1], a.costs[i + 2], 1, 0, 0});
+    }
+    costs = split_stages(per_stage, v);
+  } else {
+    costs = unit_costs(stages, v);
+  }
+  for (ChunkCost& c : costs.chunks) {
+    c.comm = a.comm;
+    c.w_keep = a.w_keep * c.activation;
+  }
+  return costs;
+}
+
+double memory_limit(const ScheduleArgs& a) {
+  if (a.memory_limit.empty()) return 0;
+  if (!a.model.empty()) return static_cast<double>(parse_bytes(a.memory_limit, "--memory-limit"));
+  try {
+    size_t used = 0;
+    const double x = std::stod(a.memory_limit, &used);
+    if (used == a.memory_limit.size() && x > 0) return x;
+  } catch (const std::exception&) {
+  }
+  throw UserError("--memory-limit " + a.memory_limit,
+                  "is not a positive number of micro-batches",
+                  "without --model the limit counts what one micro-batch leaves on a stage, e.g. 4");
+}
+
+struct Planned {
+  Schedule schedule;
+  Costs costs;
+  std::string note;  // what auto chose
+};
+
+Planned plan(const ScheduleArgs& a) {
+  Planned p;
+  if (!a.from_csv.empty()) {
+    if (!a.kind.empty())
+      throw UserError("--from-csv", "takes the schedule from the file", "drop --kind");
+    p.schedule = parse_csv(read_text(a.from_csv), a.from_csv);
+    p.costs = costs_for(a, p.schedule.stages, p.schedule.chunks);
+    return p;
+  }
+  if (a.kind.empty()) throw UserError("", "no schedule given", "pass --kind K or --from-csv FILE");
+  if (a.stages < 1 || a.micro_batches < 1)
+    throw UserError("--kind " + a.kind, "needs --stages and --micro-batches", "");
+  if (a.kind != "auto") {
+    p.schedule = generate(a.kind, a.stages, a.micro_batches, a.chunks);
+    p.costs = costs_for(a, a.stages, p.schedule.chunks);
+    return p;
+  }
+  AutoOptions o;
+  for (int v : a.chunks ? std::vector<int>{a.chunks} : std::vector<int>{1, 2})
+    o.chunkings.push_back(costs_for(a, a.stages, v));
+  o.memory_limit = memory_limit(a);
+  AutoResult r = auto_schedule(a.stages, a.micro_batches, o);
+  p.schedule = r.schedule;
+  p.costs = o.chunkings[0];
+  for (const Costs& c : o.chunkings)
+    if (static_cast<int>(c.chunks.size()) == r.schedule.total_chunks()) p.costs = c;
+  std::ostringstream note;
+  note << "auto: " << r.how << " (" << r.tried << " schedules simulated)\n";
+  if (!r.best_hand_made.empty())
+    note << "best hand-made schedule that fits: " << r.best_hand_made << ", makespan "
+         << r.best_hand_made_makespan << "\n";
+  p.note = note.str();
+  return p;
+}
+
+nlohmann::json to_json(const Schedule& s, const Simulation& sim) {
+  nlohmann::json j;
+  j["kind"] = s.kind;
+  j["stages"] = s.stages;
+  j["micro_batches"] = s.micro_batches;
+  j["chunks"] = s.chunks;
+  j["makespan"] = sim.makespan;
+  j["bubble"] = sim.bubble;
+  j["devices"] = nlohmann::json::array();
+  for (const DeviceReport& r : sim.devices)
+    j["devices"].push_back({{"index", r.index},
+                            {"busy", r.busy},
+                            {"bubble", r.bubble},
+                            {"peak_activations", r.peak_activations},
+                            {"peak_bytes", sim.bytes ? nlohmann::json(r.peak_bytes) : nlohmann::json()}});
+  return j;
+}
+
+int run(const ScheduleArgs& a) {
+  Planned p = plan(a);
+  const std::string where = a.from_csv.empty() ? "--kind " + p.schedule.kind : a.from_csv;
+  const Simulation sim = simulate(p.schedule, p.costs, where);
+  const Schedule lowered = p.schedule.lowered() ? p.schedule : add_send_recv(p.schedule);
+  validate(lowered, where + " (lowered)");
+  const double limit = memory_limit(a);
+  if (limit > 0 && a.kind != "auto")
+    for (const DeviceReport& r : sim.devices) {
+      const double peak = p.costs.bytes ? r.peak_bytes : r.peak_activations;
+      if (peak > limit * (1 + 1e-9))
+        throw UserError(where, "device " + std::to_string(r.index) + " keeps " +
+                                   std::to_string(peak) + " at its peak, over --memory-limit " +
+                                   a.memory_limit,
+                        "choose a kind with less memory, or --kind auto");
+    }
+  if (!a.csv.empty()) write_atomic(a.csv, format_csv(a.lowered ? lowered : p.schedule), "--csv");
+  if (!a.svg.empty()) write_atomic(a.svg, svg_timeline(p.schedule, sim), "--svg");
+  if (a.json) {
+    std::cout << to_json(p.schedule, sim).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "schedule " << p.schedule.kind << ": " << p.schedule.stages << " stages, "
+            << p.schedule.micro_batches << " micro-batches, " << p.schedule.chunks
+            << " chunk(s) per device, placement " << placement_name(p.schedule.placement)
+            << (p.costs.bytes ? "; times in GFLOP" : "") << "\n"
+            << p.note << ascii_timeline(p.schedule, sim);
+  return 0;
+}
+
+}  // namespace
+
+int run_schedule(const ScheduleArgs& a) {
+  try {
+    return run(a);
+  } catch (const ScheduleError& e) {
+    std::cout << e.grid();  // the grid above the one-line error
+    throw;
+  }
+}
+
+}  // namespace pt

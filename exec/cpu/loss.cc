@@ -149,7 +149,8 @@ std::optional<LossRows> loss_rows(const KernelSpec& s, size_t logits, size_t tar
     if (!s.has_input(i)) return std::nullopt;
   const TensorType &x = s.inputs[logits], &t = s.inputs[target], &sc = s.inputs[scale];
   if (x.dtype != DType::kFloat32 || x.shape.empty() || x.shape.back() < 1 ||
-      t.dtype != DType::kInt64 || t.shape != std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1) ||
+      t.dtype != DType::kInt64 ||
+      t.shape != std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1) ||
       sc.dtype != DType::kFloat32 || sc.numel() != 1)
     return std::nullopt;
   return LossRows{"SoftmaxCrossEntropy node '" + s.node.name + "'", t.numel(), x.shape.back(),

@@ -232,8 +232,11 @@ std::unique_ptr<Kernel> make_pad(const KernelSpec& s) {
     if (s.has_input(2)) {
       if (s.inputs[2].dtype != dtype_of<T>() || s.inputs[2].numel() != 1) return nullptr;
       const Tensor* c = s.constant(2);
-      if (c) value = c->as<T>()[0];
-      else value_input = 2;
+      if (c) {
+        value = c->as<T>()[0];
+      } else {
+        value_input = 2;
+      }
     }
     return std::make_unique<PadKernel<T>>(s.inputs[0].shape, s.outputs[0].shape, *begin, value,
                                           value_input, s.cpu->threads);

@@ -249,16 +249,19 @@ void add_pool(std::vector<PortableCase>& out) {
       {"dilated", {2, 3, 8, 8}, {2, 2}, {1, 1}, {1, 1, 0, 0}, {2, 2}, 0, 0, 0.f},
       {"pool1d", {2, 3, 10}, {3}, {2}, {1, 1}, {1}, 0, 0, 0.f},
   };
+  // The attributes both pooling ops take, and dY's shape.
+  const auto attrs = [](const Pool& p) {
+    return Attrs{{"kernel_shape", p.kernel}, {"strides", p.strides}, {"pads", p.pads},
+                 {"ceil_mode", p.ceil_mode}};
+  };
+  const auto dy_shape = [](const Pool& p) {
+    return window_shape(p.x, p.x[1], p.kernel, p.strides, p.dilations, p.pads, p.ceil_mode);
+  };
   for (const Pool& p : max_pools) {
-    const Dims y = window_shape(p.x, p.x[1], p.kernel, p.strides, p.dilations, p.pads, p.ceil_mode);
-    out.push_back({std::string("max_pool_grad.") + p.name,
-                   "MaxPoolGrad",
-                   {{"kernel_shape", p.kernel},
-                    {"strides", p.strides},
-                    {"pads", p.pads},
-                    {"dilations", p.dilations},
-                    {"ceil_mode", p.ceil_mode}},
-                   {{"dY", uniform(y, 51)}, {"X", uniform(p.x, 52, -2, 2, p.step)}},
+    Attrs a = attrs(p);
+    a["dilations"] = p.dilations;
+    out.push_back({std::string("max_pool_grad.") + p.name, "MaxPoolGrad", a,
+                   {{"dY", uniform(dy_shape(p), 51)}, {"X", uniform(p.x, 52, -2, 2, p.step)}},
                    {{"dX", f32(p.x)}}});
   }
   const std::vector<Pool> average_pools = {
@@ -272,17 +275,11 @@ void add_pool(std::vector<PortableCase>& out) {
       {"floor_drop", {2, 3, 9, 9}, {2, 2}, {3, 3}, {0, 0, 0, 0}, {1, 1}, 0, 0, 0.f},
   };
   for (const Pool& p : average_pools) {
-    const Dims y = window_shape(p.x, p.x[1], p.kernel, p.strides, p.dilations, p.pads, p.ceil_mode);
-    out.push_back({std::string("average_pool_grad.") + p.name,
-                   "AveragePoolGrad",
-                   {{"kernel_shape", p.kernel},
-                    {"strides", p.strides},
-                    {"pads", p.pads},
-                    {"ceil_mode", p.ceil_mode},
-                    {"count_include_pad", p.count_include_pad},
-                    {"input_shape", p.x}},
-                   {{"dY", uniform(y, 53)}},
-                   {{"dX", f32(p.x)}}});
+    Attrs a = attrs(p);
+    a["count_include_pad"] = p.count_include_pad;
+    a["input_shape"] = p.x;
+    out.push_back({std::string("average_pool_grad.") + p.name, "AveragePoolGrad", a,
+                   {{"dY", uniform(dy_shape(p), 53)}}, {{"dX", f32(p.x)}}});
   }
 }
 

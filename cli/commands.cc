@@ -12,6 +12,17 @@
 namespace pt {
 namespace {
 
+void add_backward_args(CLI::App* cmd, BackwardArgs* b) {
+  cmd->add_option("--loss", b->loss, "cross_entropy | mse | model (the output is the loss)");
+  cmd->add_option("--loss-output", b->loss_output, "model output the loss reads (default: first)");
+  cmd->add_option("--ignore-index", b->ignore_index, "cross_entropy: targets equal to it count nowhere");
+  cmd->add_option("--recompute", b->recompute,
+                  "none | full | every:N | selective | budget:BYTES; one, or one per stage "
+                  "separated by commas");
+  cmd->add_option("--frozen", b->frozen, "parameters (names or globs) that get no gradient")
+      ->delimiter(',');
+}
+
 void add_model_args(CLI::App* cmd, ModelArgs* m) {
   cmd->add_option("model", m->model, "ONNX model file")->required();
   cmd->add_option("--micro-batch,-b", m->micro_batch, "binds the batch dimension")
@@ -34,6 +45,7 @@ int run_cli(int argc, char** argv) {
   InspectArgs inspect;
   PartitionArgs partition;
   RunArgs forward;
+  GradArgs grad;
   ScheduleArgs schedule;
 
   const std::vector<Command> commands = {
@@ -65,6 +77,12 @@ int run_cli(int argc, char** argv) {
              ->check(CLI::PositiveNumber);
          c->add_option("--export", partition.export_dir, "write stage_K.onnx files here");
          c->add_flag("--json", partition.json, "print one JSON object");
+         c->add_flag("--backward", partition.backward,
+                     "also build each stage's F, B (input gradients) and W (weight gradients); "
+                     "with --export writes stage_K_fwd/_bwd_input/_bwd_weight.onnx");
+         c->add_flag("--portable", partition.portable,
+                     "export backward graphs in standard ONNX ops only (onnxruntime runs them)");
+         add_backward_args(c, &partition.bwd);
        },
        [&] { return run_partition(partition); }},
       {"run", "forward inference on the CPU; every output written as .npy",
@@ -76,6 +94,23 @@ int run_cli(int argc, char** argv) {
          c->add_option("--threads,-t", forward.threads, "CPU threads")->check(CLI::PositiveNumber);
        },
        [&] { return run_forward(forward); }},
+      {"grad", "one step's loss and parameter gradients on the CPU, written as .npy",
+       [&](CLI::App* c) {
+         c->add_option("model", grad.model, "ONNX model file")->required();
+         c->add_option("--input,-i", grad.inputs, "NAME=FILE.npy, the global batch (repeatable)")
+             ->required();
+         c->add_option("--target", grad.target, ".npy of class indices (int64) or targets")
+             ->required();
+         c->add_option("--dim", grad.dims, "binds a named symbolic dimension: NAME=VALUE");
+         c->add_option("--stages,-s", grad.stages, "pipeline stages")->check(CLI::PositiveNumber);
+         c->add_option("--micro-batches,-m", grad.micro_batches, "split the batch into these")
+             ->check(CLI::PositiveNumber);
+         c->add_option("--threads,-t", grad.threads, "CPU threads")->check(CLI::PositiveNumber);
+         c->add_option("--output,-o", grad.output_dir, "folder for loss.npy and the gradients")
+             ->required();
+         add_backward_args(c, &grad.bwd);
+       },
+       [&] { return run_grad(grad); }},
       {"schedule", "build or read a pipeline schedule; check, simulate and draw it",
        [&](CLI::App* c) { add_schedule_options(c, &schedule); },
        [&] { return run_schedule(schedule); }},

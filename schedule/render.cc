@@ -69,6 +69,18 @@ char glyph(const Schedule& s, const Action& a) {
   }
 }
 
+std::string escape_xml(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '&') out += "&amp;";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
 std::string format_number(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", x);
@@ -111,7 +123,7 @@ std::string svg_timeline(const Schedule& s, const Simulation& sim) {
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLabel + kWidth + 10
       << "\" height=\"" << kTop + kRow * s.stages + 10 << "\" font-family=\"monospace\" "
       << "font-size=\"11\">\n";
-  out << "<text x=\"4\" y=\"18\">" << s.kind << ": " << s.stages << " stages, "
+  out << "<text x=\"4\" y=\"18\">" << escape_xml(s.kind) << ": " << s.stages << " stages, "
       << s.micro_batches << " micro-batches, " << s.chunks << " chunk(s) per device; makespan "
       << format_number(sim.makespan) << ", bubble " << format_number(sim.bubble) << "</text>\n";
   for (size_t d = 0; d < sim.timeline.size(); ++d) {

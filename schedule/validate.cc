@@ -177,13 +177,17 @@ class Validator {
     if (w.complete()) return;
     std::vector<GridMark> marks;
     std::string what = "deadlock:";
+    constexpr size_t kNamed = 3;  // the line names this many waiting devices, then counts
     for (int d = 0; d < s_.stages; ++d) {
       const int step = w.stuck[static_cast<size_t>(d)];
       if (step < 0) continue;
       marks.push_back({d, step});
-      what += (marks.size() > 1 ? ";" : "") + std::string(" ") + cell(d, step) + " waits for " +
-              w.waits_for[static_cast<size_t>(d)];
+      if (marks.size() <= kNamed)
+        what += (marks.size() > 1 ? ";" : "") + std::string(" ") + cell(d, step) +
+                " waits for " + w.waits_for[static_cast<size_t>(d)];
     }
+    if (marks.size() > kNamed)
+      what += "; " + std::to_string(marks.size() - kNamed) + " more devices wait";
     fail(marks, what);
   }
 

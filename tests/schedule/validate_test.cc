@@ -41,53 +41,58 @@ Failure check(const std::string& csv) {
 
 constexpr const char* kFix = "; the device x step grid marks where";
 
+// The one-line message, and the grid with exactly these cells bracketed.
+void expect_rejected(const std::string& csv, const std::string& message,
+                     const std::vector<std::string>& marked) {
+  const Failure f = check(csv);
+  EXPECT_EQ(f.message, "bad.csv: " + message + kFix);
+  size_t brackets = 0;
+  for (size_t i = f.grid.find('['); i != std::string::npos; i = f.grid.find('[', i + 1)) ++brackets;
+  EXPECT_EQ(brackets, marked.size()) << f.grid;
+  for (const std::string& cell : marked)
+    EXPECT_NE(f.grid.find("[" + cell + "]"), std::string::npos) << cell << "\n" << f.grid;
+}
+
 TEST(Validate, RejectsAMissingW) {
-  const Failure f = check("# stages: 2\n0F0,0F1,0B0,0W0,0B1\n1F0,1B0,1W0,1F1,1B1,1W1\n");
-  EXPECT_EQ(f.message, std::string("bad.csv: device 0 step 4 (0B1) has no 0W1") + kFix);
-  EXPECT_NE(f.grid.find("[0B1]"), std::string::npos) << f.grid;
-  EXPECT_NE(f.grid.find("-> device 0"), std::string::npos) << f.grid;
-  EXPECT_EQ(f.grid.find("-> device 1"), std::string::npos) << f.grid;
+  expect_rejected("# stages: 2\n0F0,0F1,0B0,0W0,0B1\n1F0,1B0,1W0,1F1,1B1,1W1\n",
+                  "device 0 step 4 (0B1) has no 0W1", {"0B1"});
+  EXPECT_NE(check("0F0,0B0\n").grid.find("-> device 0"), std::string::npos);
 }
 
 TEST(Validate, RejectsAReceiveBeforeItsSendCanHappen) {
   // Device 1 waits for 0's activations before sending the gradient device 0 needs first.
-  const Failure f = check(
-      "0F0,0SF0,0RB0,0BW0,0F1,0SF1,0RB1,0BW1\n"
-      "1RF1,1F1,1BW1,1SB1,1RF0,1F0,1BW0,1SB0\n");
-  EXPECT_EQ(f.message, std::string("bad.csv: deadlock: device 0 step 2 (0RB0) waits for 1SB0 "
-                                   "on device 1; device 1 step 0 (1RF1) waits for 0SF1 on "
-                                   "device 0") + kFix);
-  EXPECT_NE(f.grid.find("[0RB0]"), std::string::npos) << f.grid;
-  EXPECT_NE(f.grid.find("[1RF1]"), std::string::npos) << f.grid;
+  expect_rejected("0F0,0SF0,0RB0,0BW0,0F1,0SF1,0RB1,0BW1\n"
+                  "1RF1,1F1,1BW1,1SB1,1RF0,1F0,1BW0,1SB0\n",
+                  "deadlock: device 0 step 2 (0RB0) waits for 1SB0 on device 1; device 1 step "
+                  "0 (1RF1) waits for 0SF1 on device 0",
+                  {"0RB0", "1RF1"});
 }
 
 TEST(Validate, RejectsACrossDeviceDeadlockInACompiledSchedule) {
-  // Device 0 runs micro-batch 1's backward before 0's, device 1 the other way round, and
-  // device 0 never sends micro-batch 1's forward before it waits: a cycle between devices.
-  const Failure f = check("0F0,0BW0,0F1,0BW1\n1F1,1BW1,1F0,1BW0\n");
-  EXPECT_EQ(f.message, std::string("bad.csv: deadlock: device 0 step 1 (0BW0) waits for 1B0 "
-                                   "on device 1; device 1 step 0 (1F1) waits for 0F1 on "
-                                   "device 0") + kFix);
-  EXPECT_NE(f.grid.find("[0BW0]"), std::string::npos) << f.grid;
-  EXPECT_NE(f.grid.find("[1F1]"), std::string::npos) << f.grid;
+  // Device 0 runs micro-batch 0's backward first, device 1 micro-batch 1's forward first:
+  // each waits for the other.
+  expect_rejected("0F0,0BW0,0F1,0BW1\n1F1,1BW1,1F0,1BW0\n",
+                  "deadlock: device 0 step 1 (0BW0) waits for 1B0 on device 1; device 1 step 0 "
+                  "(1F1) waits for 0F1 on device 0",
+                  {"0BW0", "1F1"});
 }
 
 TEST(Validate, RejectsOrderAndPlacementErrors) {
-  EXPECT_EQ(check("0B0,0F0,0W0\n").message,
-            std::string("bad.csv: device 0 step 0 (0B0) comes before its F (0F0)") + kFix);
-  EXPECT_EQ(check("0F0,0BW0\n0F0,1BW0\n").message,
-            std::string("bad.csv: device 1 step 0 (0F0): chunk 0 is on device 0, not 1") + kFix);
-  EXPECT_EQ(check("0F0,0BW0,0F0\n").message,
-            std::string("bad.csv: device 0 step 2 (0F0) repeats step 0") + kFix);
-  EXPECT_EQ(check("# micro_batches: 2\n0F0,0BW0\n").message,
-            std::string("bad.csv: device 0 has no 0F1") + kFix);
-  EXPECT_EQ(check("0F0,0B0,0W0,0BW0\n").message,
-            std::string("bad.csv: device 0 step 3 (0BW0) is fused, but B or W of micro-batch 0 also appears") + kFix);
-  EXPECT_EQ(check("0F0,0BW0,STEP\n1F0,1BW0\n").message,
-            std::string("bad.csv: device 1 has no STEP at its end, while other devices do") + kFix);
-  // Lowered (has sends) but the receive of device 1's input is missing.
-  EXPECT_EQ(check("0F0,0SF0,0RB0,0BW0\n1F0,1BW0,1SB0\n").message,
-            std::string("bad.csv: device 1 step 0 (1F0): the schedule has sends and receives but no 1RF0 on device 1") + kFix);
+  const std::pair<const char*, const char*> cases[] = {
+      {"0B0,0F0,0W0\n", "device 0 step 0 (0B0) comes before its F (0F0)"},
+      {"0F0,0BW0\n0F0,1BW0\n", "device 1 step 0 (0F0): chunk 0 is on device 0, not 1"},
+      {"0F0,0BW0,0F0\n", "device 0 step 2 (0F0) repeats step 0"},
+      {"# micro_batches: 2\n0F0,0BW0\n", "device 0 has no 0F1"},
+      {"0F0,0B0,0W0,0BW0\n",
+       "device 0 step 3 (0BW0) is fused, but B or W of micro-batch 0 also appears"},
+      {"0F0,0BW0,STEP\n1F0,1BW0\n",
+       "device 1 has no STEP at its end, while other devices do"},
+      // Lowered (it has sends) but the receive of device 1's input is missing.
+      {"0F0,0SF0,0RB0,0BW0\n1F0,1BW0,1SB0\n",
+       "device 1 step 0 (1F0): the schedule has sends and receives but no 1RF0 on device 1"},
+  };
+  for (const auto& [csv, message] : cases)
+    EXPECT_EQ(check(csv).message, "bad.csv: " + std::string(message) + kFix) << csv;
 }
 
 TEST(Validate, GridMarksTheStepOnLargeSchedules) {

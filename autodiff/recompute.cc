@@ -53,9 +53,15 @@ std::string RecomputePolicy::str() const {
 
 namespace {
 
-// Outputs worth keeping under `selective`: the FLOP-heavy ops.
-bool expensive(const Node& n) {
-  return n.op_type == "MatMul" || n.op_type == "Gemm" || n.op_type == "Conv";
+// Outputs worth keeping under `selective`: matrix products and convolutions with a weight. A
+// product of two activations (attention's Q K^T and P V) is recomputed with the softmax between
+// them: its output is large (sequence^2 per head) for few FLOPs per byte, which is Megatron-LM's
+// reason to recompute the attention core.
+bool expensive(const Graph& g, const Node& n) {
+  if (n.op_type != "MatMul" && n.op_type != "Gemm" && n.op_type != "Conv") return false;
+  for (ValueId v : n.inputs)
+    if (v != kNoValue && g.value(v).is_initializer()) return true;
+  return false;
 }
 
 bool activation(const Graph& g, ValueId v) { return !g.value(v).is_initializer(); }
@@ -105,7 +111,7 @@ std::vector<bool> offer_of(const Graph& g, const std::vector<ValueId>& values) {
 std::vector<bool> offer_expensive(const Graph& g) {
   std::vector<bool> offer(g.values.size(), false);
   for (const Node& n : g.nodes)
-    if (expensive(n))
+    if (expensive(g, n))
       for (ValueId o : n.outputs)
         if (o != kNoValue) offer[static_cast<size_t>(o)] = true;
   return offer;

@@ -7,8 +7,9 @@
 //   full        keep only the chunk's inputs; B re-runs the forward
 //   every:N     keep every N-th checkpoint (a tensor that alone is live between two nodes, such as
 //               the residual stream between blocks), recompute between them (Chen et al.)
-//   selective   keep matmul and convolution outputs, recompute the cheap and large: element-wise,
-//               softmax, normalisation and data movement (Megatron-LM's selective recompute)
+//   selective   keep the outputs of matmuls and convolutions with a weight; recompute the cheap
+//               and large: element-wise, softmax, normalisation, data movement, and products of
+//               two activations (attention's core, as in Megatron-LM's selective recompute)
 //   budget:B    the kept set within B bytes per micro-batch with the least recompute FLOPs found
 //               among the policies above and greedy additions to the best of them
 #pragma once

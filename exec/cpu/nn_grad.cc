@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/cpu/cpu_kernels.h"
@@ -78,64 +79,34 @@ dnnl::convolution_forward::primitive_desc conv_hint(const ConvGeometry& g,
       engine);
 }
 
-// Data at output 0, laid out plainly as `plain`, written by a step that produces `chosen`:
-// the output itself when the layouts agree, else scratch reordered out after the step.
-Place output_place(DnnlKernel& k, const memory::desc& chosen, const memory::desc& plain) {
-  return same_bytes(chosen, plain) ? Place{Place::kOutput, 0} : k.reserve(chosen.get_size());
-}
-
-void reorder_to_output(DnnlKernel& k, Place from, const memory::desc& chosen,
-                       const memory::desc& plain) {
-  if (from.kind != Place::kOutput) k.add_reorder(from, chosen, {Place::kOutput, 0}, plain);
-}
-
-// dX = ConvGradInput(dY, W): convolution_backward_data. dY and W are reordered into the
-// primitive's layouts where they differ from the plain ones, dX out of it.
-std::unique_ptr<Kernel> build_conv_grad_input(const KernelSpec& s, const ConvGeometry& g) {
+// One convolution backward primitive (Prim: convolution_backward_data or _weights), both of
+// whose descs take (X, W, dY) layouts in that order. dY (input 0) and the other operand (input 1,
+// bound as in_arg, plain dims `in`) are reordered into the primitive's layouts where those differ
+// from the plain ones; the result (out_arg, plain dims `out`) is reordered out to output 0.
+template <class Prim>
+std::unique_ptr<Kernel> build_conv_backward(const KernelSpec& s, const ConvGeometry& g, int in_arg,
+                                            const Dims& in, int out_arg, const Dims& out) {
   auto k = std::make_unique<DnnlKernel>(*s.cpu);
   const Window& w = g.window;
-  const memory::desc dx_md = plain_desc(DType::kFloat32, g.x);
-  const memory::desc dy_md = plain_desc(DType::kFloat32, g.y);
-  const memory::desc w_md = plain_desc(DType::kFloat32, g.w_grouped);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::convolution_backward_data::primitive_desc pd(
+  const typename Prim::primitive_desc pd(
       {dnnl::algorithm::convolution_direct, conv_layout(g, g.x), conv_layout(g, g.w_grouped),
        conv_layout(g, g.y), w.strides, w.dilation, w.pad_l, w.pad_r},
       attr, k->engine(), conv_hint(g, k->engine()));
-  const Place dyp = k->reordered({Place::kInput, 0}, dy_md, pd.diff_dst_desc());
-  const Place wp = k->reordered({Place::kInput, 1}, w_md, pd.weights_desc());
-  const Place dxp = output_place(*k, pd.diff_src_desc(), dx_md);
-  k->add_step(dnnl::convolution_backward_data(pd), pd.scratchpad_desc(),
-              {{DNNL_ARG_DIFF_DST, pd.diff_dst_desc(), dyp},
-               {DNNL_ARG_WEIGHTS, pd.weights_desc(), wp},
-               {DNNL_ARG_DIFF_SRC, pd.diff_src_desc(), dxp}});
-  reorder_to_output(*k, dxp, pd.diff_src_desc(), dx_md);
-  return k;
-}
-
-// dW = ConvGradWeight(dY, X): convolution_backward_weights (no bias gradient: autodiff reduces
-// dY for that), with the same reorders.
-std::unique_ptr<Kernel> build_conv_grad_weight(const KernelSpec& s, const ConvGeometry& g) {
-  auto k = std::make_unique<DnnlKernel>(*s.cpu);
-  const Window& w = g.window;
-  const memory::desc x_md = plain_desc(DType::kFloat32, g.x);
-  const memory::desc dy_md = plain_desc(DType::kFloat32, g.y);
-  const memory::desc dw_md = plain_desc(DType::kFloat32, g.w_grouped);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::convolution_backward_weights::primitive_desc pd(
-      {dnnl::algorithm::convolution_direct, conv_layout(g, g.x), conv_layout(g, g.w_grouped),
-       conv_layout(g, g.y), w.strides, w.dilation, w.pad_l, w.pad_r},
-      attr, k->engine(), conv_hint(g, k->engine()));
-  const Place dyp = k->reordered({Place::kInput, 0}, dy_md, pd.diff_dst_desc());
-  const Place xp = k->reordered({Place::kInput, 1}, x_md, pd.src_desc());
-  const Place dwp = output_place(*k, pd.diff_weights_desc(), dw_md);
-  k->add_step(dnnl::convolution_backward_weights(pd), pd.scratchpad_desc(),
-              {{DNNL_ARG_DIFF_DST, pd.diff_dst_desc(), dyp},
-               {DNNL_ARG_SRC, pd.src_desc(), xp},
-               {DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc(), dwp}});
-  reorder_to_output(*k, dwp, pd.diff_weights_desc(), dw_md);
+  const auto chosen = [&](int arg) { return pd.query_md(dnnl::query::exec_arg_md, arg); };
+  const memory::desc out_md = plain_desc(DType::kFloat32, out);
+  const Place dyp = k->reordered({Place::kInput, 0}, plain_desc(DType::kFloat32, g.y),
+                                 chosen(DNNL_ARG_DIFF_DST));
+  const Place inp =
+      k->reordered({Place::kInput, 1}, plain_desc(DType::kFloat32, in), chosen(in_arg));
+  const bool out_plain = same_bytes(chosen(out_arg), out_md);
+  const Place outp = out_plain ? Place{Place::kOutput, 0} : k->reserve(chosen(out_arg).get_size());
+  k->add_step(Prim(pd), pd.scratchpad_desc(),
+              {{DNNL_ARG_DIFF_DST, chosen(DNNL_ARG_DIFF_DST), dyp},
+               {in_arg, chosen(in_arg), inp},
+               {out_arg, chosen(out_arg), outp}});
+  if (!out_plain) k->add_reorder(outp, chosen(out_arg), {Place::kOutput, 0}, out_md);
   return k;
 }
 
@@ -181,15 +152,23 @@ std::unique_ptr<Kernel> build_average_pool_grad(const KernelSpec& s, dnnl::algor
   return k;
 }
 
-// One spatial dim of a window op, in ONNX's terms (dilation 1 is dense).
+// One spatial dim of a window op, resolved per output position o: its window's first input
+// index start[o] (negative in the leading padding), and the kernel taps [lo[o], hi[o]) that fall
+// inside the input. The default is a size-1 dim with a 1-tap kernel.
 struct PoolDim {
-  int64_t in = 1, out = 1, kernel = 1, stride = 1, dilation = 1, pad = 0;
+  int64_t in = 1, out = 1, dilation = 1;
+  std::vector<int64_t> start{0}, lo{0}, hi{1};
 
-  // Kernel taps [lo, hi) of output position o that fall inside the input.
-  void taps(int64_t o, int64_t* lo, int64_t* hi) const {
-    const int64_t start = o * stride - pad;
-    *lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
-    *hi = in > start ? std::min(kernel, (in - start + dilation - 1) / dilation) : 0;
+  PoolDim() = default;
+  PoolDim(int64_t in_size, int64_t out_size, int64_t kernel, int64_t stride, int64_t dil,
+          int64_t pad)
+      : in(in_size), out(out_size), dilation(dil), start(out_size), lo(out_size), hi(out_size) {
+    for (int64_t o = 0; o < out; ++o) {
+      const int64_t s = o * stride - pad;
+      start[o] = s;
+      lo[o] = s >= 0 ? 0 : (-s + dil - 1) / dil;
+      hi[o] = in > s ? std::min(kernel, (in - s + dil - 1) / dil) : 0;
+    }
   }
 };
 
@@ -199,7 +178,7 @@ struct PoolDim {
 class MaxPoolGrad final : public Kernel {
  public:
   MaxPoolGrad(int64_t planes, std::array<PoolDim, 3> dims, int threads)
-      : planes_(planes), d_(dims), threads_(threads) {}
+      : planes_(planes), d_(std::move(dims)), threads_(threads) {}
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const int64_t in_size = d_[0].in * d_[1].in * d_[2].in;
@@ -226,27 +205,27 @@ class MaxPoolGrad final : public Kernel {
   }
 
   // Offset of the first maximum of the window at (od, oh, ow), or -1 when it holds no input.
+  // The running maximum starts at the window's first cell and moves only on a strictly greater
+  // value, by selects rather than branches (random data mispredicts every other compare).
   int64_t first_max(const float* x, int64_t od, int64_t oh, int64_t ow) const {
-    int64_t lo[3], hi[3];
-    d_[0].taps(od, &lo[0], &hi[0]);
-    d_[1].taps(oh, &lo[1], &hi[1]);
-    d_[2].taps(ow, &lo[2], &hi[2]);
-    int64_t best_at = -1;
-    float best = 0.f;
-    for (int64_t kd = lo[0]; kd < hi[0]; ++kd) {
-      const int64_t id = od * d_[0].stride - d_[0].pad + kd * d_[0].dilation;
-      for (int64_t kh = lo[1]; kh < hi[1]; ++kh) {
-        const int64_t ih = oh * d_[1].stride - d_[1].pad + kh * d_[1].dilation;
-        const int64_t row = (id * d_[1].in + ih) * d_[2].in;
-        for (int64_t kw = lo[2]; kw < hi[2]; ++kw) {
-          const int64_t at = row + ow * d_[2].stride - d_[2].pad + kw * d_[2].dilation;
-          if (best_at < 0 || x[at] > best) {
-            best = x[at];
-            best_at = at;
-          }
+    const PoolDim &pd = d_[0], &ph = d_[1], &pw = d_[2];
+    if (pd.lo[od] >= pd.hi[od] || ph.lo[oh] >= ph.hi[oh] || pw.lo[ow] >= pw.hi[ow]) return -1;
+    const auto cell = [&](int64_t kd, int64_t kh) {
+      const int64_t id = pd.start[od] + kd * pd.dilation, ih = ph.start[oh] + kh * ph.dilation;
+      return (id * ph.in + ih) * pw.in + pw.start[ow];
+    };
+    int64_t best_at = cell(pd.lo[od], ph.lo[oh]) + pw.lo[ow] * pw.dilation;
+    float best = x[best_at];
+    for (int64_t kd = pd.lo[od]; kd < pd.hi[od]; ++kd)
+      for (int64_t kh = ph.lo[oh]; kh < ph.hi[oh]; ++kh) {
+        const int64_t row = cell(kd, kh);
+        for (int64_t kw = pw.lo[ow]; kw < pw.hi[ow]; ++kw) {
+          const int64_t at = row + kw * pw.dilation;
+          const bool greater = x[at] > best;
+          best = greater ? x[at] : best;
+          best_at = greater ? at : best_at;
         }
       }
-    }
     return best_at;
   }
 
@@ -262,7 +241,11 @@ std::unique_ptr<Kernel> make_conv_grad_input(const KernelSpec& s) {
   if (!two_to_one_float(s, "input_shape")) return nullptr;
   const auto g = conv_geometry(s.node, s.outputs[0].shape, s.inputs[1].shape, s.inputs[0].shape);
   if (!g) return nullptr;
-  return build_or_null(s, [&] { return build_conv_grad_input(s, *g); });
+  // dX = ConvGradInput(dY, W): backward data, W bound as the weights.
+  return build_or_null(s, [&] {
+    return build_conv_backward<dnnl::convolution_backward_data>(
+        s, *g, DNNL_ARG_WEIGHTS, g->w_grouped, DNNL_ARG_DIFF_SRC, g->x);
+  });
 }
 
 // ConvGradWeight(dY, X) -> dW, attributes of Conv plus weight_shape (W's shape).
@@ -270,7 +253,12 @@ std::unique_ptr<Kernel> make_conv_grad_weight(const KernelSpec& s) {
   if (!two_to_one_float(s, "weight_shape")) return nullptr;
   const auto g = conv_geometry(s.node, s.inputs[1].shape, s.outputs[0].shape, s.inputs[0].shape);
   if (!g) return nullptr;
-  return build_or_null(s, [&] { return build_conv_grad_weight(s, *g); });
+  // dW = ConvGradWeight(dY, X): backward weights, X bound as the src (no bias gradient:
+  // autodiff reduces dY for that).
+  return build_or_null(s, [&] {
+    return build_conv_backward<dnnl::convolution_backward_weights>(
+        s, *g, DNNL_ARG_SRC, g->x, DNNL_ARG_DIFF_WEIGHTS, g->w_grouped);
+  });
 }
 
 // AveragePoolGrad(dY) -> dX, attributes of AveragePool plus input_shape. As in the forward
@@ -302,9 +290,9 @@ std::unique_ptr<Kernel> make_max_pool_grad(const KernelSpec& s) {
   const size_t r = x.size() - 2, lead = 3 - r;
   std::array<PoolDim, 3> dims;
   for (size_t i = 0; i < r; ++i)
-    dims[lead + i] = {x[i + 2], s.inputs[0].shape[i + 2], w->kernel[i], w->strides[i],
-                      w->dilation[i] + 1, w->pad_l[i]};
-  return std::make_unique<MaxPoolGrad>(x[0] * x[1], dims, s.cpu->threads);
+    dims[lead + i] = PoolDim(x[i + 2], s.inputs[0].shape[i + 2], w->kernel[i], w->strides[i],
+                             w->dilation[i] + 1, w->pad_l[i]);
+  return std::make_unique<MaxPoolGrad>(x[0] * x[1], std::move(dims), s.cpu->threads);
 }
 
 }  // namespace pt::cpu

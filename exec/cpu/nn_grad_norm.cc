@@ -75,35 +75,27 @@ class LayerNormGrad final : public Kernel {
   }
 
  private:
-  // dX of row r, and its dY * xhat and dY added into ps and pb.
-  void row(std::span<const Buffer> in, float* dx_all, int64_t r, float* ps, float* pb) const {
+  // dX of row r, and its dY * xhat and dY added into ps and pb (this chunk's partial rows in
+  // scratch, apart from every buffer: restrict lets the last loop vectorise).
+  void row(std::span<const Buffer> in, float* dx_all, int64_t r, float* __restrict ps,
+           float* __restrict pb) const {
     const float* dy = in[0].as<const float>() + r * inner_;
     const float* x = in[1].as<const float>() + r * inner_;
     const float* scale = in[2].as<const float>();
     const float mean = in[3].as<const float>()[r], istd = in[4].as<const float>()[r];
     float* dx = dx_all + r * inner_;
-    // sum_A g and sum_A g * xhat, in interleaved lanes folded in double
-    float lg[kLanes] = {}, lgx[kLanes] = {};
-    double sg = 0, sgx = 0;
-    int64_t j = 0;
-    for (; j + kLanes <= inner_; j += kLanes)
-      for (int k = 0; k < kLanes; ++k) {
-        const float g = dy[j + k] * scale[j + k];
-        lg[k] += g;
-        lgx[k] += g * ((x[j + k] - mean) * istd);
-      }
-    for (; j < inner_; ++j) {
+    // sum_A g and sum_A g * xhat: an OpenMP simd reduction (a fixed lane split for a given
+    // build; the lane arrays of lane_sum did not stay in registers with two sums)
+    float sg = 0.f, sgx = 0.f;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int64_t j = 0; j < inner_; ++j) {
       const float g = dy[j] * scale[j];
       sg += g;
       sgx += g * ((x[j] - mean) * istd);
     }
-    for (int k = 0; k < kLanes; ++k) {
-      sg += lg[k];
-      sgx += lgx[k];
-    }
     const float mg = static_cast<float>(sg / double(inner_));
     const float mgx = static_cast<float>(sgx / double(inner_));
-    for (j = 0; j < inner_; ++j) {
+    for (int64_t j = 0; j < inner_; ++j) {
       const float xhat = (x[j] - mean) * istd;
       dx[j] = istd * (dy[j] * scale[j] - mg - xhat * mgx);
       ps[j] += dy[j] * xhat;

@@ -193,6 +193,7 @@ int run_grad(const GradArgs& a) {
     feeds[kLossScale] = scalar_f32(scale);
     for (ValueId v : chunks.front().forward.inputs) {
       const Value& val = chunks.front().forward.value(v);
+      if (val.name == kLossTarget || val.name == kLossScale) continue;  // checked below
       auto it = feeds.find(val.name);
       if (it == feeds.end())
         throw UserError(a.model + ": input '" + val.name + "'", "is not given",

@@ -175,4 +175,80 @@ TEST(CliErrors, FailedExportWritesNothing) {
   EXPECT_FALSE(fs::exists(dir));
 }
 
+pt::Tensor int64_npy_data(const std::vector<int64_t>& shape, int64_t value) {
+  pt::Tensor t;
+  t.type = pt::TensorType{pt::DType::kInt64, shape};
+  t.data.resize(static_cast<size_t>(t.type.bytes()));
+  for (int64_t i = 0; i < t.type.numel(); ++i) t.as<int64_t>()[i] = value;
+  return t;
+}
+
+fs::path int64_npy(const std::string& name, const std::vector<int64_t>& shape, int64_t value) {
+  const fs::path p = fs::temp_directory_path() / name;
+  pt::write_npy(int64_npy_data(shape, value), p.string());
+  return p;
+}
+
+TEST(Cli, GradWritesLossAndEveryParameterGradient) {
+  const fs::path out = fs::temp_directory_path() / "pt_cli_grad";
+  fs::remove_all(out);
+  Result r = run("grad samples/mlp/mlp.onnx --input input=" + zeros_npy("grad_x.npy", {4, 64}).string() +
+                 " --target " + int64_npy("grad_t.npy", {4}, 3).string() +
+                 " --stages 2 --micro-batches 2 --recompute full --output " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out / "loss.npy"));
+  for (const char* p : {"net.0.weight", "net.0.bias", "net.6.weight", "net.6.bias"})
+    EXPECT_TRUE(fs::exists(out / (std::string(p) + ".npy"))) << p;
+}
+
+TEST(Cli, PartitionBackwardExportsThreeGraphsPerStage) {
+  const fs::path dir = fs::temp_directory_path() / "pt_cli_bw";
+  fs::remove_all(dir);
+  Result r = run("partition samples/gpt/gpt.onnx --stages 2 --micro-batch 2 --backward "
+                 "--recompute selective,full --export " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("kept bytes per micro-batch"), std::string::npos);
+  for (int k = 0; k < 2; ++k)
+    for (const char* part : {"fwd", "bwd_input", "bwd_weight"})
+      EXPECT_TRUE(fs::exists(dir / ("stage_" + std::to_string(k) + "_" + part + ".onnx")));
+}
+
+TEST(CliErrors, UnknownRecomputePolicy) {
+  expect_one_line_error(run("partition samples/gpt/gpt.onnx --stages 2 --backward --recompute most"),
+                        "--recompute: unknown recompute policy 'most'; use none, full, every:N, "
+                        "selective or budget:BYTES");
+}
+
+TEST(CliErrors, RecomputeListOfTheWrongLength) {
+  expect_one_line_error(run("partition samples/gpt/gpt.onnx --stages 3 --backward --recompute none,full"),
+                        "--recompute: gives 2 policies for 3 stages; give one policy for all "
+                        "stages, or one per stage separated by commas");
+}
+
+TEST(CliErrors, BudgetTooSmall) {
+  Result r = run("partition samples/gpt/gpt.onnx --stages 2 --backward --recompute budget:1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("error: recompute budget: no plan keeps at most 1 bytes per micro-batch; the least is "), std::string::npos) << r.err;
+}
+
+TEST(CliErrors, UnknownLoss) {
+  expect_one_line_error(run("partition samples/gpt/gpt.onnx --stages 2 --backward --loss hinge"),
+                        "--loss: unknown loss 'hinge'; use cross_entropy, mse or model");
+}
+
+TEST(CliErrors, GradTargetOfTheWrongShape) {
+  expect_one_line_error(
+      run("grad samples/mlp/mlp.onnx --input input=" + zeros_npy("grad_x2.npy", {4, 64}).string() +
+          " --target " + int64_npy("grad_t2.npy", {4, 2}, 0).string() + " --output /tmp/pt_g"),
+      "--target: holds int64[4,2] per micro-batch, but the loss takes int64[4]; give class "
+      "indices (int64) for cross_entropy, or floats shaped like the output for mse");
+}
+
+TEST(CliErrors, GradTargetOutOfRange) {
+  Result r = run("grad samples/mlp/mlp.onnx --input input=" + zeros_npy("grad_x3.npy", {2, 64}).string() +
+                 " --target " + int64_npy("grad_t3.npy", {2}, 10).string() + " --output /tmp/pt_g3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("outside the classes [0, 10)"), std::string::npos) << r.err;
+}
+
 }  // namespace

@@ -1,6 +1,6 @@
 // core/pipetrain_ops.h: the ops of the "pipetrain" domain, which autodiff emits where one fused
 // kernel beats a chain of standard ops. This comment is their specification: the CPU kernels
-// (exec/cpu/grad.cc) implement it, and the portable lowering (autodiff/portable.cc) rewrites each
+// (exec/cpu/*_grad*.cc, exec/cpu/loss.cc) implement it, and the portable lowering (autodiff/portable.cc) rewrites each
 // into standard ONNX ops that onnxruntime runs. All tensors are float32 unless said otherwise;
 // "reduce over A" sums over the axes A. Attributes use ONNX's names for the forward op.
 //

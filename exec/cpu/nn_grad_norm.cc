@@ -32,7 +32,8 @@ bool present(std::span<const Buffer> out, size_t k) { return k < out.size() && o
 
 // Inputs 0..count-1 present, and every input and wanted output float32.
 bool floats_present(const KernelSpec& s, size_t count) {
-  if (s.inputs.size() != count || !wanted(s, 0) || s.outputs.size() > 3) return false;
+  if (s.inputs.size() != count || s.outputs.size() > 3) return false;
+  if (!wanted(s, 0) && !wanted(s, 1) && !wanted(s, 2)) return false;
   for (size_t i = 0; i < count; ++i)
     if (!s.has_input(i) || s.inputs[i].dtype != DType::kFloat32) return false;
   for (size_t k = 0; k < s.outputs.size(); ++k)
@@ -68,21 +69,29 @@ class LayerNormGrad final : public Kernel {
       float* ps = partial + 2 * c * inner_;
       std::fill(ps, ps + 2 * inner_, 0.f);
       for (int64_t r = outer_ * c / chunks_; r < outer_ * (c + 1) / chunks_; ++r)
-        row(in, out[0].as<float>(), r, ps, ps + inner_);
+        row(in, present(out, 0) ? out[0].as<float>() : nullptr, r, ps, ps + inner_);
     }
     fold(partial, out, 1, 0);
     fold(partial, out, 2, inner_);
   }
 
  private:
-  // dX of row r, and its dY * xhat and dY added into ps and pb (this chunk's partial rows in
-  // scratch, apart from every buffer: restrict lets the last loop vectorise).
+  // dX of row r (unless dx_all is null: dX not wanted), and its dY * xhat and dY added into ps
+  // and pb (this chunk's partial rows in scratch, apart from every buffer: restrict lets the
+  // last loop vectorise).
   void row(std::span<const Buffer> in, float* dx_all, int64_t r, float* __restrict ps,
            float* __restrict pb) const {
     const float* dy = in[0].as<const float>() + r * inner_;
     const float* x = in[1].as<const float>() + r * inner_;
     const float* scale = in[2].as<const float>();
     const float mean = in[3].as<const float>()[r], istd = in[4].as<const float>()[r];
+    if (!dx_all) {
+      for (int64_t j = 0; j < inner_; ++j) {
+        ps[j] += dy[j] * ((x[j] - mean) * istd);
+        pb[j] += dy[j];
+      }
+      return;
+    }
     float* dx = dx_all + r * inner_;
     // sum_A g and sum_A g * xhat: an OpenMP simd reduction (a fixed lane split for a given
     // build; the lane arrays of lane_sum did not stay in registers with two sums)
@@ -154,6 +163,7 @@ class BatchNormGrad final : public Kernel {
     const float dscale = static_cast<float>(sum_dy_xc * istd);
     if (present(out, 1)) out[1].as<float>()[c] = dscale;
     if (present(out, 2)) out[2].as<float>()[c] = dbias;
+    if (!present(out, 0)) return;
     const float r = static_cast<float>(d_.n) * static_cast<float>(d_.s);
     const float a = in[2].as<const float>()[c] * istd, mb = dbias / r, ms = dscale / r;
     float* dx = out[0].as<float>();
@@ -193,7 +203,7 @@ std::unique_ptr<Kernel> make_layer_norm_grad(const KernelSpec& s) {
   if (rank == 0 || axis < 0 || axis >= rank) return nullptr;
   const int64_t outer = product(x, 0, static_cast<size_t>(axis));
   const int64_t inner = product(x, static_cast<size_t>(axis), x.size());
-  if (s.inputs[0] != s.inputs[1] || s.outputs[0] != s.inputs[1] || inner == 0 ||
+  if (s.inputs[0] != s.inputs[1] || (wanted(s, 0) && s.outputs[0] != s.inputs[1]) || inner == 0 ||
       s.inputs[2].numel() != inner || s.inputs[3].numel() != outer ||
       s.inputs[4].numel() != outer)
     return nullptr;
@@ -207,7 +217,7 @@ std::unique_ptr<Kernel> make_batch_norm_grad(const KernelSpec& s) {
   if (!floats_present(s, 3)) return nullptr;
   const Dims& x = s.inputs[1].shape;
   if (x.size() < 2 || channel_dims(x).numel() == 0 || s.inputs[0] != s.inputs[1] ||
-      s.outputs[0] != s.inputs[1] || s.inputs[2].shape != Dims{x[1]})
+      (wanted(s, 0) && s.outputs[0] != s.inputs[1]) || s.inputs[2].shape != Dims{x[1]})
     return nullptr;
   for (size_t k = 1; k < 3; ++k)
     if (wanted(s, k) && s.outputs[k].shape != Dims{x[1]}) return nullptr;

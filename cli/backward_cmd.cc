@@ -11,6 +11,7 @@
 #include "autodiff/chunk_backward.h"
 #include "autodiff/portable.h"
 #include "cli/driver.h"
+#include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/npy.h"
@@ -85,17 +86,6 @@ void print_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
   }
 }
 
-std::map<std::string, Tensor> read_named(const std::vector<std::string>& specs) {
-  std::map<std::string, Tensor> out;
-  for (const std::string& s : specs) {
-    const size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-      throw UserError("--input", "cannot read '" + s + "'", "write NAME=FILE.npy");
-    out[s.substr(0, eq)] = read_npy(s.substr(eq + 1));
-  }
-  return out;
-}
-
 // Rows [m*rows, (m+1)*rows) of t along axis 0.
 Tensor slice_rows(const Tensor& t, int64_t m, int64_t rows) {
   Tensor out;
@@ -126,13 +116,6 @@ float loss_scale(const LossSpec& loss, const Tensor& target, int micro_batches) 
   return 1.0f / static_cast<float>(counted);
 }
 
-std::string npy_name(const std::string& value) {
-  std::string s = value;
-  for (char& c : s)
-    if (c == '/' || c == ':' || c == '\\' || c == ' ') c = '_';
-  return s + ".npy";
-}
-
 }  // namespace
 
 void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
@@ -160,7 +143,7 @@ void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan
 int run_grad(const GradArgs& a) {
   if (a.threads < 1) throw UserError("--threads", "must be at least 1", "");
   if (a.micro_batches < 1) throw UserError("--micro-batches", "must be at least 1", "");
-  std::map<std::string, Tensor> inputs = read_named(a.inputs);
+  std::map<std::string, Tensor> inputs = read_named_npy(a.inputs);
   if (inputs.empty()) throw UserError("--input", "no input given", "pass --input NAME=FILE.npy");
   const Tensor target = read_npy(a.target);
   const int64_t global = target.type.shape.empty() ? 1 : target.type.shape[0];
@@ -213,7 +196,7 @@ int run_grad(const GradArgs& a) {
   fs::create_directories(a.output_dir);
   write_npy(scalar_f32(static_cast<float>(step.loss())), (fs::path(a.output_dir) / "loss.npy").string());
   for (const auto& [name, t] : step.grads())
-    write_npy(t, (fs::path(a.output_dir) / npy_name(name)).string());
+    write_npy(t, (fs::path(a.output_dir) / npy_file_name(name)).string());
   std::cout << "loss " << std::setprecision(8) << step.loss() << "\n";
   std::cout << step.grads().size() << " parameter gradients -> " << a.output_dir << "\n";
   for (size_t c = 0; c < chunks.size(); ++c)

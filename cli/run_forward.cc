@@ -4,6 +4,7 @@
 #include <map>
 
 #include "cli/driver.h"
+#include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/npy.h"
@@ -13,17 +14,6 @@
 namespace pt {
 namespace {
 
-std::map<std::string, Tensor> read_inputs(const std::vector<std::string>& specs) {
-  std::map<std::string, Tensor> out;
-  for (const std::string& s : specs) {
-    const size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-      throw UserError("--input", "cannot read '" + s + "'", "write NAME=FILE.npy");
-    out[s.substr(0, eq)] = read_npy(s.substr(eq + 1));
-  }
-  return out;
-}
-
 // The batch dimension is bound to the first axis of the inputs given.
 int64_t batch_of(const std::map<std::string, Tensor>& inputs) {
   for (const auto& [name, t] : inputs)
@@ -31,18 +21,11 @@ int64_t batch_of(const std::map<std::string, Tensor>& inputs) {
   return 1;
 }
 
-std::string file_name_for(const std::string& value_name) {
-  std::string s = value_name;
-  for (char& c : s)
-    if (c == '/' || c == ':' || c == '\\' || c == ' ') c = '_';
-  return s + ".npy";
-}
-
 }  // namespace
 
 int run_forward(const RunArgs& a) {
   if (a.threads < 1) throw UserError("--threads", "must be at least 1", "");
-  std::map<std::string, Tensor> inputs = read_inputs(a.inputs);
+  std::map<std::string, Tensor> inputs = read_named_npy(a.inputs);
   ImportOptions options;
   options.batch = batch_of(inputs);
   options.dims = parse_dims(a.dims);
@@ -78,7 +61,7 @@ int run_forward(const RunArgs& a) {
     t.type = *out.type;
     t.data.assign(static_cast<const std::byte*>(out.data),
                   static_cast<const std::byte*>(out.data) + out.type->bytes());
-    const std::string path = (std::filesystem::path(a.output_dir) / file_name_for(g.value(g.outputs[k]).name)).string();
+    const std::string path = (std::filesystem::path(a.output_dir) / npy_file_name(g.value(g.outputs[k]).name)).string();
     write_npy(t, path);
     std::cout << g.value(g.outputs[k]).name << " " << t.type.str() << " -> " << path << "\n";
   }

@@ -1,0 +1,277 @@
+#include "exec/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "exec/executor_slots.h"
+#include "schedule/render.h"
+
+namespace pt {
+using namespace exec_detail;
+
+void PipelineExecutor::bind_feeds(const std::vector<std::map<std::string, Tensor>>& feeds) {
+  if (feeds.size() != static_cast<size_t>(schedule_.micro_batches))
+    throw UserError("pipeline step", "has feeds for " + std::to_string(feeds.size()) +
+                                         " micro-batches, the schedule " +
+                                         std::to_string(schedule_.micro_batches),
+                    "give one feed map per micro-batch");
+  for (auto& c : chunks_)
+    for (size_t m = 0; m < feeds.size(); ++m)
+      for (size_t k = 0; k < c->feed_names.size(); ++k) {
+        const std::string where = "micro-batch " + std::to_string(m);
+        auto it = feeds[m].find(c->feed_names[k]);
+        if (it == feeds[m].end())
+          throw UserError(where, "no feed '" + c->feed_names[k] + "', which chunk " +
+                                     std::to_string(c->index) + " reads",
+                          "feed every model input, target and loss_scale");
+        if (!(it->second.type == *c->feed_types[k]) ||
+            it->second.data.size() != static_cast<size_t>(it->second.type.bytes()))
+          throw UserError(where, "feed '" + c->feed_names[k] + "' is " + it->second.type.str() +
+                                     ", expected " + c->feed_types[k]->str());
+        c->feed_ptr[m][k] = it->second.data.data();
+      }
+}
+
+void PipelineExecutor::start_step() {
+  for (auto& c : chunks_) {
+    for (Group& g : c->groups) {
+      g.free.clear();
+      for (auto& block : g.pool) g.free.push_back(block.data());
+      std::fill(g.live.begin(), g.live.end(), nullptr);
+    }
+    c->next_m = 0;
+    std::fill(c->held_ready.begin(), c->held_ready.end(), 0);
+  }
+  for (auto& [name, t] : grads_) std::fill(t.data.begin(), t.data.end(), std::byte{0});
+  for (auto& d : devices_) d->live_kept = d->live_slot = d->peak_kept = d->peak_slot = 0;
+  std::fill(losses_.begin(), losses_.end(), 0.0f);
+  failure_->stop = false;
+  failure_->set = false;
+  comm_.reset();
+}
+
+// One device's thread: its action list in order, each action through the handler table.
+struct PipelineExecutor::Worker {
+  using Handler = void (Worker::*)(const Action&);
+  static constexpr size_t kOps = static_cast<size_t>(Op::kStep) + 1;
+  static const Handler kHandlers[kOps];
+
+  PipelineExecutor& ex;
+  Device& dev;
+  Clock::time_point t0;
+  int M;
+
+  void run();
+
+  Chunk& chunk(int c) { return *ex.chunks_[static_cast<size_t>(c)]; }
+  double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+  void acquire(const Use& u, int m) {
+    Group& g = chunk(u.chunk).groups[u.group];
+    PT_CHECK(!g.free.empty() && g.live[static_cast<size_t>(m)] == nullptr,
+             "slot pool sized too small");
+    g.live[static_cast<size_t>(m)] = g.free.back();
+    g.free.pop_back();
+    dev.live_slot += g.payload;
+    if (counts_as_kept(u.group)) dev.live_kept += g.payload;
+  }
+  void release(const Use& u, int m) {
+    Group& g = chunk(u.chunk).groups[u.group];
+    PT_CHECK(g.live[static_cast<size_t>(m)] != nullptr, "slot released twice");
+    g.free.push_back(g.live[static_cast<size_t>(m)]);
+    g.live[static_cast<size_t>(m)] = nullptr;
+    dev.live_slot -= g.payload;
+    if (counts_as_kept(u.group)) dev.live_kept -= g.payload;
+  }
+
+  // Patches every input address of one program run.
+  void bind(Chunk& c, const std::vector<Source>& src, std::vector<Buffer>& in, int m, bool direct) {
+    for (size_t i = 0; i < src.size(); ++i) {
+      const Source& s = src[i];
+      void* p = nullptr;
+      if (s.kind == Source::kSlot) p = chunk(s.chunk).groups[s.group].at(m, s.index);
+      if (s.kind == Source::kFeed)
+        p = const_cast<std::byte*>(c.feed_ptr[static_cast<size_t>(m)][static_cast<size_t>(s.index)]);
+      if (s.kind == Source::kAcc)
+        p = (direct ? c.acc[static_cast<size_t>(s.index)]->data : c.zeros[static_cast<size_t>(s.index)].data).data();
+      in[i].data = p;
+    }
+  }
+  void store(Chunk& c, const StageProgram& prog, const std::vector<std::pair<int, int>>& dst, int m) {
+    for (size_t k = 0; k < dst.size(); ++k) {
+      if (dst[k].first < 0) continue;
+      const Buffer out = prog.output(k);
+      Group& g = c.groups[dst[k].first];
+      std::memcpy(g.at(m, dst[k].second), out.data,
+                  g.entries[static_cast<size_t>(dst[k].second)].bytes);
+    }
+  }
+
+  void forward(const Action& a) {
+    Chunk& c = chunk(a.chunk);
+    bind(c, c.f_src, c.f_in, a.micro_batch, false);
+    c.f.run(c.f_in);
+    for (const Copy& d : c.f_dst) {
+      Group& g = c.groups[d.group];
+      const void* from = d.input ? c.f_in[static_cast<size_t>(d.k)].data
+                                 : c.f.output(static_cast<size_t>(d.k)).data;
+      std::memcpy(g.at(a.micro_batch, d.entry), from,
+                  g.entries[static_cast<size_t>(d.entry)].bytes);
+    }
+    if (c.loss_output >= 0)
+      ex.losses_[static_cast<size_t>(a.micro_batch)] =
+          *c.f.output(static_cast<size_t>(c.loss_output)).as<float>();
+  }
+  void backward_input(const Action& a) {
+    Chunk& c = chunk(a.chunk);
+    bind(c, c.b_src, c.b_in, a.micro_batch, false);
+    c.b.run(c.b_in);
+    store(c, c.b, c.b_dst, a.micro_batch);
+  }
+  // In micro-batch order straight into the accumulators; otherwise alone into held[m], added
+  // when the micro-batches before it are in (or after the step, for shared parameters).
+  void backward_weight(const Action& a) {
+    Chunk& c = chunk(a.chunk);
+    const int m = a.micro_batch;
+    const bool direct = !c.shared && m == c.next_m;
+    bind(c, c.w_src, c.w_in, m, direct);
+    c.w.run(c.w_in);
+    for (size_t k = 0; k < c.w_out_param.size(); ++k) {
+      const size_t p = static_cast<size_t>(c.w_out_param[k]);
+      Tensor& dst = direct ? *c.acc[p] : c.held[static_cast<size_t>(m)][p];
+      std::memcpy(dst.data.data(), c.w.output(k).data, dst.data.size());
+    }
+    if (!direct) {
+      c.held_ready[static_cast<size_t>(m)] = 1;
+      return;
+    }
+    for (++c.next_m; c.next_m < M && c.held_ready[static_cast<size_t>(c.next_m)]; ++c.next_m)
+      for (size_t p = 0; p < c.acc.size(); ++p)
+        add_into(*c.acc[p], c.held[static_cast<size_t>(c.next_m)][p]);
+  }
+  void backward_fused(const Action& a) {
+    backward_input(a);
+    backward_weight(a);
+  }
+  void send_f(const Action& a) {
+    Chunk& c = chunk(a.chunk);
+    Chunk& next = chunk(a.chunk + 1);
+    const Group& out = c.groups[kOut];
+    for (size_t j = 0; j < c.send_f_from.size(); ++j) {
+      const int e = c.send_f_from[j];
+      ex.comm_.send(next.recv_in_msg[j], a.micro_batch, c.device, next.device,
+                    out.at(a.micro_batch, e), out.entries[static_cast<size_t>(e)].bytes);
+    }
+  }
+  void recv_f(const Action& a) {
+    Chunk& c = chunk(a.chunk);
+    const Group& in = c.groups[kRecvIn];
+    for (size_t j = 0; j < in.entries.size(); ++j)
+      ex.comm_.recv(c.recv_in_msg[j], a.micro_batch, chunk(a.chunk - 1).device, c.device,
+                    in.at(a.micro_batch, static_cast<int>(j)), in.entries[j].bytes);
+  }
+  void send_b(const Action& a) {
+    Chunk& c = chunk(a.chunk);
+    Chunk& prev = chunk(a.chunk - 1);
+    const Group& grads = c.groups[kIGrad];
+    for (size_t j = 0; j < c.send_b_from.size(); ++j) {
+      const int e = c.send_b_from[j];
+      ex.comm_.send(prev.ograd_msg[j], a.micro_batch, c.device, prev.device,
+                    grads.at(a.micro_batch, e), grads.entries[static_cast<size_t>(e)].bytes);
+    }
+  }
+  void recv_b(const Action& a) {
+    Chunk& c = chunk(a.chunk);
+    const Group& in = c.groups[kOGrad];
+    for (size_t j = 0; j < in.entries.size(); ++j)
+      ex.comm_.recv(c.ograd_msg[j], a.micro_batch, chunk(a.chunk + 1).device, c.device,
+                    in.at(a.micro_batch, static_cast<int>(j)), in.entries[j].bytes);
+  }
+  // The optimizer is not part of the executor yet: the gradients are complete here.
+  void optimizer_step(const Action&) {}
+};
+
+// One handler per Op, in the enum's order (schedule/action.h).
+const PipelineExecutor::Worker::Handler PipelineExecutor::Worker::kHandlers[kOps] = {
+    &Worker::forward,         &Worker::backward_input, &Worker::backward_weight,
+    &Worker::backward_fused,  &Worker::send_f,         &Worker::recv_f,
+    &Worker::send_b,          &Worker::recv_b,         &Worker::optimizer_step};
+
+void PipelineExecutor::Worker::run() {
+  const auto& list = ex.schedule_.devices[static_cast<size_t>(dev.index)];
+  auto& times = ex.times_[static_cast<size_t>(dev.index)];
+  size_t i = 0;
+  try {
+    dev.backend->bind_thread();
+    for (; i < list.size(); ++i) {
+      if (ex.failure_->stop.load(std::memory_order_relaxed)) return;
+      const Action& a = list[i];
+      const Effects& e = dev.effects[i];
+      times[i].start = now();
+      for (const Use& u : e.acquire) acquire(u, a.micro_batch);
+      dev.peak_slot = std::max(dev.peak_slot, dev.live_slot);
+      (this->*kHandlers[static_cast<size_t>(a.op)])(a);
+      for (const Use& u : e.release) release(u, a.micro_batch);
+      dev.peak_kept = std::max(dev.peak_kept, dev.live_kept);
+      times[i].end = now();
+    }
+    dev.backend->synchronize();
+  } catch (const CommAborted&) {
+    // Another device failed; its error is the one reported.
+  } catch (const std::exception& err) {
+    Failure& f = *ex.failure_;
+    {
+      std::lock_guard<std::mutex> lock(f.mu);
+      if (!f.set) f.set = true, f.device = dev.index, f.step = static_cast<int>(i), f.what = err.what();
+    }
+    f.stop = true;
+    ex.comm_.abort();
+  }
+}
+
+void PipelineExecutor::run_step(const std::vector<std::map<std::string, Tensor>>& feeds) {
+  bind_feeds(feeds);
+  start_step();
+  ++steps_run_;
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::thread> workers;
+  for (auto& d : devices_)
+    workers.emplace_back([this, &d, t0] { Worker{*this, *d, t0, schedule_.micro_batches}.run(); });
+  for (std::thread& t : workers) t.join();
+  if (failure_->set) throw_failure();
+  fold_shared_gradients();
+  loss_ = 0;
+  for (float l : losses_) loss_ += static_cast<double>(l);
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    peak_kept_[d] = devices_[d]->peak_kept;
+    peak_slot_[d] = devices_[d]->peak_slot;
+  }
+}
+
+// ReferenceStep's order: micro-batch by micro-batch, the later chunk first.
+void PipelineExecutor::fold_shared_gradients() {
+  for (int m = 0; m < schedule_.micro_batches; ++m)
+    for (size_t c = chunks_.size(); c-- > 0;) {
+      Chunk& ch = *chunks_[c];
+      if (!ch.shared) continue;
+      for (size_t p = 0; p < ch.acc.size(); ++p)
+        add_into(*ch.acc[p], ch.held[static_cast<size_t>(m)][p]);
+    }
+}
+
+void PipelineExecutor::throw_failure() {
+  const Failure& f = *failure_;
+  const auto& list = schedule_.devices[static_cast<size_t>(f.device)];
+  const std::string action =
+      f.step < static_cast<int>(list.size()) ? format_action(list[static_cast<size_t>(f.step)]) : "end";
+  std::string grid = step_grid(schedule_, {{f.device, f.step}});
+  std::cerr << grid;
+  throw ExecutionError("training step " + std::to_string(steps_run_ - 1) + ", device " +
+                           std::to_string(f.device) + ", step " + std::to_string(f.step) + " (" +
+                           action + ")",
+                       f.what, std::move(grid));
+}
+
+}  // namespace pt

@@ -1,0 +1,111 @@
+// exec/executor.h: runs one training step of a pipeline schedule. In: every chunk's F, B and W
+// graphs (autodiff/chunk_backward.h, forward order), the chunk -> device placement, a Backend per
+// device, a Comm, and a lowered Schedule (schedule/lower.h). Out: the step's summed loss, the
+// accumulated gradient of every parameter, and what the step measured (per-action wall times,
+// peak kept activations per device).
+//
+// Create once, run many: the constructor validates the schedule, compiles F, B and W of every
+// chunk once on its device's backend, and sizes every per-(micro-batch, chunk) slot pool from
+// the schedule's order (how many micro-batches of a chunk are in flight at once). run_step()
+// runs one worker thread per device; each walks its action list, looking every action up in a
+// table of handlers (one per Op). A slot's tensors are released after the last action that
+// reads them, which the schedule fixes:
+//   chunk outputs      F(m,c) .. F(m,c+1) on the same device, or SEND_F(m,c)
+//   received inputs    RECV_F(m,c) .. F(m,c)
+//   kept for B only    F(m,c) .. B(m,c)          kept for W too   F(m,c) .. W(m,c)
+//   received grad.<y>  RECV_B(m,c) .. B(m,c)     passed to W      B(m,c) .. W(m,c)
+//   grad.<x>           B(m,c) .. B(m,c-1) on the same device, or SEND_B(m,c)
+//
+// Determinism: gradients are accumulated exactly as ReferenceStep does (micro-batch order, and
+// for a parameter several chunks share, the later chunk first), so every schedule gives the
+// same bits. A W that runs before the W of the micro-batch before it computes its gradient
+// alone (into a held buffer, its accumulator bound to zeros) and is added when its turn comes.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autodiff/backward.h"
+#include "core/error.h"
+#include "core/ir.h"
+#include "exec/backend.h"
+#include "exec/comm.h"
+#include "schedule/schedule.h"
+
+namespace pt {
+
+// A failure inside a step: one line naming the training step, the device, the action's step
+// and text, and the cause; plus the device x step grid with that action marked.
+class ExecutionError : public UserError {
+ public:
+  ExecutionError(const std::string& where, const std::string& what, std::string grid)
+      : UserError(where, what), grid_(std::move(grid)) {}
+  const std::string& grid() const { return grid_; }
+
+ private:
+  std::string grid_;
+};
+
+struct ActionTime {
+  double start = 0, end = 0;  // seconds since the step began
+};
+
+class PipelineExecutor {
+ public:
+  // chunks must outlive the executor. device_of_chunk[c] must equal schedule.device_of(c);
+  // backends[d] runs device d's kernels (the executor binds it to d's worker thread).
+  PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
+                   const std::vector<int>& device_of_chunk, const std::vector<Backend*>& backends,
+                   Comm& comm, const Schedule& schedule);
+  ~PipelineExecutor();
+  PipelineExecutor(const PipelineExecutor&) = delete;
+  PipelineExecutor& operator=(const PipelineExecutor&) = delete;
+
+  // feeds[m]: every model input, plus "target" and "loss_scale", of micro-batch m. Gradients
+  // start from zero each step. ExecutionError when an action fails (every worker stops; the
+  // grid is also written to stderr); UserError on a missing or mistyped feed.
+  void run_step(const std::vector<std::map<std::string, Tensor>>& feeds);
+
+  // Sum of the micro-batch losses of the last step, added in micro-batch order.
+  double loss() const { return loss_; }
+  // Accumulated gradient per parameter name, as ReferenceStep::grads().
+  const std::map<std::string, Tensor>& grads() const { return grads_; }
+  // [device][step]: when each action of the last step started and ended.
+  const std::vector<std::vector<ActionTime>>& action_times() const { return times_; }
+  // [device]: the largest sum of kept and passed bytes (F -> B/W, B -> W) live between two
+  // actions in the last step; comparable with schedule/simulate.h's peak_memory.
+  const std::vector<int64_t>& peak_kept_bytes() const { return peak_kept_; }
+  // [device]: the same over every slot (also chunk outputs, received tensors, gradients).
+  const std::vector<int64_t>& peak_slot_bytes() const { return peak_slot_; }
+  const Schedule& schedule() const { return schedule_; }
+
+ private:
+  struct Chunk;
+  struct Device;
+  struct Failure;
+  struct Worker;
+
+  void check_placement(const std::vector<int>& device_of_chunk, size_t backends) const;
+  void bind_feeds(const std::vector<std::map<std::string, Tensor>>& feeds);
+  void size_slots();
+  void start_step();
+  void fold_shared_gradients();
+  [[noreturn]] void throw_failure();
+
+  const std::vector<BackwardGraphs>& graphs_;
+  Schedule schedule_;
+  Comm& comm_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::map<std::string, Tensor> grads_;
+  std::vector<float> losses_;  // [micro_batch]
+  double loss_ = 0;
+  int steps_run_ = 0;
+  std::unique_ptr<Failure> failure_;
+  std::vector<std::vector<ActionTime>> times_;
+  std::vector<int64_t> peak_kept_, peak_slot_;
+};
+
+}  // namespace pt

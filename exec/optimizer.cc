@@ -1,0 +1,302 @@
+#include "exec/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace pt {
+namespace {
+
+// Below this many elements a loop runs on one thread. Every loop is elementwise or reduces in
+// fixed chunks, so results do not depend on the thread count.
+constexpr int64_t kParallelMin = 1 << 16;
+constexpr int64_t kNormChunk = 1 << 14;
+
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+void require(bool ok, const char* key, const std::string& what, const std::string& todo) {
+  if (!ok) throw UserError(key, what, todo);
+}
+
+// Finite and >= 0 (NaN fails too).
+void require_at_least_zero(double v, const char* key, const std::string& todo) {
+  require(v >= 0 && std::isfinite(v), key, "got " + num(v) + ", must be >= 0", todo);
+}
+
+// Sum of x[i]^2 in double: per fixed chunk in parallel, then the chunks in order.
+int64_t norm_chunks(int64_t n) { return (n + kNormChunk - 1) / kNormChunk; }
+
+// partial: capacity for norm_chunks(n) values.
+double sum_squares(const float* x, int64_t n, std::vector<double>& partial) {
+  const int64_t chunks = norm_chunks(n);
+  partial.assign(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t end = std::min(n, (c + 1) * kNormChunk);
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = c * kNormChunk; i < end; ++i) s += static_cast<double>(x[i]) * x[i];
+    partial[static_cast<size_t>(c)] = s;
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+// SGD on one tensor, dampening 0 (torch _single_tensor_sgd):
+//   d = g*clip + wd*p;  b = first ? d : b*mu + d;  d = nesterov ? d + mu*b : b;  p = p + (-lr)*d
+// wd = 0 adds 0*p, which leaves d exact for finite p.
+struct SgdScalars {
+  float clip, wd, mu, neg_lr;
+  bool momentum, first, nesterov;
+};
+
+void sgd_tensor(float* __restrict p, const float* __restrict g, float* __restrict b, int64_t n,
+                const SgdScalars& s) {
+  if (!s.momentum) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] + s.neg_lr * (g[i] * s.clip + s.wd * p[i]);
+    return;
+  }
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = g[i] * s.clip + s.wd * p[i];
+    const float bi = s.first ? d : b[i] * s.mu + d;
+    b[i] = bi;
+    const float step = s.nesterov ? d + s.mu * bi : bi;
+    p[i] = p[i] + s.neg_lr * step;
+  }
+}
+
+// AdamW on one tensor (torch _single_tensor_adamw, amsgrad off):
+//   p = p*decay;  m = m*b1 + (1-b1)*g;  v = v*b2 + ((1-b2)*g)*g;
+//   p = p + (neg_step*m) / (sqrt(v)/bc2_sqrt + eps)
+struct AdamWScalars {
+  float clip, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step;
+};
+
+void adamw_tensor(float* __restrict p, const float* __restrict g, float* __restrict m,
+                  float* __restrict v, int64_t n, const AdamWScalars& s) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * s.clip;
+    const float pi = p[i] * s.decay;
+    const float mi = m[i] * s.beta1 + s.one_minus_beta1 * gi;
+    const float vi = v[i] * s.beta2 + (s.one_minus_beta2 * gi) * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi + (s.neg_step * mi) / (std::sqrt(vi) / s.bc2_sqrt + s.eps);
+  }
+}
+
+}  // namespace
+
+OptimizerConfig::Kind parse_optimizer_kind(const std::string& name) {
+  if (name == "sgd") return OptimizerConfig::Kind::kSgd;
+  if (name == "adamw") return OptimizerConfig::Kind::kAdamW;
+  throw UserError("optimizer.kind", "unknown optimizer '" + name + "'", "use sgd or adamw");
+}
+
+OptimizerConfig::Schedule parse_lr_schedule(const std::string& name) {
+  if (name == "constant") return OptimizerConfig::Schedule::kConstant;
+  if (name == "cosine") return OptimizerConfig::Schedule::kCosine;
+  throw UserError("optimizer.schedule", "unknown schedule '" + name + "'",
+                  "use constant or cosine");
+}
+
+const char* optimizer_kind_name(OptimizerConfig::Kind kind) {
+  return kind == OptimizerConfig::Kind::kSgd ? "sgd" : "adamw";
+}
+
+const char* lr_schedule_name(OptimizerConfig::Schedule schedule) {
+  return schedule == OptimizerConfig::Schedule::kConstant ? "constant" : "cosine";
+}
+
+void validate(const OptimizerConfig& c) {
+  require_at_least_zero(c.lr, "optimizer.lr", "set a learning rate such as 0.001");
+  require_at_least_zero(c.momentum, "optimizer.momentum", "set 0.9, say, or 0 for none");
+  require(!c.nesterov || c.momentum > 0, "optimizer.nesterov", "needs a momentum > 0",
+          "set optimizer.momentum (e.g. 0.9) or turn nesterov off");
+  for (double beta : {c.beta1, c.beta2})
+    require(beta >= 0 && beta < 1, "optimizer.betas", num(beta) + " is outside [0, 1)",
+            "use values such as 0.9 and 0.999");
+  require_at_least_zero(c.eps, "optimizer.eps", "set 1e-8, say");
+  require_at_least_zero(c.weight_decay, "optimizer.weight_decay", "set 0 for none");
+  require_at_least_zero(c.clip_grad_norm, "optimizer.clip_grad_norm",
+                        "set the largest global gradient norm, or 0 for no clipping");
+  require(c.warmup_steps >= 0, "optimizer.warmup_steps",
+          "got " + std::to_string(c.warmup_steps) + ", must be >= 0", "set 0 for no warm-up");
+  if (c.schedule != OptimizerConfig::Schedule::kCosine) return;
+  require(c.total_steps > c.warmup_steps, "optimizer.total_steps",
+          "got " + std::to_string(c.total_steps) + ", must exceed the " +
+              std::to_string(c.warmup_steps) + " warm-up steps",
+          "set the number of training steps the cosine schedule spans");
+  require(c.min_lr >= 0 && c.min_lr <= c.lr, "optimizer.min_lr",
+          "got " + num(c.min_lr) + ", must lie in [0, optimizer.lr = " + num(c.lr) + "]",
+          "lower it, or raise optimizer.lr");
+}
+
+double learning_rate_at(const OptimizerConfig& c, int64_t step) {
+  const auto t = static_cast<double>(step);
+  const auto w = static_cast<double>(c.warmup_steps);
+  if (step < c.warmup_steps) return c.lr * (t / w);
+  if (c.schedule == OptimizerConfig::Schedule::kConstant) return c.lr;
+  const double r = c.lr > 0 ? c.min_lr / c.lr : 0.0;
+  const double span = std::max(1.0, static_cast<double>(c.total_steps) - 1.0 - w);
+  const double q = std::min(1.0, (t - w) / span);
+  return c.lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(std::numbers::pi * q)));
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizerParam> params)
+    : config_(config), params_(std::move(params)) {
+  validate(config_);
+  int64_t max_chunks = 0;
+  for (const OptimizerParam& p : params_) {
+    PT_CHECK(p.value && p.value->type.dtype == DType::kFloat32,
+             "optimizer parameter '" + p.name + "' is not a float32 tensor");
+    max_chunks = std::max(max_chunks, norm_chunks(p.value->type.numel()));
+    if (config_.kind == OptimizerConfig::Kind::kSgd && config_.momentum > 0) {
+      add_state(p.name + ".momentum_buffer", *p.value);
+    } else if (config_.kind == OptimizerConfig::Kind::kAdamW) {
+      add_state(p.name + ".exp_avg", *p.value);
+      add_state(p.name + ".exp_avg_sq", *p.value);
+    }
+  }
+  lookup_.resize(params_.size());
+  partial_.reserve(static_cast<size_t>(max_chunks));
+}
+
+void Optimizer::add_state(const std::string& name, const Tensor& like) {
+  Tensor zeros;
+  zeros.type = like.type;
+  zeros.data.assign(like.data.size(), std::byte{0});
+  state_.push_back(std::move(zeros));
+  state_names_.push_back(name);
+}
+
+double Optimizer::squared_norm(std::span<const float* const> grads) const {
+  PT_CHECK(grads.size() == params_.size(), "one gradient per parameter");
+  double total = 0;
+  for (size_t k = 0; k < params_.size(); ++k)
+    total += sum_squares(grads[k], params_[k].value->type.numel(), partial_);
+  return total;
+}
+
+double Optimizer::squared_norm(const std::map<std::string, Tensor>& grads) const {
+  return squared_norm(lookup(grads));
+}
+
+double Optimizer::global_norm(std::span<const double> squared_norms) {
+  double total = 0;
+  for (double s : squared_norms) total += s;
+  return std::sqrt(total);
+}
+
+// torch: clip_coef = max_norm / (total_norm + 1e-6) in float32, where Python's scalar / tensor
+// is tensor.reciprocal() * scalar; then clamped to at most 1.
+float Optimizer::clip_coefficient(double global_norm) const {
+  if (config_.clip_grad_norm == 0) return 1.0f;
+  const float denom = static_cast<float>(global_norm) + 1e-6f;
+  const float coef = (1.0f / denom) * static_cast<float>(config_.clip_grad_norm);
+  return std::min(coef, 1.0f);
+}
+
+void Optimizer::step(std::span<const float* const> grads, std::optional<double> global_norm) {
+  PT_CHECK(grads.size() == params_.size(), "one gradient per parameter");
+  PT_CHECK(config_.clip_grad_norm == 0 || global_norm.has_value(),
+           "clipping needs the global gradient norm");
+  const float clip = clip_coefficient(global_norm.value_or(0.0));
+  const double lr = current_lr();
+  if (config_.kind == OptimizerConfig::Kind::kSgd)
+    sgd_step(grads, clip, lr);
+  else
+    adamw_step(grads, clip, lr);
+  ++step_;
+}
+
+void Optimizer::step(const std::map<std::string, Tensor>& grads,
+                     std::optional<double> global_norm) {
+  step(lookup(grads), global_norm);
+}
+
+void Optimizer::sgd_step(std::span<const float* const> grads, float clip, double lr) {
+  const SgdScalars s{clip,
+                     static_cast<float>(config_.weight_decay),
+                     static_cast<float>(config_.momentum),
+                     static_cast<float>(-lr),
+                     config_.momentum > 0,
+                     step_ == 0,
+                     config_.nesterov};
+  for (size_t k = 0; k < params_.size(); ++k) {
+    float* buf = s.momentum ? state_[k].as<float>() : nullptr;
+    sgd_tensor(params_[k].value->as<float>(), grads[k], buf, params_[k].value->type.numel(), s);
+  }
+}
+
+void Optimizer::adamw_step(std::span<const float* const> grads, float clip, double lr) {
+  // Python-side scalars of torch, in double, each rounded to float once.
+  const double t = static_cast<double>(step_ + 1);
+  const double bc1 = 1.0 - std::pow(config_.beta1, t);
+  const double bc2 = 1.0 - std::pow(config_.beta2, t);
+  const AdamWScalars s{clip,
+                       static_cast<float>(1.0 - lr * config_.weight_decay),
+                       static_cast<float>(config_.beta1),
+                       static_cast<float>(1.0 - config_.beta1),
+                       static_cast<float>(config_.beta2),
+                       static_cast<float>(1.0 - config_.beta2),
+                       static_cast<float>(std::sqrt(bc2)),
+                       static_cast<float>(config_.eps),
+                       static_cast<float>(-(lr / bc1))};
+  for (size_t k = 0; k < params_.size(); ++k)
+    adamw_tensor(params_[k].value->as<float>(), grads[k], state_[2 * k].as<float>(),
+                 state_[2 * k + 1].as<float>(), params_[k].value->type.numel(), s);
+}
+
+std::span<const float* const> Optimizer::lookup(const std::map<std::string, Tensor>& grads) const {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    auto it = grads.find(params_[k].name);
+    PT_CHECK(it != grads.end(), "no gradient for parameter '" + params_[k].name + "'");
+    PT_CHECK(it->second.type == params_[k].value->type,
+             "gradient of '" + params_[k].name + "' is " + it->second.type.str() +
+                 ", the parameter " + params_[k].value->type.str());
+    lookup_[k] = it->second.as<float>();
+  }
+  return lookup_;
+}
+
+OptimizerState Optimizer::state() const {
+  OptimizerState out;
+  out.step = step_;
+  for (size_t i = 0; i < state_.size(); ++i) out.tensors.emplace_back(state_names_[i], state_[i]);
+  return out;
+}
+
+void Optimizer::load_state(const OptimizerState& state) {
+  const char* where = "optimizer state";
+  const std::string todo = "load a checkpoint written with the same optimizer and model";
+  if (state.tensors.size() != state_.size())
+    throw UserError(where, "has " + std::to_string(state.tensors.size()) + " tensors, " +
+                    optimizer_kind_name(config_.kind) + " here needs " +
+                    std::to_string(state_.size()), todo);
+  if (state.step < 0) throw UserError(where, "step " + std::to_string(state.step) + " < 0", todo);
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const auto& [name, t] = state.tensors[i];
+    if (name != state_names_[i])
+      throw UserError(where, "tensor " + std::to_string(i) + " is '" + name + "', expected '" +
+                      state_names_[i] + "'", todo);
+    if (!(t.type == state_[i].type) || t.data.size() != state_[i].data.size())
+      throw UserError(where, "'" + name + "' is " + t.type.str() + ", expected " +
+                      state_[i].type.str(), todo);
+  }
+  for (size_t i = 0; i < state_.size(); ++i) state_[i].data = state.tensors[i].second.data;
+  step_ = state.step;
+}
+
+}  // namespace pt

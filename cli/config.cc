@@ -1,0 +1,293 @@
+#include "cli/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <functional>
+#include <set>
+
+#include "core/error.h"
+
+namespace pt {
+namespace {
+
+// Where a node came from: "file:line", or "--set key" for an override.
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+
+  std::string where(const YAML::Node& n, const std::string& key) const {
+    const YAML::Mark m = n.Mark();
+    if (m.is_null() || m.line < 0) return "--set " + key;
+    return path_ + ":" + std::to_string(m.line + 1) + ": " + key;
+  }
+
+  // The node must be a map whose keys are all in `known`.
+  void check_keys(const YAML::Node& n, const std::string& key,
+                  const std::set<std::string>& known) const {
+    if (!n.IsMap())
+      throw UserError(where(n, key.empty() ? "top level" : key), "expected a map of keys",
+                      "write key: value pairs here");
+    for (const auto& kv : n) {
+      const std::string k = kv.first.as<std::string>();
+      if (known.count(k)) continue;
+      std::string list;
+      for (const std::string& s : known) list += (list.empty() ? "" : ", ") + s;
+      throw UserError(where(kv.first, key.empty() ? k : key + "." + k), "unknown key",
+                      "known keys here: " + list);
+    }
+  }
+
+  template <class T>
+  void read(const YAML::Node& parent, const std::string& prefix, const char* name, T* out,
+            const char* expected) const {
+    const YAML::Node n = parent[name];
+    if (!n) return;
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    try {
+      if (!n.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "not a scalar");
+      *out = n.as<T>();
+    } catch (const YAML::Exception&) {
+      throw UserError(where(n, key), "expected " + std::string(expected) + ", got '" +
+                                         (n.IsScalar() ? n.Scalar() : std::string("a list or map")) + "'",
+                      "give " + std::string(expected));
+    }
+  }
+
+  void positive(const YAML::Node& parent, const std::string& prefix, const char* name,
+                int64_t value, int64_t least) const {
+    if (value >= least) return;
+    const YAML::Node n = parent[name];
+    throw UserError(where(n, prefix.empty() ? name : prefix + "." + name),
+                    "must be at least " + std::to_string(least) + ", got " + std::to_string(value),
+                    "raise it");
+  }
+
+  void one_of(const YAML::Node& parent, const std::string& prefix, const char* name,
+              const std::string& value, const std::set<std::string>& allowed) const {
+    if (allowed.count(value)) return;
+    std::string list;
+    for (const std::string& s : allowed) list += (list.empty() ? "" : ", ") + s;
+    throw UserError(where(parent[name], prefix + "." + name), "unknown value '" + value + "'",
+                    "use one of " + list);
+  }
+
+ private:
+  std::string path_;
+};
+
+// "a.b.c=value": sets root[a][b][c] to the YAML scalar (or flow list/map) `value`.
+void apply_override(YAML::Node root, const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UserError("--set " + text, "cannot read the override", "write --set key.subkey=value");
+  const std::string key = text.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw UserError("--set " + key, "cannot read the value: " + e.msg, "write a YAML scalar");
+  }
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    const size_t dot = key.find('.', at);
+    parts.push_back(key.substr(at, dot - at));
+    if (dot == std::string::npos) break;
+    at = dot + 1;
+  }
+  std::function<void(YAML::Node, size_t)> set = [&](YAML::Node n, size_t i) {
+    if (i + 1 == parts.size()) {
+      n[parts[i]] = value;
+      return;
+    }
+    if (!n[parts[i]] || !n[parts[i]].IsMap()) n[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    set(n[parts[i]], i + 1);
+  };
+  set(root, 0);
+}
+
+void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
+  r.check_keys(root, "", {"model", "dims", "loss", "data", "optimizer", "pipeline", "parameters",
+                          "device", "threads", "seed", "steps", "eval_every", "checkpoint",
+                          "output"});
+  r.read(root, "", "model", &c->model, "a model file");
+  if (c->model.empty())
+    throw UserError(r.where(root, "model"), "is missing", "name the ONNX model to train");
+  if (!std::filesystem::exists(c->model))
+    throw UserError(r.where(root["model"], "model"), "file '" + c->model + "' does not exist",
+                    "check the path (relative paths are from the working folder)");
+  if (const YAML::Node d = root["dims"]) {
+    if (!d.IsMap()) throw UserError(r.where(d, "dims"), "expected a map of name: size", "write dims: {batch: 8}");
+    for (const auto& kv : d) {
+      const std::string name = kv.first.as<std::string>();
+      int64_t v = 0;
+      r.read(d, "dims", name.c_str(), &v, "a whole number");
+      r.positive(d, "dims", name.c_str(), v, 1);
+      c->dims[name] = v;
+    }
+  }
+  r.read(root, "", "device", &c->device, "cpu or cuda");
+  r.one_of(root, "", "device", c->device, {"cpu", "cuda"});
+  r.read(root, "", "threads", &c->threads, "a whole number");
+  r.positive(root, "", "threads", c->threads, 1);
+  r.read(root, "", "seed", &c->seed, "a whole number");
+  r.read(root, "", "steps", &c->steps, "a whole number");
+  r.positive(root, "", "steps", c->steps, 1);
+  r.read(root, "", "eval_every", &c->eval_every, "a whole number");
+  r.positive(root, "", "eval_every", c->eval_every, 0);
+}
+
+void read_loss_data(const Reader& r, const YAML::Node& root, TrainConfig* c) {
+  if (const YAML::Node l = root["loss"]) {
+    r.check_keys(l, "loss", {"kind", "output", "ignore_index"});
+    r.read(l, "loss", "kind", &c->loss.kind, "cross_entropy, mse or model");
+    r.one_of(l, "loss", "kind", c->loss.kind, {"cross_entropy", "mse", "model"});
+    r.read(l, "loss", "output", &c->loss.output, "a model output name");
+    r.read(l, "loss", "ignore_index", &c->loss.ignore_index, "a whole number");
+  }
+  if (const YAML::Node d = root["data"]) {
+    r.check_keys(d, "data", {"kind", "inputs", "targets", "file", "samples", "shuffle", "eval_fraction"});
+    r.read(d, "data", "kind", &c->data.kind, "synthetic, npy or tokens");
+    r.one_of(d, "data", "kind", c->data.kind, {"synthetic", "npy", "tokens"});
+    if (const YAML::Node in = d["inputs"]) {
+      if (!in.IsMap()) throw UserError(r.where(in, "data.inputs"), "expected a map of input: file", "write inputs: {input: x.npy}");
+      for (const auto& kv : in) {
+        std::string file;
+        r.read(in, "data.inputs", kv.first.as<std::string>().c_str(), &file, "a file name");
+        c->data.inputs[kv.first.as<std::string>()] = file;
+      }
+    }
+    r.read(d, "data", "targets", &c->data.targets, "a file name");
+    r.read(d, "data", "file", &c->data.file, "a file name");
+    r.read(d, "data", "samples", &c->data.samples, "a whole number");
+    r.positive(d, "data", "samples", c->data.samples, 1);
+    r.read(d, "data", "shuffle", &c->data.shuffle, "true or false");
+    r.read(d, "data", "eval_fraction", &c->data.eval_fraction, "a number in [0, 1)");
+    if (c->data.eval_fraction < 0 || c->data.eval_fraction >= 1)
+      throw UserError(r.where(d["eval_fraction"], "data.eval_fraction"),
+                      "must be in [0, 1), got " + std::to_string(c->data.eval_fraction), "hold out less");
+    const auto need_file = [&](const std::string& file, const char* key) {
+      if (!file.empty() && !std::filesystem::exists(file))
+        throw UserError(r.where(d[key], std::string("data.") + key), "file '" + file + "' does not exist",
+                        "check the path (relative paths are from the working folder)");
+    };
+    need_file(c->data.targets, "targets");
+    need_file(c->data.file, "file");
+    for (const auto& [name, file] : c->data.inputs)
+      if (!std::filesystem::exists(file))
+        throw UserError(r.where(d["inputs"][name], "data.inputs." + name), "file '" + file + "' does not exist",
+                        "check the path (relative paths are from the working folder)");
+    if (c->data.kind == "npy" && (c->data.inputs.empty() || c->data.targets.empty()))
+      throw UserError(r.where(d, "data"), "npy data needs inputs and targets", "add inputs: {NAME: FILE.npy} and targets: FILE.npy");
+    if (c->data.kind == "tokens" && c->data.file.empty())
+      throw UserError(r.where(d, "data"), "token data needs a file", "add file: TOKENS.bin");
+  }
+}
+
+void read_optimizer(const Reader& r, const YAML::Node& root, TrainConfig* c) {
+  const YAML::Node o = root["optimizer"];
+  if (!o) return;
+  const std::string p = "optimizer";
+  r.check_keys(o, p, {"kind", "lr", "momentum", "nesterov", "betas", "eps", "weight_decay",
+                      "clip_grad_norm", "warmup_steps", "schedule", "min_lr"});
+  TrainConfig::Optimizer& x = c->optimizer;
+  r.read(o, p, "kind", &x.kind, "sgd or adamw");
+  r.one_of(o, p, "kind", x.kind, {"sgd", "adamw"});
+  r.read(o, p, "lr", &x.lr, "a number");
+  r.read(o, p, "momentum", &x.momentum, "a number");
+  r.read(o, p, "nesterov", &x.nesterov, "true or false");
+  r.read(o, p, "eps", &x.eps, "a number");
+  r.read(o, p, "weight_decay", &x.weight_decay, "a number");
+  r.read(o, p, "clip_grad_norm", &x.clip_grad_norm, "a number");
+  r.read(o, p, "warmup_steps", &x.warmup_steps, "a whole number");
+  r.read(o, p, "schedule", &x.schedule, "constant or cosine");
+  r.one_of(o, p, "schedule", x.schedule, {"constant", "cosine"});
+  r.read(o, p, "min_lr", &x.min_lr, "a number");
+  if (const YAML::Node b = o["betas"]) {
+    if (!b.IsSequence() || b.size() != 2)
+      throw UserError(r.where(b, "optimizer.betas"), "expected two numbers", "write betas: [0.9, 0.999]");
+    try {
+      x.beta1 = b[0].as<double>();
+      x.beta2 = b[1].as<double>();
+    } catch (const YAML::Exception&) {
+      throw UserError(r.where(b, "optimizer.betas"), "expected two numbers", "write betas: [0.9, 0.999]");
+    }
+  }
+  const auto range = [&](const char* key, double v, double lo, double hi, const char* text) {
+    if (v >= lo && v < hi) return;
+    throw UserError(r.where(o[key] ? o[key] : o["betas"], p + "." + key),
+                    "must be " + std::string(text) + ", got " + std::to_string(v), "change it");
+  };
+  if (!(x.lr > 0))
+    throw UserError(r.where(o["lr"], "optimizer.lr"), "must be positive, got " + std::to_string(x.lr),
+                    "give a learning rate such as 3e-4");
+  range("momentum", x.momentum, 0, 1, "in [0, 1)");
+  range("weight_decay", x.weight_decay, 0, 1e9, "at least 0");
+  range("clip_grad_norm", x.clip_grad_norm, 0, 1e30, "at least 0");
+  range("betas", x.beta1, 0, 1, "in [0, 1)");
+  range("betas", x.beta2, 0, 1, "in [0, 1)");
+  r.positive(o, p, "warmup_steps", x.warmup_steps, 0);
+}
+
+void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
+  if (const YAML::Node q = root["pipeline"]) {
+    const std::string p = "pipeline";
+    r.check_keys(q, p, {"stages", "chunks", "micro_batches", "schedule", "partition", "recompute", "memory_limit"});
+    r.read(q, p, "stages", &c->pipeline.stages, "a whole number");
+    r.positive(q, p, "stages", c->pipeline.stages, 1);
+    r.read(q, p, "chunks", &c->pipeline.chunks, "a whole number");
+    r.positive(q, p, "chunks", c->pipeline.chunks, 1);
+    r.read(q, p, "micro_batches", &c->pipeline.micro_batches, "a whole number");
+    r.positive(q, p, "micro_batches", c->pipeline.micro_batches, 1);
+    r.read(q, p, "schedule", &c->pipeline.schedule, "a schedule kind or a CSV file");
+    r.read(q, p, "partition", &c->pipeline.partition, "balanced, params or uniform");
+    r.one_of(q, p, "partition", c->pipeline.partition, {"balanced", "params", "uniform"});
+    r.read(q, p, "recompute", &c->pipeline.recompute, "a recompute policy");
+    r.read(q, p, "memory_limit", &c->pipeline.memory_limit, "a size such as 8GiB");
+  }
+  if (const YAML::Node f = root["parameters"]) {
+    r.check_keys(f, "parameters", {"frozen"});
+    if (const YAML::Node list = f["frozen"]) {
+      if (!list.IsSequence())
+        throw UserError(r.where(list, "parameters.frozen"), "expected a list of names or globs", "write frozen: [mask, \"*.running_*\"]");
+      for (const auto& item : list) c->frozen.push_back(item.as<std::string>());
+    }
+  }
+  if (const YAML::Node k = root["checkpoint"]) {
+    r.check_keys(k, "checkpoint", {"dir", "every"});
+    r.read(k, "checkpoint", "dir", &c->checkpoint.dir, "a folder");
+    r.read(k, "checkpoint", "every", &c->checkpoint.every, "a whole number");
+    r.positive(k, "checkpoint", "every", c->checkpoint.every, 0);
+  }
+  if (const YAML::Node o = root["output"]) {
+    r.check_keys(o, "output", {"model", "metrics", "trace"});
+    r.read(o, "output", "model", &c->output.model, "a file name");
+    r.read(o, "output", "metrics", &c->output.metrics, "a file name");
+    r.read(o, "output", "trace", &c->output.trace, "a file name");
+  }
+}
+
+}  // namespace
+
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw UserError(path, "cannot read the config file", "check the path");
+  } catch (const YAML::ParserException& e) {
+    throw UserError(path + ":" + std::to_string(e.mark.line + 1), "not valid YAML: " + e.msg,
+                    "fix the syntax there");
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (const std::string& o : overrides) apply_override(root, o);
+  const Reader r(path);
+  TrainConfig c;
+  read_sections(r, root, &c);
+  read_loss_data(r, root, &c);
+  read_optimizer(r, root, &c);
+  read_pipeline(r, root, &c);
+  return c;
+}
+
+}  // namespace pt

@@ -1,0 +1,97 @@
+// cli/config.h: `pipetrain train`'s YAML config as one struct, read and checked once. In: the
+// file and `--set key=value` overrides. Out: a TrainConfig every later stage trusts.
+//
+// Every key is checked: an unknown key, a value of the wrong type or an impossible value is a
+// UserError naming `file:line` and the dotted key. Overrides use the same dotted keys
+// (`--set optimizer.lr=1e-3`, `--set pipeline.stages=2`) and are checked like the file.
+//
+//   model: samples/gpt/gpt.onnx
+//   dims: {batch: 8}                 # micro-batch size binds the batch dim; other named dims
+//   loss: {kind: cross_entropy, output: output, ignore_index: -100}
+//   data: {kind: npy, inputs: {input: x.npy}, targets: y.npy, shuffle: true, eval_fraction: 0.1}
+//   optimizer: {kind: adamw, lr: 3.0e-4, weight_decay: 0.1, clip_grad_norm: 1.0,
+//               warmup_steps: 20, schedule: cosine, min_lr: 0, momentum: 0.9, nesterov: false,
+//               betas: [0.9, 0.999], eps: 1.0e-8}
+//   pipeline: {stages: 4, chunks: 1, micro_batches: 8, schedule: zb-v, partition: balanced,
+//              recompute: selective, memory_limit: 8GiB}
+//   parameters: {frozen: [mask]}    # names or globs
+//   device: cpu
+//   threads: 1                       # per stage
+//   seed: 0
+//   steps: 200
+//   eval_every: 50
+//   checkpoint: {dir: out/ckpt, every: 100}
+//   output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.json}
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+struct TrainConfig {
+  std::string model;
+  std::map<std::string, int64_t> dims;  // "batch" is the micro-batch size
+
+  struct Loss {
+    std::string kind = "cross_entropy";  // cross_entropy | mse | model
+    std::string output;                  // empty: the model's first output
+    int64_t ignore_index = -100;
+  } loss;
+
+  struct Data {
+    std::string kind = "synthetic";              // synthetic | npy | tokens
+    std::map<std::string, std::string> inputs;   // npy: model input name -> file
+    std::string targets;                         // npy: file
+    std::string file;                            // tokens: a file of token ids (uint8/uint16)
+    int64_t samples = 256;                       // synthetic: samples in the data set
+    bool shuffle = true;
+    double eval_fraction = 0.0;                  // held out for evaluation, [0, 1)
+  } data;
+
+  struct Optimizer {
+    std::string kind = "adamw";  // sgd | adamw
+    double lr = 1e-3;
+    double momentum = 0.0;       // sgd
+    bool nesterov = false;       // sgd
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
+    double weight_decay = 0.0;
+    double clip_grad_norm = 0.0;  // 0: off
+    int64_t warmup_steps = 0;
+    std::string schedule = "constant";  // constant | cosine
+    double min_lr = 0.0;
+  } optimizer;
+
+  struct Pipeline {
+    int stages = 1;
+    int chunks = 1;              // chunks per device (2 for V-shaped schedules)
+    int micro_batches = 1;
+    std::string schedule = "1f1b";
+    std::string partition = "balanced";
+    std::string recompute = "none";
+    std::string memory_limit;    // per device; empty: none
+  } pipeline;
+
+  std::vector<std::string> frozen;  // parameters.frozen
+  std::string device = "cpu";       // cpu | cuda
+  int threads = 1;                  // per stage
+  uint64_t seed = 0;
+  int64_t steps = 1;
+  int64_t eval_every = 0;           // 0: no evaluation
+
+  struct Checkpoint {
+    std::string dir;   // empty: none
+    int64_t every = 0;
+  } checkpoint;
+
+  struct Output {
+    std::string model, metrics, trace;
+  } output;
+};
+
+// Reads and checks the file, applying `overrides` ("dotted.key=value") on top.
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+}  // namespace pt

@@ -1,0 +1,121 @@
+// The train config: every key read, and bad files rejected with file:line and the dotted key.
+#include "cli/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string write(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+std::string error_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config(path, overrides);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Config, ReadsEveryKey) {
+  const std::string path = write("pt_cfg_full.yaml", R"(model: samples/gpt/gpt.onnx
+dims: {batch: 8}
+loss: {kind: cross_entropy, output: output, ignore_index: -1}
+data: {kind: synthetic, samples: 64, shuffle: false, eval_fraction: 0.25}
+optimizer: {kind: adamw, lr: 3.0e-4, weight_decay: 0.1, clip_grad_norm: 1.0, warmup_steps: 20,
+            schedule: cosine, min_lr: 1.0e-5, betas: [0.8, 0.99], eps: 1.0e-6}
+pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: params,
+           recompute: selective, memory_limit: 8GiB}
+parameters: {frozen: [mask, "*.running_*"]}
+device: cpu
+threads: 2
+seed: 7
+steps: 200
+eval_every: 50
+checkpoint: {dir: out/ckpt, every: 100}
+output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.json}
+)");
+  const TrainConfig c = load_config(path);
+  EXPECT_EQ(c.model, "samples/gpt/gpt.onnx");
+  EXPECT_EQ(c.dims.at("batch"), 8);
+  EXPECT_EQ(c.loss.ignore_index, -1);
+  EXPECT_EQ(c.data.samples, 64);
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_DOUBLE_EQ(c.data.eval_fraction, 0.25);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.99);
+  EXPECT_EQ(c.optimizer.schedule, "cosine");
+  EXPECT_EQ(c.pipeline.stages, 4);
+  EXPECT_EQ(c.pipeline.chunks, 2);
+  EXPECT_EQ(c.pipeline.schedule, "zb-v");
+  EXPECT_EQ(c.pipeline.memory_limit, "8GiB");
+  EXPECT_EQ(c.frozen, (std::vector<std::string>{"mask", "*.running_*"}));
+  EXPECT_EQ(c.threads, 2);
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.steps, 200);
+  EXPECT_EQ(c.checkpoint.every, 100);
+  EXPECT_EQ(c.output.trace, "out/trace.json");
+}
+
+TEST(Config, OverridesUseDottedKeys) {
+  const std::string path = write("pt_cfg_min.yaml", "model: samples/mlp/mlp.onnx\n");
+  const TrainConfig c = load_config(path, {"optimizer.lr=0.5", "pipeline.stages=2", "steps=3"});
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
+  EXPECT_EQ(c.pipeline.stages, 2);
+  EXPECT_EQ(c.steps, 3);
+  EXPECT_EQ(error_of(path, {"pipeline.stagez=2"}),
+            "--set pipeline.stagez: unknown key; known keys here: chunks, memory_limit, "
+            "micro_batches, partition, recompute, schedule, stages");
+}
+
+TEST(ConfigErrors, UnknownKeyNamesTheLine) {
+  const std::string path = write("pt_cfg_unknown.yaml", "model: samples/mlp/mlp.onnx\noptimizer:\n  kind: sgd\n  lrate: 0.1\n");
+  EXPECT_EQ(error_of(path), path + ":4: optimizer.lrate: unknown key; known keys here: betas, "
+                                   "clip_grad_norm, eps, kind, lr, min_lr, momentum, nesterov, "
+                                   "schedule, warmup_steps, weight_decay");
+}
+
+TEST(ConfigErrors, WrongTypeNamesTheLine) {
+  const std::string path = write("pt_cfg_type.yaml", "model: samples/mlp/mlp.onnx\nsteps: many\n");
+  EXPECT_EQ(error_of(path), path + ":2: steps: expected a whole number, got 'many'; give a whole number");
+}
+
+TEST(ConfigErrors, ImpossibleValues) {
+  const std::string a = write("pt_cfg_stages.yaml", "model: samples/mlp/mlp.onnx\npipeline: {stages: 0}\n");
+  EXPECT_EQ(error_of(a), a + ":2: pipeline.stages: must be at least 1, got 0; raise it");
+  const std::string b = write("pt_cfg_lr.yaml", "model: samples/mlp/mlp.onnx\noptimizer:\n  lr: -1\n");
+  EXPECT_EQ(error_of(b), b + ":3: optimizer.lr: must be positive, got -1.000000; give a learning rate such as 3e-4");
+  const std::string c = write("pt_cfg_kind.yaml", "model: samples/mlp/mlp.onnx\nloss: {kind: hinge}\n");
+  EXPECT_EQ(error_of(c), c + ":2: loss.kind: unknown value 'hinge'; use one of cross_entropy, model, mse");
+}
+
+TEST(ConfigErrors, MissingFiles) {
+  const std::string a = write("pt_cfg_nomodel.yaml", "model: nowhere.onnx\n");
+  EXPECT_EQ(error_of(a), a + ":1: model: file 'nowhere.onnx' does not exist; check the path "
+                             "(relative paths are from the working folder)");
+  const std::string b = write("pt_cfg_nodata.yaml", "model: samples/mlp/mlp.onnx\ndata:\n  kind: npy\n  inputs: {input: x_missing.npy}\n  targets: y.npy\n");
+  EXPECT_EQ(error_of(b), b + ":5: data.targets: file 'y.npy' does not exist; check the path "
+                             "(relative paths are from the working folder)");
+  EXPECT_EQ(error_of("/nonexistent/cfg.yaml"), "/nonexistent/cfg.yaml: cannot read the config file; check the path");
+}
+
+TEST(ConfigErrors, BrokenYaml) {
+  const std::string a = write("pt_cfg_broken.yaml", "model: samples/mlp/mlp.onnx\noptimizer: {lr: [1, 2\n");
+  EXPECT_EQ(error_of(a).rfind(a + ":", 0), 0u) << error_of(a);
+  EXPECT_NE(error_of(a).find("not valid YAML"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pt

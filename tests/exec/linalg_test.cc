@@ -76,23 +76,11 @@ std::vector<float> run_matmul(const TensorType& a, const TensorType& b, const Te
   return run_node(node, cpu::make_matmul, {a, b}, {a_data, b_data}, y);
 }
 
-std::vector<float> ramp(int64_t n, float scale) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(0.37f * i) * scale;
-  return v;
-}
-
-void expect_near_all(const std::vector<float>& have, const std::vector<float>& want) {
-  ASSERT_EQ(have.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(have[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << "at " << i;
-}
-
 // (2, 4, 8, 16) x (2, 4, 16, 8): attention scores, every batch its own pair.
 TEST(MatMul, Batched4dMatchesLoop) {
   const TensorType a{DType::kFloat32, {2, 4, 8, 16}}, b{DType::kFloat32, {2, 4, 16, 8}};
   const TensorType y{DType::kFloat32, {2, 4, 8, 8}};
-  const auto ad = ramp(a.numel(), 1.f), bd = ramp(b.numel(), 0.5f);
+  const auto ad = testing::wave(a.numel(), 1.f), bd = testing::wave(b.numel(), 0.5f);
   std::vector<float> want(static_cast<size_t>(y.numel()));
   for (int bt = 0; bt < 8; ++bt)
     for (int i = 0; i < 8; ++i)
@@ -101,14 +89,14 @@ TEST(MatMul, Batched4dMatchesLoop) {
         for (int k = 0; k < 16; ++k) acc += ad[bt * 128 + i * 16 + k] * bd[bt * 128 + k * 8 + j];
         want[bt * 64 + i * 8 + j] = acc;
       }
-  expect_near_all(run_matmul(a, b, y, ad, bd), want);
+  testing::expect_near_all(run_matmul(a, b, y, ad, bd), want);
 }
 
 // (2, 8, 16) x (16, 4): a Linear without bias, B shared by every batch.
 TEST(MatMul, BroadcastWeightMatchesLoop) {
   const TensorType a{DType::kFloat32, {2, 8, 16}}, b{DType::kFloat32, {16, 4}};
   const TensorType y{DType::kFloat32, {2, 8, 4}};
-  const auto ad = ramp(a.numel(), 1.f), bd = ramp(b.numel(), 0.5f);
+  const auto ad = testing::wave(a.numel(), 1.f), bd = testing::wave(b.numel(), 0.5f);
   std::vector<float> want(static_cast<size_t>(y.numel()));
   for (int r = 0; r < 16; ++r)
     for (int j = 0; j < 4; ++j) {
@@ -116,14 +104,14 @@ TEST(MatMul, BroadcastWeightMatchesLoop) {
       for (int k = 0; k < 16; ++k) acc += ad[r * 16 + k] * bd[k * 4 + j];
       want[r * 4 + j] = acc;
     }
-  expect_near_all(run_matmul(a, b, y, ad, bd), want);
+  testing::expect_near_all(run_matmul(a, b, y, ad, bd), want);
 }
 
 // (3, 1, 2, 5) x (4, 5, 3): batch dims broadcast both ways to (3, 4).
 TEST(MatMul, BatchDimsBroadcastBothWays) {
   const TensorType a{DType::kFloat32, {3, 1, 2, 5}}, b{DType::kFloat32, {4, 5, 3}};
   const TensorType y{DType::kFloat32, {3, 4, 2, 3}};
-  const auto ad = ramp(a.numel(), 1.f), bd = ramp(b.numel(), 0.5f);
+  const auto ad = testing::wave(a.numel(), 1.f), bd = testing::wave(b.numel(), 0.5f);
   std::vector<float> want(static_cast<size_t>(y.numel()));
   for (int p = 0; p < 3; ++p)
     for (int q = 0; q < 4; ++q)
@@ -133,14 +121,14 @@ TEST(MatMul, BatchDimsBroadcastBothWays) {
           for (int k = 0; k < 5; ++k) acc += ad[p * 10 + i * 5 + k] * bd[q * 15 + k * 3 + j];
           want[((p * 4 + q) * 2 + i) * 3 + j] = acc;
         }
-  expect_near_all(run_matmul(a, b, y, ad, bd), want);
+  testing::expect_near_all(run_matmul(a, b, y, ad, bd), want);
 }
 
 // (5) x (2, 5, 3) -> (2, 3) and (2, 3, 5) x (5) -> (2, 3): 1-D operands promoted and dropped.
 TEST(MatMul, VectorOperands) {
   const TensorType v{DType::kFloat32, {5}}, m{DType::kFloat32, {2, 5, 3}};
   const TensorType mt{DType::kFloat32, {2, 3, 5}}, y{DType::kFloat32, {2, 3}};
-  const auto vd = ramp(5, 1.f), md = ramp(30, 0.5f);
+  const auto vd = testing::wave(5, 1.f), md = testing::wave(30, 0.5f);
   std::vector<float> want_left(6), want_right(6);
   for (int bt = 0; bt < 2; ++bt)
     for (int j = 0; j < 3; ++j)
@@ -148,8 +136,8 @@ TEST(MatMul, VectorOperands) {
         want_left[bt * 3 + j] += vd[k] * md[bt * 15 + k * 3 + j];
         want_right[bt * 3 + j] += md[bt * 15 + j * 5 + k] * vd[k];
       }
-  expect_near_all(run_matmul(v, m, y, vd, md), want_left);
-  expect_near_all(run_matmul(mt, v, y, md, vd), want_right);
+  testing::expect_near_all(run_matmul(v, m, y, vd, md), want_left);
+  testing::expect_near_all(run_matmul(mt, v, y, md, vd), want_right);
 }
 
 // Y = 0.5 * A^T @ B^T + 2 * C with A stored (4, 3), B stored (5, 4) and C (3, 1) broadcast
@@ -157,7 +145,7 @@ TEST(MatMul, VectorOperands) {
 TEST(Gemm, TransposedWithColumnBias) {
   const TensorType a{DType::kFloat32, {4, 3}}, b{DType::kFloat32, {5, 4}};
   const TensorType c{DType::kFloat32, {3, 1}}, y{DType::kFloat32, {3, 5}};
-  const auto ad = ramp(12, 1.f), bd = ramp(20, 0.5f), cd = ramp(3, 2.f);
+  const auto ad = testing::wave(12, 1.f), bd = testing::wave(20, 0.5f), cd = testing::wave(3, 2.f);
   std::vector<float> want(15);
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 5; ++j) {
@@ -168,7 +156,7 @@ TEST(Gemm, TransposedWithColumnBias) {
   Node node;
   node.op_type = "Gemm";
   node.attrs = {{"alpha", 0.5f}, {"beta", 2.f}, {"transA", int64_t{1}}, {"transB", int64_t{1}}};
-  expect_near_all(run_node(node, cpu::make_gemm, {a, b, c}, {ad, bd, cd}, y), want);
+  testing::expect_near_all(run_node(node, cpu::make_gemm, {a, b, c}, {ad, bd, cd}, y), want);
 }
 
 TEST(MatMul, DeclinesMismatchedInnerDims) {

@@ -116,18 +116,6 @@ std::vector<float> run_node(Node node, KernelFactory factory, const std::vector<
   return outs.empty() ? std::vector<float>{} : outs[0];
 }
 
-std::vector<float> ramp(int64_t n, float scale) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(0.37f * i) * scale;
-  return v;
-}
-
-void expect_near_all(const std::vector<float>& have, const std::vector<float>& want) {
-  ASSERT_EQ(have.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(have[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << "at " << i;
-}
-
 struct ConvCase {
   int64_t n, c, h, w, m, group, k, stride, dilation, pad;
 };
@@ -165,7 +153,7 @@ void check_conv(const ConvCase& p) {
   const TensorType x{DType::kFloat32, {p.n, p.c, p.h, p.w}};
   const TensorType wt{DType::kFloat32, {p.m, p.c / p.group, p.k, p.k}};
   const TensorType b{DType::kFloat32, {p.m}}, y{DType::kFloat32, {p.n, p.m, oh, ow}};
-  const auto xd = ramp(x.numel(), 1.f), wd = ramp(wt.numel(), 0.3f), bd = ramp(p.m, 0.1f);
+  const auto xd = testing::wave(x.numel(), 1.f), wd = testing::wave(wt.numel(), 0.3f), bd = testing::wave(p.m, 0.1f);
   Node node;
   node.op_type = "Conv";
   node.attrs = {{"group", p.group},
@@ -173,7 +161,7 @@ void check_conv(const ConvCase& p) {
                 {"dilations", std::vector<int64_t>{p.dilation, p.dilation}},
                 {"pads", std::vector<int64_t>{p.pad, p.pad, p.pad, p.pad}}};
   const auto have = run_node(node, cpu::make_conv, {x, wt, b}, {xd, wd, bd}, y);
-  expect_near_all(have, conv_loop(p, xd, wd, bd, oh, ow));
+  testing::expect_near_all(have, conv_loop(p, xd, wd, bd, oh, ow));
 }
 
 TEST(Conv, GroupedMatchesLoop) { check_conv({2, 8, 9, 9, 12, 4, 3, 1, 1, 1}); }
@@ -184,7 +172,7 @@ TEST(Conv, WideChannelsMatchLoop) { check_conv({2, 32, 7, 7, 64, 1, 3, 1, 1, 1})
 // MaxPool with dilation 2 on a 5x5 ramp: each output is the max of the 4 corners of a 3x3.
 TEST(MaxPool, DilatedMatchesLoop) {
   const TensorType x{DType::kFloat32, {1, 1, 5, 5}}, y{DType::kFloat32, {1, 1, 3, 3}};
-  const auto xd = ramp(25, 1.f);
+  const auto xd = testing::wave(25, 1.f);
   Node node;
   node.op_type = "MaxPool";
   node.attrs = {{"kernel_shape", std::vector<int64_t>{2, 2}},
@@ -204,7 +192,7 @@ TEST(MaxPool, DilatedMatchesLoop) {
 TEST(BatchNormalization, TrainingMatchesDefinition) {
   const int64_t n = 3, c = 5, s = 37;
   const TensorType x{DType::kFloat32, {n, c, s}}, ch{DType::kFloat32, {c}};
-  const auto xd = ramp(x.numel(), 3.f), scale = ramp(c, 1.f), bias = ramp(c + 1, 0.5f);
+  const auto xd = testing::wave(x.numel(), 3.f), scale = testing::wave(c, 1.f), bias = testing::wave(c + 1, 0.5f);
   const std::vector<float> mean_in(5, 0.25f), var_in(5, 2.f);
   std::vector<float> want_y(static_cast<size_t>(x.numel())), want_mean(5), want_var(5);
   for (int64_t k = 0; k < c; ++k) {
@@ -229,9 +217,9 @@ TEST(BatchNormalization, TrainingMatchesDefinition) {
   const auto outs = run_node(node, cpu::make_batch_norm, {x, ch, ch, ch, ch},
                              {xd, scale, bias, mean_in, var_in}, {x, ch, ch});
   ASSERT_EQ(outs.size(), 3u);
-  expect_near_all(outs[0], want_y);
-  expect_near_all(outs[1], want_mean);
-  expect_near_all(outs[2], want_var);
+  testing::expect_near_all(outs[0], want_y);
+  testing::expect_near_all(outs[1], want_mean);
+  testing::expect_near_all(outs[2], want_var);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "tests/exec/node_case.h"
 
+#include <gtest/gtest.h>
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
@@ -217,6 +218,18 @@ NodeCaseResult run_node_case(const std::string& case_name, KernelFactory factory
     if (!diff.empty()) return fail(diff);
   }
   return {NodeCaseResult::kPassed, ""};
+}
+
+std::vector<float> wave(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(0.37f * i) * scale;
+  return v;
+}
+
+void expect_near_all(const std::vector<float>& have, const std::vector<float>& want) {
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(have[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << "at " << i;
 }
 
 }  // namespace pt::testing

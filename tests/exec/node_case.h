@@ -43,4 +43,11 @@ std::vector<NodeCase> op_cases(const std::string& prefix, KernelFactory factory,
 // How many of `cases` pass: each suite asserts a floor per op, so skips cannot make it pass.
 int count_passed(const std::vector<NodeCase>& cases);
 
+// n values of scale * sin(0.37 i): smooth, signed, without repeats (hand-made kernel inputs).
+std::vector<float> wave(int64_t n, float scale);
+
+// Every element within 1e-4 + 1e-4 |want| (float kernels against double references); a gtest
+// assertion failure names the first element off.
+void expect_near_all(const std::vector<float>& have, const std::vector<float>& want);
+
 }  // namespace pt::testing

@@ -155,39 +155,37 @@ struct PipelineExecutor::Worker {
     backward_input(a);
     backward_weight(a);
   }
+  // Sends entries `from` of `group` (micro-batch m) to `peer`, whose j-th message name is msgs[j].
+  void send_entries(const Chunk& c, const Group& group, const std::vector<int>& from,
+                    const Chunk& peer, const std::vector<std::string>& msgs, int m) {
+    for (size_t j = 0; j < from.size(); ++j)
+      ex.comm_.send(msgs[j], m, c.device, peer.device, group.at(m, from[j]),
+                    group.entries[static_cast<size_t>(from[j])].bytes);
+  }
+  // Receives every entry of `group` (micro-batch m) from `peer`, entry j as message msgs[j].
+  void recv_entries(const Chunk& c, const Group& group, const std::vector<std::string>& msgs,
+                    const Chunk& peer, int m) {
+    for (size_t j = 0; j < group.entries.size(); ++j)
+      ex.comm_.recv(msgs[j], m, peer.device, c.device, group.at(m, static_cast<int>(j)),
+                    group.entries[j].bytes);
+  }
   void send_f(const Action& a) {
-    Chunk& c = chunk(a.chunk);
-    Chunk& next = chunk(a.chunk + 1);
-    const Group& out = c.groups[kOut];
-    for (size_t j = 0; j < c.send_f_from.size(); ++j) {
-      const int e = c.send_f_from[j];
-      ex.comm_.send(next.recv_in_msg[j], a.micro_batch, c.device, next.device,
-                    out.at(a.micro_batch, e), out.entries[static_cast<size_t>(e)].bytes);
-    }
+    const Chunk& c = chunk(a.chunk);
+    const Chunk& next = chunk(a.chunk + 1);
+    send_entries(c, c.groups[kOut], c.send_f_from, next, next.recv_in_msg, a.micro_batch);
   }
   void recv_f(const Action& a) {
-    Chunk& c = chunk(a.chunk);
-    const Group& in = c.groups[kRecvIn];
-    for (size_t j = 0; j < in.entries.size(); ++j)
-      ex.comm_.recv(c.recv_in_msg[j], a.micro_batch, chunk(a.chunk - 1).device, c.device,
-                    in.at(a.micro_batch, static_cast<int>(j)), in.entries[j].bytes);
+    const Chunk& c = chunk(a.chunk);
+    recv_entries(c, c.groups[kRecvIn], c.recv_in_msg, chunk(a.chunk - 1), a.micro_batch);
   }
   void send_b(const Action& a) {
-    Chunk& c = chunk(a.chunk);
-    Chunk& prev = chunk(a.chunk - 1);
-    const Group& grads = c.groups[kIGrad];
-    for (size_t j = 0; j < c.send_b_from.size(); ++j) {
-      const int e = c.send_b_from[j];
-      ex.comm_.send(prev.ograd_msg[j], a.micro_batch, c.device, prev.device,
-                    grads.at(a.micro_batch, e), grads.entries[static_cast<size_t>(e)].bytes);
-    }
+    const Chunk& c = chunk(a.chunk);
+    const Chunk& prev = chunk(a.chunk - 1);
+    send_entries(c, c.groups[kIGrad], c.send_b_from, prev, prev.ograd_msg, a.micro_batch);
   }
   void recv_b(const Action& a) {
-    Chunk& c = chunk(a.chunk);
-    const Group& in = c.groups[kOGrad];
-    for (size_t j = 0; j < in.entries.size(); ++j)
-      ex.comm_.recv(c.ograd_msg[j], a.micro_batch, chunk(a.chunk + 1).device, c.device,
-                    in.at(a.micro_batch, static_cast<int>(j)), in.entries[j].bytes);
+    const Chunk& c = chunk(a.chunk);
+    recv_entries(c, c.groups[kOGrad], c.ograd_msg, chunk(a.chunk + 1), a.micro_batch);
   }
   // The optimizer is not part of the executor yet: the gradients are complete here.
   void optimizer_step(const Action&) {}

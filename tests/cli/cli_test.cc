@@ -44,6 +44,13 @@ void expect_one_line_error(const Result& r, const std::string& text) {
   EXPECT_EQ(r.err, "error: " + text + "\n");
 }
 
+// The same, when the message ends in figures the test does not pin: it starts with `prefix`.
+void expect_one_line_error_starting(const Result& r, const std::string& prefix) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("error: " + prefix, 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 TEST(Cli, OpsListsTheTable) {
   Result r = run("ops");
   EXPECT_EQ(r.code, 0);
@@ -102,17 +109,14 @@ TEST(CliErrors, MissingModel) {
 }
 
 TEST(CliErrors, TooManyStages) {
-  Result r = run("partition samples/mlp/mlp.onnx --stages 500");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err.rfind("error: partition: cannot cut a graph of ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+  expect_one_line_error_starting(run("partition samples/mlp/mlp.onnx --stages 500"),
+                                 "partition: cannot cut a graph of ");
 }
 
 TEST(CliErrors, ImpossibleMemoryLimit) {
-  Result r = run("partition samples/gpt/gpt.onnx --stages 2 --memory-limit 1KiB");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err.rfind("error: partition: no split into 2 stages fits the memory limit of 1.00 KiB", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+  expect_one_line_error_starting(
+      run("partition samples/gpt/gpt.onnx --stages 2 --memory-limit 1KiB"),
+      "partition: no split into 2 stages fits the memory limit of 1.00 KiB");
 }
 
 TEST(CliErrors, UnreadableMemoryLimit) {
@@ -226,9 +230,9 @@ TEST(CliErrors, RecomputeListOfTheWrongLength) {
 }
 
 TEST(CliErrors, BudgetTooSmall) {
-  Result r = run("partition samples/gpt/gpt.onnx --stages 2 --backward --recompute budget:1");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("error: recompute budget: no plan keeps at most 1 bytes per micro-batch; the least is "), std::string::npos) << r.err;
+  expect_one_line_error_starting(
+      run("partition samples/gpt/gpt.onnx --stages 2 --backward --recompute budget:1"),
+      "recompute budget: no plan keeps at most 1 bytes per micro-batch; the least is ");
 }
 
 TEST(CliErrors, UnknownLoss) {

@@ -87,4 +87,21 @@ void add_loss(Graph& g, const LossSpec& spec) {
   g.rebuild_uses();
 }
 
+float loss_scale(const LossSpec& spec, const std::vector<const Tensor*>& targets,
+                 const std::string& where) {
+  if (spec.kind == LossSpec::Kind::kModel) return 1.0f / static_cast<float>(targets.size());
+  int64_t counted = 0;
+  for (const Tensor* t : targets) {
+    if (spec.kind == LossSpec::Kind::kMse) {
+      counted += t->type.numel();
+      continue;
+    }
+    const int64_t* v = t->as<int64_t>();
+    for (int64_t i = 0; i < t->type.numel(); ++i) counted += v[i] != spec.ignore_index;
+  }
+  if (counted == 0)
+    throw UserError(where, "every target equals ignore_index", "give at least one real target");
+  return 1.0f / static_cast<float>(counted);
+}
+
 }  // namespace pt

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/ir.h"
 
@@ -35,5 +36,11 @@ inline constexpr const char* kLossScale = "loss_scale";
 
 // Appends the loss; UserError naming the output when its type does not fit the kind.
 void add_loss(Graph& g, const LossSpec& spec);
+
+// The loss_scale input of every micro-batch of one global batch, given each micro-batch's
+// target: 1 / counted target elements (cross_entropy: those not equal to ignore_index; mse:
+// all), or 1 / micro-batches for `model`. UserError naming `where` when no target counts.
+float loss_scale(const LossSpec& spec, const std::vector<const Tensor*>& targets,
+                 const std::string& where);
 
 }  // namespace pt

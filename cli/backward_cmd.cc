@@ -105,17 +105,6 @@ Tensor scalar_f32(float v) {
   return t;
 }
 
-// loss_scale: 1 / what the global mean divides by (loss.h).
-float loss_scale(const LossSpec& loss, const Tensor& target, int micro_batches) {
-  if (loss.kind == LossSpec::Kind::kModel) return 1.0f / static_cast<float>(micro_batches);
-  if (loss.kind == LossSpec::Kind::kMse) return 1.0f / static_cast<float>(target.type.numel());
-  int64_t counted = 0;
-  for (int64_t i = 0; i < target.type.numel(); ++i) counted += target.as<int64_t>()[i] != loss.ignore_index;
-  if (counted == 0)
-    throw UserError("--target", "every target equals ignore_index", "give at least one real target");
-  return 1.0f / static_cast<float>(counted);
-}
-
 }  // namespace
 
 void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
@@ -168,11 +157,15 @@ int run_grad(const GradArgs& a) {
 
   CpuBackend backend(a.threads);
   ReferenceStep step(chunks, backend);
-  const float scale = loss_scale(*co.loss, target, a.micro_batches);
+  std::vector<Tensor> targets;
+  for (int m = 0; m < a.micro_batches; ++m) targets.push_back(slice_rows(target, m, rows));
+  std::vector<const Tensor*> target_ptrs;
+  for (const Tensor& t : targets) target_ptrs.push_back(&t);
+  const float scale = loss_scale(*co.loss, target_ptrs, "--target");
   for (int m = 0; m < a.micro_batches; ++m) {
     std::map<std::string, Tensor> feeds;
     for (const auto& [name, t] : inputs) feeds[name] = slice_rows(t, m, rows);
-    feeds[kLossTarget] = slice_rows(target, m, rows);
+    feeds[kLossTarget] = targets[static_cast<size_t>(m)];
     feeds[kLossScale] = scalar_f32(scale);
     for (ValueId v : chunks.front().forward.inputs) {
       const Value& val = chunks.front().forward.value(v);

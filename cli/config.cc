@@ -14,7 +14,8 @@ namespace {
 // Where a node came from: "file:line", or "--set key" for an override.
 class Reader {
  public:
-  explicit Reader(std::string path) : path_(std::move(path)) {}
+  Reader(std::string path, std::map<std::string, std::string>* places)
+      : path_(std::move(path)), places_(places) {}
 
   std::string where(const YAML::Node& n, const std::string& key) const {
     const YAML::Mark m = n.Mark();
@@ -25,6 +26,7 @@ class Reader {
   // The node must be a map whose keys are all in `known`.
   void check_keys(const YAML::Node& n, const std::string& key,
                   const std::set<std::string>& known) const {
+    if (!key.empty()) (*places_)[key] = where(n, key);
     if (!n.IsMap())
       throw UserError(where(n, key.empty() ? "top level" : key), "expected a map of keys",
                       "write key: value pairs here");
@@ -44,6 +46,7 @@ class Reader {
     const YAML::Node n = parent[name];
     if (!n) return;
     const std::string key = prefix.empty() ? name : prefix + "." + name;
+    (*places_)[key] = where(n, key);
     try {
       if (!n.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "not a scalar");
       *out = n.as<T>();
@@ -74,6 +77,7 @@ class Reader {
 
  private:
   std::string path_;
+  std::map<std::string, std::string>* places_;
 };
 
 // "a.b.c=value": sets root[a][b][c] to the YAML scalar (or flow list/map) `value`.
@@ -236,7 +240,7 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.read(q, p, "stages", &c->pipeline.stages, "a whole number");
     r.positive(q, p, "stages", c->pipeline.stages, 1);
     r.read(q, p, "chunks", &c->pipeline.chunks, "a whole number");
-    r.positive(q, p, "chunks", c->pipeline.chunks, 1);
+    r.positive(q, p, "chunks", c->pipeline.chunks, 0);
     r.read(q, p, "micro_batches", &c->pipeline.micro_batches, "a whole number");
     r.positive(q, p, "micro_batches", c->pipeline.micro_batches, 1);
     r.read(q, p, "schedule", &c->pipeline.schedule, "a schedule kind or a CSV file");
@@ -260,10 +264,11 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.positive(k, "checkpoint", "every", c->checkpoint.every, 0);
   }
   if (const YAML::Node o = root["output"]) {
-    r.check_keys(o, "output", {"model", "metrics", "trace"});
+    r.check_keys(o, "output", {"model", "metrics", "trace", "timeline"});
     r.read(o, "output", "model", &c->output.model, "a file name");
     r.read(o, "output", "metrics", &c->output.metrics, "a file name");
     r.read(o, "output", "trace", &c->output.trace, "a file name");
+    r.read(o, "output", "timeline", &c->output.timeline, "a file name");
   }
 }
 
@@ -281,8 +286,8 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
   }
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   for (const std::string& o : overrides) apply_override(root, o);
-  const Reader r(path);
   TrainConfig c;
+  const Reader r(path, &c.places);
   read_sections(r, root, &c);
   read_loss_data(r, root, &c);
   read_optimizer(r, root, &c);

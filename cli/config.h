@@ -12,7 +12,7 @@
 //   optimizer: {kind: adamw, lr: 3.0e-4, weight_decay: 0.1, clip_grad_norm: 1.0,
 //               warmup_steps: 20, schedule: cosine, min_lr: 0, momentum: 0.9, nesterov: false,
 //               betas: [0.9, 0.999], eps: 1.0e-8}
-//   pipeline: {stages: 4, chunks: 1, micro_batches: 8, schedule: zb-v, partition: balanced,
+//   pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: balanced,
 //              recompute: selective, memory_limit: 8GiB}
 //   parameters: {frozen: [mask]}    # names or globs
 //   device: cpu
@@ -21,7 +21,8 @@
 //   steps: 200
 //   eval_every: 50
 //   checkpoint: {dir: out/ckpt, every: 100}
-//   output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.json}
+//   output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.json,
+//            timeline: out/timeline.svg}
 #pragma once
 
 #include <cstdint>
@@ -66,7 +67,7 @@ struct TrainConfig {
 
   struct Pipeline {
     int stages = 1;
-    int chunks = 1;              // chunks per device (2 for V-shaped schedules)
+    int chunks = 0;              // chunks per device; 0: the schedule kind's default (2 for V kinds)
     int micro_batches = 1;
     std::string schedule = "1f1b";
     std::string partition = "balanced";
@@ -88,7 +89,16 @@ struct TrainConfig {
 
   struct Output {
     std::string model, metrics, trace;
+    std::string timeline;  // SVG: the measured timeline of the last step above the simulated one
   } output;
+
+  // "file:line: dotted.key" for every key the file (or "--set dotted.key" for an override) set;
+  // later checks (data files, stages the model allows, shapes) name the YAML line through it.
+  std::map<std::string, std::string> places;
+  std::string where(const std::string& key) const {
+    auto it = places.find(key);
+    return it == places.end() ? "config: " + key : it->second;
+  }
 };
 
 // Reads and checks the file, applying `overrides` ("dotted.key=value") on top.

@@ -13,6 +13,7 @@
 #include "cli/schedule_args.h"
 #include "core/bytes.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "partition/partitioner.h"
@@ -60,25 +61,6 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// Temp file + rename, so a failed run leaves nothing half-written.
-void write_atomic(const std::string& path, const std::string& text, const std::string& flag) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw UserError(path, "cannot be written", "choose another " + flag);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw UserError(path, "cannot be written: " + ec.message(), "choose another " + flag);
-  }
 }
 
 // Per-chunk costs from the model: F, B, W in GFLOP and kept activations in bytes, chunk by
@@ -226,8 +208,8 @@ int run(const ScheduleArgs& a) {
                                    a.memory_limit,
                         "choose a kind with less memory, or --kind auto");
     }
-  if (!a.csv.empty()) write_atomic(a.csv, format_csv(a.lowered ? lowered : p.schedule), "--csv");
-  if (!a.svg.empty()) write_atomic(a.svg, svg_timeline(p.schedule, sim), "--svg");
+  if (!a.csv.empty()) write_file_atomic(a.csv, format_csv(a.lowered ? lowered : p.schedule), "choose another --csv");
+  if (!a.svg.empty()) write_file_atomic(a.svg, svg_timeline(p.schedule, sim), "choose another --svg");
   if (a.json) {
     std::cout << to_json(p.schedule, sim).dump(2) << "\n";
     return 0;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "onnx_import/load.h"
 #include "onnx_import/proto_convert.h"
 
 namespace pt {
@@ -77,6 +78,34 @@ void save_model(const onnx::ModelProto& m, const std::string& path) {
   std::error_code ec;
   fs::rename(tmp, target, ec);
   if (ec) throw UserError(path, "cannot be replaced: " + ec.message(), "check the folder's permissions");
+}
+
+void save_model_with_weights(const std::string& source,
+                             const std::map<std::string, const Tensor*>& weights,
+                             const std::string& path) {
+  onnx::ModelProto m = read_model(source);
+  size_t replaced = 0;
+  for (onnx::TensorProto& init : *m.mutable_graph()->mutable_initializer()) {
+    auto it = weights.find(init.name());
+    if (it == weights.end()) continue;
+    const Tensor old = tensor_from_proto(init, source + ": initializer '" + init.name() + "'");
+    if (!(old.type == it->second->type))
+      throw UserError(source + ": initializer '" + init.name() + "'",
+                      "is " + old.type.str() + " but the trained value is " + it->second->type.str(),
+                      "train and export the same model file");
+    init.Clear();
+    tensor_to_proto(*it->second, it->first, &init);
+    ++replaced;
+  }
+  if (replaced != weights.size())
+    for (const auto& [name, t] : weights) {
+      bool found = false;
+      for (const onnx::TensorProto& init : m.graph().initializer()) found = found || init.name() == name;
+      if (!found)
+        throw UserError(source, "has no initializer '" + name + "' to carry the trained value",
+                        "export the trained model from the file that was trained");
+    }
+  save_model(m, path);
 }
 
 }  // namespace pt

@@ -4,6 +4,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <map>
 #include <string>
 
 #include "core/ir.h"
@@ -16,5 +17,12 @@ onnx::ModelProto to_model_proto(const Graph& g);
 // Writes to `path` atomically (a temporary file renamed into place): a failed write leaves no
 // half-written model. Throws UserError when the folder cannot be written.
 void save_model(const onnx::ModelProto& m, const std::string& path);
+
+// The model file at `source`, unchanged but for the named initializers' data (a trained model:
+// the same graph, new weights; external data comes back inline). UserError naming the source
+// when a name is not an initializer there or its type differs, before anything is written.
+void save_model_with_weights(const std::string& source,
+                             const std::map<std::string, const Tensor*>& weights,
+                             const std::string& path);
 
 }  // namespace pt

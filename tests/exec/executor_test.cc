@@ -15,6 +15,7 @@
 #include "exec/comm.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/reference_step.h"
+#include "exec/timeline.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "schedule/generators.h"
@@ -111,23 +112,6 @@ std::vector<int> placement(const Schedule& s) {
   return out;
 }
 
-// The simulator's memory model for these chunks: F keeps `kept_bytes`; B drops all but what W
-// still reads, and makes what it passes to W, so what it leaves is kept_for_weight + passed.
-// (The simulator writes that as B freeing activation - w_keep; w_keep may exceed nothing here.)
-Costs byte_costs(const std::vector<BackwardGraphs>& chunks) {
-  Costs costs;
-  costs.bytes = true;
-  for (const BackwardGraphs& b : chunks) {
-    ChunkCost c;
-    c.activation = static_cast<double>(b.kept_bytes);
-    c.w_keep = static_cast<double>(b.passed_bytes);
-    for (const std::string& k : b.kept_for_weight)
-      c.w_keep += static_cast<double>(b.forward.value(b.forward.find(k)).type.bytes());
-    costs.chunks.push_back(c);
-  }
-  return costs;
-}
-
 void expect_same_bits(const Reference& ref, const PipelineExecutor& ex) {
   EXPECT_EQ(ref.loss, ex.loss());
   ASSERT_EQ(ref.grads.size(), ex.grads().size());
@@ -150,7 +134,7 @@ void check_schedule(const std::vector<BackwardGraphs>& chunks, const Schedule& c
     ex.run_step(feeds);
     expect_same_bits(ref, ex);
   }
-  const std::vector<double> predicted = peak_memory(s, byte_costs(chunks));
+  const std::vector<double> predicted = peak_memory(s, chunk_costs(chunks));
   for (int d = 0; d < s.stages; ++d) {
     EXPECT_EQ(static_cast<int64_t>(predicted[static_cast<size_t>(d)]),
               ex.peak_kept_bytes()[static_cast<size_t>(d)]) << "device " << d;

@@ -1,0 +1,43 @@
+// exec/checkpoint.h: a training run's state on disk. In: the step reached, the data position and
+// named tensors (parameters, buffers such as BatchNorm running statistics, optimizer state).
+// Out: one file per checkpoint, <dir>/step_<N>.ckpt, and <dir>/latest naming the newest.
+//
+// Atomic: each file is written to a temporary name, flushed to disk (fsync) and renamed into
+// place, then `latest` is replaced the same way; a run killed at any instant leaves the previous
+// checkpoint readable and never a half-written one under a checkpoint's name. The two newest
+// checkpoints are kept, older ones removed.
+//
+// Format: the line "pipetrain checkpoint 1", a JSON header line (step, data_position, meta, and
+// per tensor its name, dtype (ONNX's number), shape, offset and byte count), then the tensors' bytes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/ir.h"
+
+namespace pt {
+
+struct Checkpoint {
+  int64_t step = 0;           // optimizer steps taken
+  int64_t data_position = 0;  // training samples consumed (DataLoader::position())
+  std::map<std::string, std::string> meta;  // what must match to resume (model, stages, ...)
+  std::vector<std::pair<std::string, Tensor>> tensors;
+
+  const Tensor* find(const std::string& name) const;
+};
+
+// Writes <dir>/step_<step>.ckpt and points <dir>/latest at it. UserError naming the folder when
+// it cannot be written.
+void write_checkpoint(const std::string& dir, const Checkpoint& c);
+
+// The checkpoint <dir>/latest names; nullopt when the folder has none. UserError naming the file
+// when it is damaged.
+std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir);
+Checkpoint read_checkpoint(const std::string& path);
+
+}  // namespace pt

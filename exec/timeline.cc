@@ -1,0 +1,116 @@
+#include "exec/timeline.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/files.h"
+#include "schedule/render.h"
+
+namespace pt {
+
+Costs chunk_costs(const std::vector<BackwardGraphs>& chunks) {
+  Costs costs;
+  costs.bytes = true;
+  for (const BackwardGraphs& b : chunks) {
+    ChunkCost c;
+    c.f = static_cast<double>(b.flops_fwd) * 1e-9;
+    c.b = static_cast<double>(b.flops_bwd_input) * 1e-9;
+    c.w = static_cast<double>(b.flops_bwd_weight) * 1e-9;
+    c.activation = static_cast<double>(b.kept_bytes);
+    c.w_keep = static_cast<double>(b.passed_bytes);
+    for (const std::string& k : b.kept_for_weight)
+      c.w_keep += static_cast<double>(b.forward.value(b.forward.find(k)).type.bytes());
+    costs.chunks.push_back(c);
+  }
+  return costs;
+}
+
+Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& s,
+                     const std::vector<std::vector<std::vector<ActionTime>>>& steps) {
+  Costs costs = chunk_costs(chunks);
+  const size_t n = costs.chunks.size();
+  std::vector<double> f(n), b(n), w(n), bw(n);
+  std::vector<int> nf(n), nb(n), nw(n), nbw(n);
+  for (const auto& times : steps)
+    for (size_t d = 0; d < s.devices.size(); ++d)
+      for (size_t i = 0; i < s.devices[d].size(); ++i) {
+        const Action& a = s.devices[d][i];
+        const size_t c = static_cast<size_t>(a.chunk);
+        const double t = times[d][i].end - times[d][i].start;
+        if (a.op == Op::kF) f[c] += t, ++nf[c];
+        if (a.op == Op::kB) b[c] += t, ++nb[c];
+        if (a.op == Op::kW) w[c] += t, ++nw[c];
+        if (a.op == Op::kBW) bw[c] += t, ++nbw[c];
+      }
+  for (size_t c = 0; c < n; ++c) {
+    ChunkCost& cc = costs.chunks[c];
+    const double flops_b = cc.b, flops_w = cc.w;
+    cc.f = nf[c] ? f[c] / nf[c] : 0;
+    if (nb[c] || nw[c]) {
+      cc.b = nb[c] ? b[c] / nb[c] : 0;
+      cc.w = nw[c] ? w[c] / nw[c] : 0;
+    } else {
+      const double fused = nbw[c] ? bw[c] / nbw[c] : 0;
+      const double share = flops_b + flops_w > 0 ? flops_b / (flops_b + flops_w) : 0.5;
+      cc.b = fused * share;
+      cc.w = fused - cc.b;
+    }
+  }
+  return costs;
+}
+
+Simulation measured_step(const Schedule& s, const std::vector<std::vector<ActionTime>>& times) {
+  Simulation sim;
+  sim.timeline.resize(s.devices.size());
+  double busy_all = 0;
+  for (size_t d = 0; d < s.devices.size(); ++d) {
+    DeviceReport r;
+    r.index = static_cast<int>(d);
+    double first = 0, last = 0;
+    for (size_t i = 0; i < s.devices[d].size(); ++i) {
+      const Action& a = s.devices[d][i];
+      sim.timeline[d].push_back({a, times[d][i].start, times[d][i].end});
+      sim.makespan = std::max(sim.makespan, times[d][i].end);
+      if (!is_compute(a.op)) continue;
+      if (r.busy == 0) first = times[d][i].start;
+      last = times[d][i].end;
+      r.busy += times[d][i].end - times[d][i].start;
+    }
+    busy_all += r.busy;
+    r.span_bubble = last > first ? 1 - r.busy / (last - first) : 0;
+    sim.devices.push_back(r);
+  }
+  for (DeviceReport& r : sim.devices) r.bubble = sim.makespan > 0 ? 1 - r.busy / sim.makespan : 0;
+  const double p = static_cast<double>(s.devices.size());
+  sim.bubble = sim.makespan > 0 ? 1 - busy_all / (p * sim.makespan) : 0;
+  double span = 0;
+  for (size_t d = 0; d < s.devices.size(); ++d)
+    if (!sim.timeline[d].empty()) span = std::max(span, sim.timeline[d].back().end - sim.timeline[d].front().start);
+  sim.span_bubble = span > 0 ? 1 - busy_all / (p * span) : 0;
+  return sim;
+}
+
+void ChromeTrace::add_step(int64_t step, double at, const Schedule& s,
+                           const std::vector<std::vector<ActionTime>>& times) {
+  char buf[256];
+  for (size_t d = 0; d < s.devices.size(); ++d)
+    for (size_t i = 0; i < s.devices[d].size(); ++i) {
+      const Action& a = s.devices[d][i];
+      const double ts = (at + times[d][i].start) * 1e6, dur = (times[d][i].end - times[d][i].start) * 1e6;
+      std::snprintf(buf, sizeof buf,
+                    "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,"
+                    "\"tid\":%zu,\"args\":{\"step\":%lld,\"micro_batch\":%d,\"chunk\":%d}}",
+                    format_action(a).c_str(), is_compute(a.op) ? "compute" : "comm", ts, dur, d,
+                    static_cast<long long>(step), a.micro_batch, a.chunk);
+      events_.emplace_back(buf);
+    }
+}
+
+void ChromeTrace::write(const std::string& path, const std::string& key) const {
+  std::string text = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  for (size_t i = 0; i < events_.size(); ++i) text += events_[i] + (i + 1 < events_.size() ? ",\n" : "\n");
+  text += "]}\n";
+  write_file_atomic(path, text, "choose another " + key);
+}
+
+}  // namespace pt

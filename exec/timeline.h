@@ -1,0 +1,45 @@
+// exec/timeline.h: a run's timeline in the simulator's terms, and in Chrome's. In: the chunks'
+// backward graphs, the lowered schedule and the executor's per-action times. Out: Costs for the
+// simulator (bytes from the graphs, times from FLOPs or from measurement), the measured step as a
+// Simulation (so the same renderers and bubble figures apply), and a Chrome trace file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "autodiff/backward.h"
+#include "exec/executor.h"
+#include "schedule/costs.h"
+#include "schedule/simulate.h"
+
+namespace pt {
+
+// Per chunk: F, B and W in GFLOP; F keeps kept_bytes until B, and B leaves what W still reads
+// (kept_for_weight) plus what it passes W, so the simulator's peak equals the executor's
+// measured peak_kept_bytes().
+Costs chunk_costs(const std::vector<BackwardGraphs>& chunks);
+
+// chunk_costs with F, B and W replaced by their mean measured seconds over the given steps'
+// times (a fused BW split between B and W in the FLOP ratio).
+Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& s,
+                     const std::vector<std::vector<std::vector<ActionTime>>>& steps);
+
+// One measured step as a Simulation: every action's start and end, busy time per device
+// (compute actions only), makespan = the last end, bubble = 1 - busy / (P x makespan).
+Simulation measured_step(const Schedule& s, const std::vector<std::vector<ActionTime>>& times);
+
+// Chrome trace events ("X" complete events, one track per device), for Perfetto.
+class ChromeTrace {
+ public:
+  // The step's actions, offset by `at` seconds since the run began.
+  void add_step(int64_t step, double at, const Schedule& s,
+                const std::vector<std::vector<ActionTime>>& times);
+  // Writes {"traceEvents": [...]} atomically; UserError naming the path when it cannot.
+  void write(const std::string& path, const std::string& key) const;
+  size_t events() const { return events_.size(); }
+
+ private:
+  std::vector<std::string> events_;  // one JSON object each
+};
+
+}  // namespace pt

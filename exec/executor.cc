@@ -120,6 +120,10 @@ struct PipelineExecutor::Worker {
       std::memcpy(g.at(a.micro_batch, d.entry), from,
                   g.entries[static_cast<size_t>(d.entry)].bytes);
     }
+    for (const auto& [k, i] : c.side_dst) {
+      Tensor& t = ex.side_[static_cast<size_t>(a.micro_batch)][static_cast<size_t>(i)];
+      std::memcpy(t.data.data(), c.f.output(static_cast<size_t>(k)).data, t.data.size());
+    }
     if (c.loss_output >= 0)
       ex.losses_[static_cast<size_t>(a.micro_batch)] =
           *c.f.output(static_cast<size_t>(c.loss_output)).as<float>();

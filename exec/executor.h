@@ -56,9 +56,12 @@ class PipelineExecutor {
  public:
   // chunks must outlive the executor. device_of_chunk[c] must equal schedule.device_of(c);
   // backends[d] runs device d's kernels (the executor binds it to d's worker thread).
+  // side_outputs: forward outputs (of whichever chunk makes them) copied out per micro-batch,
+  // such as BatchNorm's batch statistics (autodiff/training_mode.h).
   PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
                    const std::vector<int>& device_of_chunk, const std::vector<Backend*>& backends,
-                   Comm& comm, const Schedule& schedule);
+                   Comm& comm, const Schedule& schedule,
+                   const std::vector<std::string>& side_outputs = {});
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
@@ -70,6 +73,8 @@ class PipelineExecutor {
 
   // Sum of the micro-batch losses of the last step, added in micro-batch order.
   double loss() const { return loss_; }
+  // The side outputs of micro-batch m in the last step, in the constructor's order.
+  const std::vector<Tensor>& side_outputs(int m) const { return side_[static_cast<size_t>(m)]; }
   // Accumulated gradient per parameter name, as ReferenceStep::grads().
   const std::map<std::string, Tensor>& grads() const { return grads_; }
   // [device][step]: when each action of the last step started and ended.
@@ -101,6 +106,7 @@ class PipelineExecutor {
   std::vector<std::unique_ptr<Device>> devices_;
   std::map<std::string, Tensor> grads_;
   std::vector<float> losses_;  // [micro_batch]
+  std::vector<std::vector<Tensor>> side_;  // [micro_batch][side output]
   double loss_ = 0;
   int steps_run_ = 0;
   std::unique_ptr<Failure> failure_;

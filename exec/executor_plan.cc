@@ -14,7 +14,8 @@ namespace {
 // Inputs of F: the previous chunk's outputs (its kOut slot on the same device, else our kRecvIn
 // slot), the rest from the feeds. Outputs: chunk outputs to kOut, kept to kKeptB / kKeptW.
 template <class ChunkT>
-void plan_forward(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c, bool last) {
+void plan_forward(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c, bool last,
+                  const std::vector<std::string>& side, std::vector<const TensorType*>& side_type) {
   const Graph& f = c.g.forward;
   ChunkT* prev = c.index > 0 ? chunks[static_cast<size_t>(c.index - 1)].get() : nullptr;
   for (ValueId v : f.inputs) {
@@ -47,6 +48,10 @@ void plan_forward(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c, bool 
   for (size_t k = 0; k < f.outputs.size(); ++k) {
     const Value& val = f.value(f.outputs[k]);
     if (val.name == kLossOutput && last) c.loss_output = static_cast<int>(k);
+    if (const int i = index_of(side, val.name); i >= 0 && !side_type[static_cast<size_t>(i)]) {
+      c.side_dst.push_back({static_cast<int>(k), i});
+      side_type[static_cast<size_t>(i)] = &val.type;
+    }
     if (next && next->g.forward.find(val.name) != kNoValue &&
         std::count(next->g.forward.inputs.begin(), next->g.forward.inputs.end(),
                    next->g.forward.find(val.name)))
@@ -146,7 +151,8 @@ void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads) {
 PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
                                    const std::vector<int>& device_of_chunk,
                                    const std::vector<Backend*>& backends, Comm& comm,
-                                   const Schedule& schedule)
+                                   const Schedule& schedule,
+                                   const std::vector<std::string>& side_outputs)
     : graphs_(chunks), schedule_(schedule), comm_(comm), failure_(std::make_unique<Failure>()) {
   check_placement(device_of_chunk, backends.size());
   for (int d = 0; d < schedule_.stages; ++d) {
@@ -161,7 +167,15 @@ PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
                                               *backends[static_cast<size_t>(d)]));
     for (const std::string& p : chunks[c].params) ++readers[p];
   }
-  for (auto& c : chunks_) plan_forward(chunks_, *c, c->index + 1 == static_cast<int>(chunks_.size()));
+  std::vector<const TensorType*> side_type(side_outputs.size(), nullptr);
+  for (auto& c : chunks_)
+    plan_forward(chunks_, *c, c->index + 1 == static_cast<int>(chunks_.size()), side_outputs, side_type);
+  std::vector<Tensor> side;
+  for (size_t i = 0; i < side_outputs.size(); ++i) {
+    PT_CHECK(side_type[i], "no chunk's forward outputs '" + side_outputs[i] + "'");
+    side.push_back(zeros_of(*side_type[i]));
+  }
+  side_.assign(static_cast<size_t>(schedule_.micro_batches), side);
   for (size_t c = chunks_.size(); c-- > 0;) plan_backward_input(chunks_, *chunks_[c]);
   for (auto& c : chunks_) {
     plan_backward_weight(*c, grads_);

@@ -118,6 +118,7 @@ struct PipelineExecutor::Chunk {
   std::vector<Copy> f_dst;                 // F's outputs (and inputs) that outlive it
   std::vector<std::pair<int, int>> b_dst;  // per B output: (group, entry)
   int loss_output = -1;
+  std::vector<std::pair<int, int>> side_dst;  // (F output, side output index)
   std::vector<std::string> feed_names;
   std::vector<const TensorType*> feed_types;
   std::vector<std::vector<const std::byte*>> feed_ptr;  // [m][feed]

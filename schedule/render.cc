@@ -116,19 +116,20 @@ std::string ascii_timeline(const Schedule& s, const Simulation& sim, int width) 
   return out.str();
 }
 
-std::string svg_timeline(const Schedule& s, const Simulation& sim) {
-  constexpr double kRow = 28, kLabel = 70, kWidth = 1200, kTop = 30;
-  const double scale = sim.makespan > 0 ? kWidth / sim.makespan : 1;
-  std::ostringstream out;
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLabel + kWidth + 10
-      << "\" height=\"" << kTop + kRow * s.stages + 10 << "\" font-family=\"monospace\" "
-      << "font-size=\"11\">\n";
-  out << "<text x=\"4\" y=\"18\">" << escape_xml(s.kind) << ": " << s.stages << " stages, "
-      << s.micro_batches << " micro-batches, " << s.chunks << " chunk(s) per device; makespan "
-      << format_number(sim.makespan) << ", bubble " << format_number(sim.bubble) << "</text>\n";
+namespace {
+
+constexpr double kSvgRow = 28, kSvgLabel = 70, kSvgWidth = 1200, kSvgTitle = 30;
+
+double svg_block_height(const Schedule& s) { return kSvgTitle + kSvgRow * s.stages + 10; }
+
+// One timeline: a title line, then a row per device, drawn at vertical offset `top` with
+// `scale` pixels per time unit.
+void svg_block(std::ostream& out, const Schedule& s, const Simulation& sim, const std::string& title,
+               double top, double scale) {
+  out << "<text x=\"4\" y=\"" << top + 18 << "\">" << escape_xml(title) << "</text>\n";
   for (size_t d = 0; d < sim.timeline.size(); ++d) {
-    const double y = kTop + kRow * static_cast<double>(d);
-    out << "<text x=\"4\" y=\"" << y + kRow * 0.65 << "\">device " << d << "</text>\n";
+    const double y = top + kSvgTitle + kSvgRow * static_cast<double>(d);
+    out << "<text x=\"4\" y=\"" << y + kSvgRow * 0.65 << "\">device " << d << "</text>\n";
     for (const TimedAction& t : sim.timeline[d]) {
       if (!is_compute(t.action.op)) continue;
       const bool later = t.action.chunk >= s.stages;
@@ -139,15 +140,54 @@ std::string svg_timeline(const Schedule& s, const Simulation& sim) {
         case Op::kW: fill = later ? "#fdd0a2" : "#e6550d"; break;
         default: fill = later ? "#bcbddc" : "#756bb1"; break;
       }
-      const double x = kLabel + t.start * scale, w = (t.end - t.start) * scale;
+      const double x = kSvgLabel + t.start * scale, w = (t.end - t.start) * scale;
       out << "<rect x=\"" << x << "\" y=\"" << y + 2 << "\" width=\"" << w << "\" height=\""
-          << kRow - 4 << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.5\">"
+          << kSvgRow - 4 << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.5\">"
           << "<title>" << format_action(t.action) << " " << format_number(t.start) << "-"
           << format_number(t.end) << "</title></rect>\n";
       if (w >= 14)
-        out << "<text x=\"" << x + w / 2 << "\" y=\"" << y + kRow * 0.65
+        out << "<text x=\"" << x + w / 2 << "\" y=\"" << y + kSvgRow * 0.65
             << "\" text-anchor=\"middle\" fill=\"white\">" << t.action.micro_batch << "</text>\n";
     }
+  }
+}
+
+std::string svg_open(double height) {
+  std::ostringstream out;
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kSvgLabel + kSvgWidth + 10
+      << "\" height=\"" << height << "\" font-family=\"monospace\" font-size=\"11\">\n";
+  return out.str();
+}
+
+}  // namespace
+
+std::string svg_timeline(const Schedule& s, const Simulation& sim) {
+  std::ostringstream out;
+  out << svg_open(svg_block_height(s));
+  std::ostringstream title;
+  title << s.kind << ": " << s.stages << " stages, " << s.micro_batches << " micro-batches, "
+        << s.chunks << " chunk(s) per device; makespan " << format_number(sim.makespan)
+        << ", bubble " << format_number(sim.bubble);
+  svg_block(out, s, sim, title.str(), 0, sim.makespan > 0 ? kSvgWidth / sim.makespan : 1);
+  out << "</svg>\n";
+  return out.str();
+}
+
+std::string svg_timelines(const Schedule& s,
+                          const std::vector<std::pair<std::string, Simulation>>& timelines) {
+  double longest = 0;
+  for (const auto& [label, sim] : timelines) longest = std::max(longest, sim.makespan);
+  const double scale = longest > 0 ? kSvgWidth / longest : 1;
+  std::ostringstream out;
+  out << svg_open(svg_block_height(s) * static_cast<double>(timelines.size()));
+  double top = 0;
+  for (const auto& [label, sim] : timelines) {
+    std::ostringstream title;
+    title << label << ": " << s.kind << ", " << s.stages << " stages, " << s.micro_batches
+          << " micro-batches; makespan " << format_number(sim.makespan * 1e3) << " ms, bubble "
+          << format_number(sim.bubble);
+    svg_block(out, s, sim, title.str(), top, scale);
+    top += svg_block_height(s);
   }
   out << "</svg>\n";
   return out.str();

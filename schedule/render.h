@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "schedule/schedule.h"
@@ -24,5 +25,10 @@ std::string step_grid(const Schedule& s, const std::vector<GridMark>& marks);
 std::string ascii_timeline(const Schedule& s, const Simulation& sim, int width = 100);
 
 std::string svg_timeline(const Schedule& s, const Simulation& sim);
+
+// Several timelines of one schedule stacked, on one time scale (seconds, labelled in ms): e.g.
+// a measured step above the simulator's prediction for it.
+std::string svg_timelines(const Schedule& s,
+                          const std::vector<std::pair<std::string, Simulation>>& timelines);
 
 }  // namespace pt

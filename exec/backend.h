@@ -1,10 +1,24 @@
 // exec/backend.h: where kernels come from. A Backend answers, at planning time, whether it can
 // run a node (with concrete types), and makes the kernel. The step loop never asks it anything.
+//
+// It also owns the memory its kernels compute in. The hooks below default to host memory, which
+// is what the CPU backend uses; a device backend (exec/cuda) overrides them:
+//   allocate/release        the arena of a StageProgram (and any other buffer kernels read)
+//   device_constant         where kernels read an initializer's data: the host tensor itself by
+//                           default; a device copy made once per Tensor on a device backend
+//   refresh_constants       copies every constant handed out again from its host tensor (call
+//                           after the optimizer updated the parameters in place)
+//   copy/fill               memcpy/memset that take this backend's memory or host memory on
+//                           either side
+//   allocate_host/release_host  host memory for staging data to the backend (pinned on CUDA)
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
+#include "core/ir.h"
 #include "exec/kernel.h"
 
 namespace pt {
@@ -22,6 +36,23 @@ class Backend {
   virtual void bind_thread() {}
   // Waits until every kernel run so far has finished.
   virtual void synchronize() {}
+
+  // Memory hooks (see the header comment). Host defaults; never called in a kernel's run().
+  static constexpr size_t kHostAlignment = 64;
+  virtual void* allocate(size_t bytes) {
+    return std::aligned_alloc(kHostAlignment, bytes < kHostAlignment ? kHostAlignment : bytes);
+  }
+  virtual void release(void* p) { std::free(p); }
+  virtual const void* device_constant(const Tensor& t) { return t.data.data(); }
+  virtual void refresh_constants() {}
+  virtual void copy(void* dst, const void* src, size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  virtual void fill(void* dst, unsigned char value, size_t bytes) {
+    if (bytes) std::memset(dst, value, bytes);
+  }
+  virtual void* allocate_host(size_t bytes) { return Backend::allocate(bytes); }
+  virtual void release_host(void* p) { Backend::release(p); }
 };
 
 }  // namespace pt

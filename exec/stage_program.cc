@@ -66,13 +66,14 @@ StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backen
     }
   }
   plan_ = plan_memory(std::move(lives));
-  arena_ = static_cast<std::byte*>(std::aligned_alloc(
-      kArenaAlignment, static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, kArenaAlignment))));
+  // Host memory on the CPU backend; device memory on a device backend (Backend's memory hooks).
+  arena_ = static_cast<std::byte*>(backend.allocate(
+      static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, kArenaAlignment))));
   PT_CHECK(arena_ != nullptr, "cannot allocate an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
 
   auto address = [&](ValueId v) -> void* {
     const Location& l = where[static_cast<size_t>(v)];
-    if (l.constant) return const_cast<std::byte*>(l.constant->data.data());
+    if (l.constant) return const_cast<void*>(backend.device_constant(*l.constant));
     if (l.buffer >= 0) return arena_ + plan_.offsets[static_cast<size_t>(l.buffer)];
     return nullptr;  // a graph input: patched by run()
   };
@@ -100,7 +101,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backen
   }
 }
 
-StageProgram::~StageProgram() { std::free(arena_); }
+StageProgram::~StageProgram() { backend_.release(arena_); }
 
 void StageProgram::bind_inputs(std::span<const Buffer> inputs) {
   PT_CHECK(inputs.size() == graph_.inputs.size(), "program takes " + std::to_string(graph_.inputs.size()) + " inputs");
@@ -134,10 +135,13 @@ void StageProgram::run_profiled(std::span<const Buffer> inputs, std::vector<doub
 Buffer StageProgram::output(size_t k) const { return outputs_.at(k); }
 
 int64_t StageProgram::measure_peak_bytes(std::span<const Buffer> inputs) {
-  std::memset(arena_, kMarker, static_cast<size_t>(plan_.arena_bytes));
+  const size_t bytes = static_cast<size_t>(plan_.arena_bytes);
+  backend_.fill(arena_, kMarker, bytes);
   run(inputs);
+  std::vector<unsigned char> seen(bytes);  // the arena as the host sees it
+  backend_.copy(seen.data(), arena_, bytes);
   int64_t top = plan_.arena_bytes;
-  while (top > 0 && static_cast<unsigned char>(arena_[top - 1]) == kMarker) --top;
+  while (top > 0 && seen[static_cast<size_t>(top - 1)] == kMarker) --top;
   // The top buffer's alignment padding is never written: round up as the plan does.
   return (top + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }

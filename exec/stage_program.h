@@ -2,8 +2,10 @@
 //
 // Compiling makes one kernel per node (a UserError naming the node when the backend cannot run
 // it), plans one arena for every intermediate tensor and kernel scratch (exec/memory_plan.h),
-// and resolves every kernel argument to an address. run() patches the input addresses and calls
-// the kernels in order: nothing is allocated or looked up in it.
+// allocates it through the backend (host memory on the CPU, device memory on a GPU), and
+// resolves every kernel argument to an address (constants: Backend::device_constant). run()
+// patches the input addresses and calls the kernels in order: nothing is allocated or looked up
+// in it. Inputs, outputs and the arena are in the backend's memory.
 #pragma once
 
 #include <memory>

@@ -63,7 +63,11 @@ def _layer_norm(x, scale, bias=None, axis=-1, epsilon=1e-5, **_):
 
 
 def _batch_norm(x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0):
-    return F.batch_norm(x, mean.detach().clone(), var.detach().clone(), scale, bias, training=bool(training_mode),
+    # Running statistics that require no gradient (torch_train.py marks them so) are updated in
+    # place in training mode, as torch's BatchNorm does; otherwise they are left as they were.
+    if mean.requires_grad or var.requires_grad:
+        mean, var = mean.detach().clone(), var.detach().clone()
+    return F.batch_norm(x, mean, var, scale, bias, training=bool(training_mode),
                         momentum=1 - momentum, eps=epsilon)
 
 

@@ -3,7 +3,9 @@
 In: the same YAML config `pipetrain train` reads (cli/config.h; model, dims.batch, loss, data of
 kind npy, optimizer, pipeline.micro_batches, steps), with the same `--set key=value` overrides.
 Out: every float initializer of the model after `steps` steps, one .npy each in --out, named as
-cli/npy_files.h's npy_file_name() names them, plus losses.npy (the loss of every step).
+cli/npy_files.h's npy_file_name() names them, plus history.npy: per step the loss, the learning
+rate it used and the gradient norm before clipping (the loss, lr and grad_norm of pipetrain's
+metrics lines).
 
 How a step goes (the contract of `pipetrain train`, cli/config.h and exec/optimizer.h):
   * data: N samples, no shuffling; step s takes samples s*B*M ... (s+1)*B*M - 1, modulo N;
@@ -87,7 +89,8 @@ def global_count(target, loss):
 
 
 def train(model, inputs, targets, cfg, on_gradients=None):
-    """Runs `steps` steps; returns ({float initializer name: array after training}, [step losses]).
+    """Runs `steps` steps; returns ({float initializer name: array after training}, history),
+    history holding per step {"loss", "lr", "grad_norm"} (norm of all gradients before clipping).
 
     model: onnx.ModelProto; inputs: {input name: array of N rows}; targets: array of N rows;
     cfg: the config as a dict (keys of cli/config.h). on_gradients(step, {name: array}) sees the
@@ -108,7 +111,7 @@ def train(model, inputs, targets, cfg, on_gradients=None):
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_lambda(opt, steps))
 
     n = targets.shape[0]
-    losses = []
+    history = []
     for s in range(steps):
         rows = (s * b * m + np.arange(b * m)) % n
         step_targets = targets[rows]
@@ -121,7 +124,9 @@ def train(model, inputs, targets, cfg, on_gradients=None):
             value = micro_batch_loss(out, targets[mb], loss) / count
             value.backward()
             total += float(value)
-        losses.append(total)
+        grads = [t.grad for t in trained if t.grad is not None]
+        norm = float(torch.sqrt(sum(torch.sum(g.double() ** 2) for g in grads)))
+        history.append({"loss": total, "lr": optimizer.param_groups[0]["lr"], "grad_norm": norm})
         if on_gradients:
             on_gradients(s, {name: t.grad.numpy().copy() for name, t in params.items()
                              if t.grad is not None})
@@ -130,7 +135,7 @@ def train(model, inputs, targets, cfg, on_gradients=None):
         optimizer.step()
         scheduler.step()
     after = {name: t.detach().numpy().copy() for name, t in params.items() if t.is_floating_point()}
-    return after, losses
+    return after, history
 
 
 def load_npy_data(cfg):
@@ -170,12 +175,14 @@ def main():
     torch.set_num_threads(1)
     onnx_torch.FLOAT = getattr(torch, args.dtype)
     inputs, targets = load_npy_data(cfg)
-    after, losses = train(onnx.load(cfg["model"]), inputs, targets, cfg)
+    after, history = train(onnx.load(cfg["model"]), inputs, targets, cfg)
     os.makedirs(args.out, exist_ok=True)
     for name, value in after.items():
         np.save(os.path.join(args.out, npy_file_name(name)), value)
-    np.save(os.path.join(args.out, "losses.npy"), np.array(losses))
-    print(" ".join(f"step {s} loss {v:.6f}" for s, v in enumerate(losses)))
+    np.save(os.path.join(args.out, "history.npy"),
+            np.array([[h["loss"], h["lr"], h["grad_norm"]] for h in history]))
+    for s, h in enumerate(history):
+        print(f"step {s + 1}: loss {h['loss']:.6f}  lr {h['lr']:.3g}  grad_norm {h['grad_norm']:.6f}")
 
 
 if __name__ == "__main__":

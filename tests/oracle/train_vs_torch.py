@@ -10,7 +10,9 @@ Checks, each a failure of the run that breaks it:
   (a) every run's trained initializers are bit-identical (np.array_equal, same names, dtypes
       and shapes) to those of the 1-stage 1f1b run;
   (b) the 1-stage 1f1b run equals torch_train.py's float64 reference: for every float
-      initializer, max|ours - torch| / max(max|torch|, 1e-30) <= --tol (1e-4).
+      initializer, max|ours - torch| / max(max|torch|, 1e-30) <= --tol (1e-4); and its metrics
+      lines give every step's loss and gradient norm (before clipping) within --tol relative and
+      the learning rate within 1e-9 relative.
 float32 against float64 is only meaningful where float32's rounding cannot change the path the
 computation takes. A ReLU input nearer zero than that rounding (about 1e-6 after a BatchNorm)
 takes the other branch in one of the two, and in resnet that one element moves the next step's
@@ -25,6 +27,7 @@ Prints one table per sample ('ref' the 1-stage 1f1b run, '=' bit-identical to it
 Usage: train_vs_torch.py --pipetrain BIN --samples DIR [--only mlp gpt] [--tol 1e-4]
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -132,7 +135,7 @@ def write_case(tmp, model_path, sample, inputs, targets):
 
 
 def reference(model, inputs, targets, cfg):
-    """torch_train's float64 result and losses, the smallest |ReLU input| that run saw, and
+    """torch_train's float64 result and history, the smallest |ReLU input| that run saw, and
     torch_train's float32 result."""
     margin = [np.inf]
     relu = onnx_torch.OPS["Relu"]
@@ -144,7 +147,7 @@ def reference(model, inputs, targets, cfg):
     onnx_torch.OPS["Relu"] = watched
     try:
         onnx_torch.FLOAT = torch.float64
-        after, losses = torch_train.train(model, inputs, targets, cfg)
+        after, history = torch_train.train(model, inputs, targets, cfg)
     finally:
         onnx_torch.OPS["Relu"] = relu
     try:
@@ -152,7 +155,7 @@ def reference(model, inputs, targets, cfg):
         after32, _ = torch_train.train(model, inputs, targets, cfg)
     finally:
         onnx_torch.FLOAT = torch.float64
-    return after, losses, margin[0], after32
+    return after, history, margin[0], after32
 
 
 def can_cut(args, model_path, batch, stages, chunks):
@@ -163,11 +166,12 @@ def can_cut(args, model_path, batch, stages, chunks):
 
 
 def train_run(args, cfg_path, tmp, kind, stages, chunks):
-    """Trained initializers by name, or an error string."""
+    """(trained initializers by name, the metrics lines of the steps), or an error string."""
     out = os.path.join(tmp, f"trained_{kind}_{stages}.onnx")
-    cmd = [args.pipetrain, "train", cfg_path, "--set", f"pipeline.stages={stages}",
+    metrics = os.path.join(tmp, f"metrics_{kind}_{stages}.jsonl")
+    cmd = [args.pipetrain, "train", cfg_path, "--quiet", "--set", f"pipeline.stages={stages}",
            "--set", f"pipeline.schedule={kind}", "--set", f"pipeline.chunks={chunks}",
-           "--set", f"output.model={out}"]
+           "--set", f"output.model={out}", "--set", f"output.metrics={metrics}"]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout)
     except subprocess.TimeoutExpired:
@@ -178,8 +182,10 @@ def train_run(args, cfg_path, tmp, kind, stages, chunks):
     if not os.path.exists(out):
         return f"no {os.path.basename(out)} written"
     trained = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    with open(metrics) as f:
+        steps = [line for line in map(json.loads, f) if "loss" in line]
     os.remove(out)
-    return trained
+    return trained, steps
 
 
 def differs(have, want):
@@ -192,6 +198,17 @@ def differs(have, want):
             return f"{name}: {h.dtype}{h.shape} != {w.dtype}{w.shape}"
         if not np.array_equal(h, w):
             return f"{name}: max |diff| {float(np.max(np.abs(h.astype(np.float64) - w))):.3g}"
+    return None
+
+
+def metrics_against_torch(steps, history, tol):
+    """None, or the first step whose loss, grad_norm or lr is off."""
+    if [m.get("step") for m in steps] != list(range(1, len(history) + 1)):
+        return f"metrics has steps {[m.get('step') for m in steps]}, want 1..{len(history)}"
+    for m, h in zip(steps, history):
+        for key, t in (("loss", tol), ("grad_norm", tol), ("lr", 1e-9)):
+            if abs(m[key] - h[key]) > t * max(abs(h[key]), 1e-30):
+                return f"step {m['step']}: {key} {m[key]:.8g}, torch {h[key]:.8g}"
     return None
 
 
@@ -239,7 +256,7 @@ def check_sample(args, name, sample):
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path, cfg = write_case(tmp, model_path, sample, inputs, targets)
         t_ref = time.time()
-        ref, losses, margin, ref32 = reference(model, inputs, targets, cfg)
+        ref, history, margin, ref32 = reference(model, inputs, targets, cfg)
         t_ref = time.time() - t_ref
         if margin < KINK_MARGIN:
             failures.append(f"{name}: test data puts a ReLU input {margin:.2g} from the kink "
@@ -257,11 +274,14 @@ def check_sample(args, name, sample):
                 else:
                     results[(kind, stages)] = train_run(args, cfg_path, tmp, kind, stages, chunks)
     base = results[BASELINE]
+    base_steps = base[1] if isinstance(base, tuple) else None
+    base = base[0] if isinstance(base, tuple) else base
     print("  stages " + " ".join(f"{k:>11}" for k in KINDS))
     for stages in STAGES:
         cells = []
         for kind in KINDS:
             r = results[(kind, stages)]
+            r = r[0] if isinstance(r, tuple) else r
             if (kind, stages) == BASELINE:
                 cell = "ref" if isinstance(r, dict) else "ERR"
             elif isinstance(r, str):
@@ -282,9 +302,16 @@ def check_sample(args, name, sample):
     if isinstance(base, dict):
         err, worst, where = against_torch(base, ref, args.tol)
         print(f"  torch float64 vs 1 stage: worst relative {worst:.2e} ({where}), tol {args.tol:g}: "
-              f"{'FAIL' if err else 'ok'}; losses {' '.join(f'{v:.5f}' for v in losses)}")
+              f"{'FAIL' if err else 'ok'}")
         if err:
             failures.append(f"{name} against torch: {err}")
+        err = metrics_against_torch(base_steps, history, args.tol)
+        losses = " ".join(f"{h['loss']:.5f}" for h in history)
+        norms = " ".join(f"{h['grad_norm']:.4f}" for h in history)
+        print(f"  metrics vs torch (loss, grad_norm, lr of {len(history)} steps): "
+              f"{'FAIL' if err else 'ok'}; losses {losses}, grad norms {norms}")
+        if err:
+            failures.append(f"{name} metrics against torch: {err}")
     else:
         print("  torch float64: not compared (the 1-stage run failed)")
     print(f"  {time.time() - t0:.1f} s (torch reference {t_ref:.1f} s)")

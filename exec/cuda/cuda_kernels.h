@@ -1,0 +1,92 @@
+// exec/cuda/cuda_kernels.h: every CUDA kernel factory, grouped by op family as the CPU's
+// (exec/cpu/cpu_kernels.h), each the counterpart of the CPU factory of the same name and
+// declining (nullptr) what it does not handle. The registry list is in cuda_backend.cc.
+// Factories run on the backend's device (CudaBackend makes it current) and may create library
+// descriptors and choose algorithms there; run() only enqueues on ctx.stream.
+#pragma once
+
+#include <memory>
+
+#include "exec/cuda/cuda_context.h"
+#include "exec/kernel.h"
+
+namespace pt::cuda {
+
+using CudaFactory = std::unique_ptr<Kernel> (*)(const KernelSpec& s, CudaContext& ctx);
+
+// elementwise.cc: broadcasting binary ops, Where, unary ops, Clip, Cast, Dropout; custom kernels
+std::unique_ptr<Kernel> make_add(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_sub(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_mul(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_div(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_pow(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_equal(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_where(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_sqrt(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_neg(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_relu(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_erf(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_gelu(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_tanh(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_sigmoid(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_clip(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_cast(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_dropout(const KernelSpec& s, CudaContext& ctx);
+
+// linalg.cc: MatMul on cuBLAS (strided-batched GEMM), Gemm on cublasLt (bias epilogue)
+std::unique_ptr<Kernel> make_matmul(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_gemm(const KernelSpec& s, CudaContext& ctx);
+
+// conv.cc: Conv on cuDNN; pool.cc: pooling on cuDNN (custom kernels for the geometries cuDNN
+// lacks), GlobalAveragePool a reduction; norm.cc: BatchNormalization on cuDNN,
+// LayerNormalization custom; softmax.cc: Softmax, LogSoftmax on cuDNN
+std::unique_ptr<Kernel> make_conv(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_max_pool(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_average_pool(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_global_average_pool(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_batch_norm(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_layer_norm(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_softmax(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_log_softmax(const KernelSpec& s, CudaContext& ctx);
+
+// movement.cc: reshapes (device copies), Transpose, Concat, Split, Slice, Expand (one strided
+// copy kernel), Gather, Pad; reduce.cc: ReduceMean, ReduceSum
+std::unique_ptr<Kernel> make_reshape(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_transpose(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_concat(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_split(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_slice(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_gather(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_expand(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_pad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s, CudaContext& ctx);
+
+// Training forward ops of the pipetrain domain (autodiff/training_mode.h): elementwise.cc
+// SeededDropout (custom kernel, the CPU's generator), norm.cc BatchNormTraining (cuDNN)
+std::unique_ptr<Kernel> make_seeded_dropout(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_batch_norm_training(const KernelSpec& s, CudaContext& ctx);
+
+// Backward kernels, pipetrain-domain ops (core/pipetrain_ops.h is their specification).
+// elementwise.cc: ReluGrad, ClipGrad, ErfGrad, GeluGrad (custom kernels); softmax.cc:
+// SoftmaxGrad, LogSoftmaxGrad (cuDNN); conv.cc: ConvGradInput, ConvGradWeight (cuDNN);
+// norm.cc: BatchNormGrad (cuDNN), LayerNormGrad (custom); pool.cc: MaxPoolGrad,
+// AveragePoolGrad (custom); movement.cc: GatherGrad (custom); loss.cc: SoftmaxCrossEntropy and
+// its gradient (custom)
+std::unique_ptr<Kernel> make_relu_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_clip_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_erf_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_gelu_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_softmax_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_log_softmax_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_layer_norm_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_batch_norm_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_conv_grad_input(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_conv_grad_weight(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_max_pool_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_average_pool_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_gather_grad(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_softmax_cross_entropy(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_softmax_cross_entropy_grad(const KernelSpec& s, CudaContext& ctx);
+
+}  // namespace pt::cuda

@@ -1,0 +1,358 @@
+// exec/cuda/elementwise.cu: device code and launchers of the element-wise family (launch.h):
+// numpy-broadcast binary ops and Where, unary activations, Clip, Cast, and the element-wise
+// gradients of the pipetrain domain. One thread per output element in a grid-stride loop; the
+// math follows the CPU kernels' (exec/cpu/elementwise*.cc) definitions.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/error.h"
+#include "exec/cpu/seeded_uniform.h"
+#include "exec/cuda/device_util.cuh"
+#include "exec/cuda/launch.h"
+
+namespace pt::cuda {
+namespace {
+
+// ---- dtype dispatch ---------------------------------------------------------------------------
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<T>{}) for the T of dtype t among float, double, int32, int64, int8, uint8, bool
+// allowed by `mask` (bit k set: the k-th of those); false when t is not allowed.
+enum : unsigned { kF32 = 1, kF64 = 2, kI32 = 4, kI64 = 8, kI8 = 16, kU8 = 32, kBool = 64 };
+constexpr unsigned kArith = kF32 | kF64 | kI32 | kI64 | kI8 | kU8;
+constexpr unsigned kPowTypes = kF32 | kF64 | kI32 | kI64;
+constexpr unsigned kValue = kF32 | kF64 | kI32 | kI64 | kBool;
+constexpr unsigned kNegTypes = kF32 | kF64 | kI32 | kI64 | kI8;
+
+template <class F>
+bool visit(DType t, unsigned mask, F&& f) {
+  switch (t) {
+    case DType::kFloat32: if (mask & kF32) { f(Tag<float>{}); return true; } break;
+    case DType::kFloat64: if (mask & kF64) { f(Tag<double>{}); return true; } break;
+    case DType::kInt32: if (mask & kI32) { f(Tag<int32_t>{}); return true; } break;
+    case DType::kInt64: if (mask & kI64) { f(Tag<int64_t>{}); return true; } break;
+    case DType::kInt8: if (mask & kI8) { f(Tag<int8_t>{}); return true; } break;
+    case DType::kUInt8: if (mask & kU8) { f(Tag<uint8_t>{}); return true; } break;
+    case DType::kBool: if (mask & kBool) { f(Tag<bool>{}); return true; } break;
+    default: break;
+  }
+  return false;
+}
+
+// A query: whether t is in mask.
+bool allowed(DType t, unsigned mask) {
+  return visit(t, mask, [](auto) {});
+}
+
+// ---- broadcasting -----------------------------------------------------------------------------
+
+__device__ inline void offsets(const Broadcast& bc, int64_t i, int64_t* off) {
+  off[0] = off[1] = off[2] = 0;
+  for (int d = bc.rank - 1; d >= 0; --d) {
+    const int64_t k = i % bc.dims[d];
+    i /= bc.dims[d];
+    off[0] += k * bc.strides[0][d];
+    off[1] += k * bc.strides[1][d];
+    off[2] += k * bc.strides[2][d];
+  }
+}
+
+struct AddOp { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct SubOp { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
+struct MulOp { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
+// Integer division truncates toward zero; x / 0 gives 0 (as the CPU kernel).
+struct DivOp {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : T(a / b);
+    else return a / b;
+  }
+};
+// fp32^fp32 in float, any other pair through double, in the base's type.
+struct PowOp {
+  template <class A, class B> __device__ A operator()(A a, B b) const {
+    if constexpr (std::is_same_v<A, float> && std::is_same_v<B, float>) return powf(a, b);
+    else return static_cast<A>(pow(static_cast<double>(a), static_cast<double>(b)));
+  }
+};
+struct EqualOp { template <class T> __device__ bool operator()(T a, T b) const { return a == b; } };
+
+template <class A, class B, class Y, class Op>
+__global__ void binary_kernel(Broadcast bc, const A* a, const B* b, Y* y) {
+  PT_GRID_STRIDE(i, bc.numel) {
+    int64_t off[3];
+    offsets(bc, i, off);
+    y[i] = Op{}(a[off[0]], b[off[1]]);
+  }
+}
+
+template <class T>
+__global__ void where_kernel(Broadcast bc, const bool* c, const T* x, const T* z, T* y) {
+  PT_GRID_STRIDE(i, bc.numel) {
+    int64_t off[3];
+    offsets(bc, i, off);
+    y[i] = c[off[0]] ? x[off[1]] : z[off[2]];
+  }
+}
+
+template <class A, class B, class Y, class Op>
+void binary(const Broadcast& bc, const void* a, const void* b, void* y, cudaStream_t s) {
+  if (bc.numel == 0) return;
+  binary_kernel<A, B, Y, Op><<<grid_for(bc.numel), kThreads, 0, s>>>(
+      bc, static_cast<const A*>(a), static_cast<const B*>(b), static_cast<Y*>(y));
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+// ---- unary ------------------------------------------------------------------------------------
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+constexpr float k2OverSqrtPi = 1.1283791670955126f;
+
+template <class T>
+__device__ T apply_unary(UnaryOp op, T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    switch (op) {
+      case UnaryOp::kSqrt: return sqrtf(x);
+      case UnaryOp::kNeg: return -x;
+      case UnaryOp::kRelu: return x > 0.f ? x : 0.f;
+      case UnaryOp::kErf: return erff(x);
+      case UnaryOp::kGeluErf: return 0.5f * x * (1.f + erff(x * kInvSqrt2));
+      case UnaryOp::kGeluTanh:
+        return 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+      case UnaryOp::kTanh: return tanhf(x);
+      case UnaryOp::kSigmoid: return 1.f / (1.f + expf(-x));
+    }
+    return x;
+  } else {
+    return -x;  // only Neg takes other types
+  }
+}
+
+template <class T>
+__global__ void unary_kernel(UnaryOp op, int64_t n, const T* x, T* y) {
+  PT_GRID_STRIDE(i, n) y[i] = apply_unary<T>(op, x[i]);
+}
+
+template <class T>
+__device__ T bound(ClipBound b) {
+  return b.ptr ? *static_cast<const T*>(b.ptr) : static_cast<T>(b.value);
+}
+
+// y = min(max(x, lo), hi) with the CPU's comparisons (NaN stays NaN; lo > hi gives hi); an
+// absent bound is no bound.
+template <class T>
+__global__ void clip_kernel(int64_t n, const T* x, ClipBound lo_b, ClipBound hi_b, T* y) {
+  const T lo = lo_b.none ? T(0) : bound<T>(lo_b), hi = hi_b.none ? T(0) : bound<T>(hi_b);
+  PT_GRID_STRIDE(i, n) {
+    T v = x[i];
+    if (!lo_b.none) v = v < lo ? lo : v;
+    if (!hi_b.none) v = hi < v ? hi : v;
+    y[i] = v;
+  }
+}
+
+template <class From, class To>
+__global__ void cast_kernel(int64_t n, const From* x, To* y) {
+  PT_GRID_STRIDE(i, n) y[i] = static_cast<To>(x[i]);
+}
+
+__global__ void fill_kernel(unsigned char* y, unsigned char v, int64_t n) {
+  PT_GRID_STRIDE(i, n) y[i] = v;
+}
+
+__global__ void broadcast_matrix_kernel(int64_t m, int64_t n, int64_t sm, int64_t sn,
+                                        const float* c, float* y) {
+  PT_GRID_STRIDE(i, m * n) y[i] = c[(i / n) * sm + (i % n) * sn];
+}
+
+// The CPU's counter-based generator (constexpr, so callable here with
+// --expt-relaxed-constexpr): the same mask bits on either backend.
+__global__ void seeded_dropout_kernel(int64_t n, float ratio, float scale, int64_t stream_id,
+                                      const float* x, const int64_t* key, float* y, bool* mask) {
+  const uint64_t base = cpu::seeded_base(*key, stream_id);
+  PT_GRID_STRIDE(i, n) {
+    const bool keep = cpu::seeded_uniform(base, i) >= ratio;
+    y[i] = keep ? x[i] * scale : 0.f;
+    if (mask) mask[i] = keep;
+  }
+}
+
+// ---- gradients --------------------------------------------------------------------------------
+
+__device__ float grad_factor(GradOp op, float s) {
+  switch (op) {
+    case GradOp::kRelu: return s > 0.f ? 1.f : 0.f;
+    case GradOp::kErf: return k2OverSqrtPi * expf(-s * s);
+    case GradOp::kGeluErf:
+      return 0.5f * (1.f + erff(s * kInvSqrt2)) + s * expf(-0.5f * s * s) * kInvSqrt2Pi;
+    case GradOp::kGeluTanh: {
+      const float t = tanhf(kSqrt2OverPi * (s + 0.044715f * s * s * s));
+      return 0.5f * (1.f + t) +
+             0.5f * s * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * 0.044715f * s * s);
+    }
+  }
+  return 0.f;
+}
+
+__global__ void unary_grad_kernel(GradOp op, int64_t n, const float* dy, const float* saved,
+                                  float* dx) {
+  // ReluGrad is a select (dY * 1 would turn -0 and NaN the way the CPU's select does not).
+  if (op == GradOp::kRelu) {
+    PT_GRID_STRIDE(i, n) dx[i] = saved[i] > 0.f ? dy[i] : 0.f;
+    return;
+  }
+  PT_GRID_STRIDE(i, n) dx[i] = dy[i] * grad_factor(op, saved[i]);
+}
+
+__global__ void clip_grad_kernel(int64_t n, const float* dy, const float* x, ClipBound lo_b,
+                                 ClipBound hi_b, float* dx) {
+  const float lo = lo_b.none ? -INFINITY : bound<float>(lo_b);
+  const float hi = hi_b.none ? INFINITY : bound<float>(hi_b);
+  PT_GRID_STRIDE(i, n) dx[i] = lo < x[i] && x[i] < hi ? dy[i] : 0.f;
+}
+
+}  // namespace
+
+bool binary_supported(BinaryOp op, DType a, DType b) {
+  switch (op) {
+    case BinaryOp::kPow: return allowed(a, kPowTypes) && allowed(b, kPowTypes);
+    case BinaryOp::kEqual: return a == b && allowed(a, kValue);
+    default: return a == b && allowed(a, kArith);
+  }
+}
+
+void launch_binary(BinaryOp op, DType a, DType b, const Broadcast& bc, const void* pa,
+                   const void* pb, void* py, cudaStream_t s) {
+  bool done = false;
+  if (op == BinaryOp::kPow) {
+    done = visit(a, kPowTypes, [&](auto ta) {
+      using A = typename decltype(ta)::type;
+      visit(b, kPowTypes, [&](auto tb) {
+        using B = typename decltype(tb)::type;
+        binary<A, B, A, PowOp>(bc, pa, pb, py, s);
+      });
+    });
+  } else if (op == BinaryOp::kEqual) {
+    done = visit(a, kValue, [&](auto t) {
+      using T = typename decltype(t)::type;
+      binary<T, T, bool, EqualOp>(bc, pa, pb, py, s);
+    });
+  } else {
+    done = visit(a, kArith, [&](auto t) {
+      using T = typename decltype(t)::type;
+      switch (op) {
+        case BinaryOp::kAdd: binary<T, T, T, AddOp>(bc, pa, pb, py, s); break;
+        case BinaryOp::kSub: binary<T, T, T, SubOp>(bc, pa, pb, py, s); break;
+        case BinaryOp::kMul: binary<T, T, T, MulOp>(bc, pa, pb, py, s); break;
+        default: binary<T, T, T, DivOp>(bc, pa, pb, py, s); break;
+      }
+    });
+  }
+  PT_CHECK(done, "no CUDA binary kernel for these dtypes");
+}
+
+bool where_supported(DType t) { return allowed(t, kValue); }
+
+void launch_where(DType t, const Broadcast& bc, const void* cond, const void* x, const void* z,
+                  void* y, cudaStream_t s) {
+  if (bc.numel == 0) return;
+  const bool done = visit(t, kValue, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    where_kernel<T><<<grid_for(bc.numel), kThreads, 0, s>>>(
+        bc, static_cast<const bool*>(cond), static_cast<const T*>(x), static_cast<const T*>(z),
+        static_cast<T*>(y));
+    PT_CUDA_LAUNCH_CHECK();
+  });
+  PT_CHECK(done, "no CUDA Where kernel for this dtype");
+}
+
+bool unary_supported(UnaryOp op, DType t) {
+  return op == UnaryOp::kNeg ? allowed(t, kNegTypes) : t == DType::kFloat32;
+}
+
+void launch_unary(UnaryOp op, DType t, int64_t n, const void* x, void* y, cudaStream_t s) {
+  if (n == 0) return;
+  const bool done = visit(t, op == UnaryOp::kNeg ? kNegTypes : kF32, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    unary_kernel<T><<<grid_for(n), kThreads, 0, s>>>(op, n, static_cast<const T*>(x),
+                                                     static_cast<T*>(y));
+    PT_CUDA_LAUNCH_CHECK();
+  });
+  PT_CHECK(done, "no CUDA unary kernel for this dtype");
+}
+
+bool clip_supported(DType t) { return allowed(t, kArith); }
+
+void launch_clip(DType t, int64_t n, const void* x, ClipBound lo, ClipBound hi, void* y,
+                 cudaStream_t s) {
+  if (n == 0) return;
+  const bool done = visit(t, kArith, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    clip_kernel<T><<<grid_for(n), kThreads, 0, s>>>(n, static_cast<const T*>(x), lo, hi,
+                                                    static_cast<T*>(y));
+    PT_CUDA_LAUNCH_CHECK();
+  });
+  PT_CHECK(done, "no CUDA Clip kernel for this dtype");
+}
+
+bool cast_supported(DType from, DType to) { return allowed(from, kValue) && allowed(to, kValue); }
+
+void launch_cast(DType from, DType to, int64_t n, const void* x, void* y, cudaStream_t s) {
+  if (n == 0) return;
+  const bool done = visit(from, kValue, [&](auto tf) {
+    using From = typename decltype(tf)::type;
+    visit(to, kValue, [&](auto tt) {
+      using To = typename decltype(tt)::type;
+      cast_kernel<From, To><<<grid_for(n), kThreads, 0, s>>>(n, static_cast<const From*>(x),
+                                                             static_cast<To*>(y));
+      PT_CUDA_LAUNCH_CHECK();
+    });
+  });
+  PT_CHECK(done, "no CUDA Cast kernel for these dtypes");
+}
+
+void launch_fill_bytes(void* y, unsigned char value, int64_t bytes, cudaStream_t s) {
+  if (bytes == 0) return;
+  fill_kernel<<<grid_for(bytes), kThreads, 0, s>>>(static_cast<unsigned char*>(y), value, bytes);
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_broadcast_matrix(int64_t m, int64_t n, int64_t c_rows, int64_t c_cols,
+                             const float* c, float* y, cudaStream_t s) {
+  if (m * n == 0) return;
+  const int64_t sm = c_rows == 1 ? 0 : c_cols, sn = c_cols == 1 ? 0 : 1;
+  broadcast_matrix_kernel<<<grid_for(m * n), kThreads, 0, s>>>(m, n, sm, sn, c, y);
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_seeded_dropout(int64_t n, float ratio, float scale, int64_t stream_id, const float* x,
+                           const int64_t* key, float* y, bool* mask, cudaStream_t s) {
+  if (n == 0) return;
+  seeded_dropout_kernel<<<grid_for(n), kThreads, 0, s>>>(n, ratio, scale, stream_id, x, key, y,
+                                                         mask);
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_unary_grad(GradOp op, int64_t n, const float* dy, const float* saved, float* dx,
+                       cudaStream_t s) {
+  if (n == 0) return;
+  unary_grad_kernel<<<grid_for(n), kThreads, 0, s>>>(op, n, dy, saved, dx);
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_clip_grad(int64_t n, const float* dy, const float* x, ClipBound lo, ClipBound hi,
+                      float* dx, cudaStream_t s) {
+  if (n == 0) return;
+  clip_grad_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dy, x, lo, hi, dx);
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace pt::cuda

@@ -1,0 +1,163 @@
+// exec/cuda/movement.cu: device code and launchers of the data-movement family (launch.h):
+// one strided copy (Transpose, Slice, Expand, Concat, Split, the padding of Conv inputs), Gather
+// and its gradient, and constant-mode Pad. Every kernel moves elements of 1, 2, 4 or 8 bytes
+// without reading them as numbers, except GatherGrad, which adds floats.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "exec/cuda/device_util.cuh"
+#include "exec/cuda/launch.h"
+
+namespace pt::cuda {
+namespace {
+
+// Unsigned element types by size.
+template <int kSize> struct Elem;
+template <> struct Elem<1> { using type = uint8_t; };
+template <> struct Elem<2> { using type = uint16_t; };
+template <> struct Elem<4> { using type = uint32_t; };
+template <> struct Elem<8> { using type = uint64_t; };
+
+template <class F>
+void by_size(int esize, F&& f) {
+  switch (esize) {
+    case 1: f(Elem<1>{}); break;
+    case 2: f(Elem<2>{}); break;
+    case 4: f(Elem<4>{}); break;
+    case 8: f(Elem<8>{}); break;
+    default: PT_CHECK(false, "element size " + std::to_string(esize));
+  }
+}
+
+template <class T>
+__global__ void strided_copy_kernel(StridedCopy p, const T* src, T* dst) {
+  PT_GRID_STRIDE(i, p.numel) {
+    int64_t rest = i, in = p.in_offset, out = p.out_offset;
+    for (int d = p.rank - 1; d >= 0; --d) {
+      const int64_t k = rest % p.dims[d];
+      rest /= p.dims[d];
+      in += k * p.in_stride[d];
+      out += k * p.out_stride[d];
+    }
+    dst[out] = src[in];
+  }
+}
+
+template <class T, class I>
+__global__ void gather_kernel(int64_t outer, int64_t n, int64_t count, int64_t inner,
+                              const T* data, const I* idx, T* out, DeviceFault* fault) {
+  PT_GRID_STRIDE(e, outer * count * inner) {
+    const int64_t j = e % inner, r = e / inner;
+    const int64_t i = r % count, o = r / count;
+    int64_t k = static_cast<int64_t>(idx[i]);
+    if (k < -n || k >= n) {
+      report_fault(fault, k, i);
+      out[e] = T(0);
+      continue;
+    }
+    if (k < 0) k += n;
+    out[e] = data[(o * n + k) * inner + j];
+  }
+}
+
+// One thread per (o, column j): zeroes dd[o, :, j], then adds dy[o, i, j] at idx[i] for i in
+// order: each element is written by one thread, its rows added in index order (as the CPU's).
+template <class I>
+__global__ void gather_grad_kernel(int64_t outer, int64_t n, int64_t count, int64_t inner,
+                                   const float* dy, const I* idx, float* dd, DeviceFault* fault) {
+  PT_GRID_STRIDE(u, outer * inner) {
+    const int64_t o = u / inner, j = u % inner;
+    float* col = dd + o * n * inner + j;
+    for (int64_t k = 0; k < n; ++k) col[k * inner] = 0.f;
+    const float* src = dy + o * count * inner + j;
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t k = static_cast<int64_t>(idx[i]);
+      if (k < -n || k >= n) {
+        report_fault(fault, k, i);
+        continue;
+      }
+      if (k < 0) k += n;
+      col[k * inner] += src[i * inner];
+    }
+  }
+}
+
+template <class T>
+__global__ void pad_kernel(PadPlan p, const T* x, const T* value_ptr, T value, T* y) {
+  const T v = value_ptr ? *value_ptr : value;
+  PT_GRID_STRIDE(i, p.numel) {
+    int64_t rest = i, in = 0, in_stride = 1;
+    bool inside = true;
+    for (int d = p.rank - 1; d >= 0; --d) {
+      const int64_t k = rest % p.out_dims[d] - p.begin[d];
+      rest /= p.out_dims[d];
+      inside = inside && k >= 0 && k < p.in_dims[d];
+      in += k * in_stride;
+      in_stride *= p.in_dims[d];
+    }
+    y[i] = inside ? x[in] : v;
+  }
+}
+
+}  // namespace
+
+void launch_strided_copy(const StridedCopy& p, const void* src, void* dst, cudaStream_t s) {
+  if (p.numel == 0) return;
+  by_size(p.esize, [&](auto e) {
+    using T = typename decltype(e)::type;
+    strided_copy_kernel<T><<<grid_for(p.numel), kThreads, 0, s>>>(
+        p, static_cast<const T*>(src), static_cast<T*>(dst));
+    PT_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void launch_gather(DType index, int esize, int64_t outer, int64_t n, int64_t count, int64_t inner,
+                   const void* data, const void* idx, void* out, DeviceFault* fault,
+                   cudaStream_t s) {
+  const int64_t total = outer * count * inner;
+  if (total == 0) return;
+  by_size(esize, [&](auto e) {
+    using T = typename decltype(e)::type;
+    if (index == DType::kInt64) {
+      gather_kernel<T, int64_t><<<grid_for(total), kThreads, 0, s>>>(
+          outer, n, count, inner, static_cast<const T*>(data), static_cast<const int64_t*>(idx),
+          static_cast<T*>(out), fault);
+    } else {
+      gather_kernel<T, int32_t><<<grid_for(total), kThreads, 0, s>>>(
+          outer, n, count, inner, static_cast<const T*>(data), static_cast<const int32_t*>(idx),
+          static_cast<T*>(out), fault);
+    }
+    PT_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void launch_gather_grad(DType index, int64_t outer, int64_t n, int64_t count, int64_t inner,
+                        const float* dy, const void* idx, float* dd, DeviceFault* fault,
+                        cudaStream_t s) {
+  const int64_t units = outer * inner;
+  if (units == 0) return;
+  if (index == DType::kInt64) {
+    gather_grad_kernel<int64_t><<<grid_for(units), kThreads, 0, s>>>(
+        outer, n, count, inner, dy, static_cast<const int64_t*>(idx), dd, fault);
+  } else {
+    gather_grad_kernel<int32_t><<<grid_for(units), kThreads, 0, s>>>(
+        outer, n, count, inner, dy, static_cast<const int32_t*>(idx), dd, fault);
+  }
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_pad(const PadPlan& p, const void* x, const void* value_ptr, uint64_t value_bits,
+                void* y, cudaStream_t s) {
+  if (p.numel == 0) return;
+  by_size(p.esize, [&](auto e) {
+    using T = typename decltype(e)::type;
+    pad_kernel<T><<<grid_for(p.numel), kThreads, 0, s>>>(
+        p, static_cast<const T*>(x), static_cast<const T*>(value_ptr), static_cast<T>(value_bits),
+        static_cast<T*>(y));
+    PT_CUDA_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace pt::cuda

@@ -1,0 +1,99 @@
+// exec/cuda/reduce.cc: ReduceSum and ReduceMean for float32 (reduce.cu). Axes, keepdims and
+// noop_with_empty_axes as the CPU reads them (exec/cpu/reduce.cc): opset 13 ReduceSum takes
+// constant input 1, ReduceMean the `axes` attribute (either form is read for both). The plan
+// merges neighbouring dims of one kind, so [B, S, D] over D is one kept and one reduced dim.
+#include <optional>
+
+#include "exec/cuda/cuda_kernels.h"
+#include "exec/cuda/plan.h"
+
+namespace pt::cuda {
+namespace {
+
+std::optional<std::vector<bool>> reduced_dims(const KernelSpec& s) {
+  const size_t rank = s.inputs[0].shape.size();
+  Dims axes = s.node.attr_ints("axes");
+  if (!s.node.has_attr("axes") && s.has_input(1)) {
+    const Tensor* t = s.constant(1);
+    if (!t || t->type.dtype != DType::kInt64) return std::nullopt;
+    axes.assign(t->as<int64_t>(), t->as<int64_t>() + t->type.numel());
+  }
+  const bool noop = s.node.attr_int("noop_with_empty_axes", 0) != 0;
+  if (axes.empty()) return std::vector<bool>(rank, !noop);
+  std::vector<bool> reduced(rank, false);
+  for (int64_t a : axes) {
+    const int64_t k = normalize_axis(a, rank);
+    if (k < 0 || reduced[static_cast<size_t>(k)]) return std::nullopt;
+    reduced[static_cast<size_t>(k)] = true;
+  }
+  return reduced;
+}
+
+// The plan over merged dims; nullopt when more than kMaxRank dims of a kind remain.
+std::optional<ReducePlan> plan_reduce(const Dims& shape, const std::vector<bool>& reduced,
+                                      bool mean) {
+  struct Dim {
+    int64_t size, stride;
+    bool reduced;
+  };
+  std::vector<Dim> dims;  // outermost first, size-1 dims dropped, same-kind neighbours merged
+  const Dims strides = strides_of(shape);
+  int64_t count = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (reduced[d]) count *= shape[d];
+    if (shape[d] == 1) continue;
+    if (!dims.empty() && dims.back().reduced == reduced[d]) {
+      dims.back().size *= shape[d];
+      dims.back().stride = strides[d];
+    } else {
+      dims.push_back({shape[d], strides[d], reduced[d]});
+    }
+  }
+  ReducePlan p;
+  p.count = count;
+  p.scale = mean ? 1.f / static_cast<float>(count) : 1.f;  // count 0: 0 * inf gives NaN
+  p.out_numel = 1;
+  for (const Dim& d : dims) {
+    if (d.reduced) {
+      if (p.reduced_rank == kMaxRank) return std::nullopt;
+      p.reduced_dims[p.reduced_rank] = d.size;
+      p.reduced_strides[p.reduced_rank++] = d.stride;
+    } else {
+      if (p.kept_rank == kMaxRank) return std::nullopt;
+      p.kept_dims[p.kept_rank] = d.size;
+      p.kept_strides[p.kept_rank++] = d.stride;
+      p.out_numel *= d.size;
+    }
+  }
+  p.inner_reduced = !dims.empty() && dims.back().reduced;
+  return p;
+}
+
+std::unique_ptr<Kernel> make_reduce(const KernelSpec& s, CudaContext& ctx, bool mean) {
+  if (!s.has_input(0) || !wanted(s, 0) || s.inputs[0].dtype != DType::kFloat32 ||
+      s.outputs[0].dtype != DType::kFloat32)
+    return nullptr;
+  const auto reduced = reduced_dims(s);
+  if (!reduced) return nullptr;
+  const bool keepdims = s.node.attr_int("keepdims", 1) != 0;
+  const Dims& shape = s.inputs[0].shape;
+  Dims out;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (!(*reduced)[k]) out.push_back(shape[k]);
+    else if (keepdims) out.push_back(1);
+  }
+  if (out != s.outputs[0].shape) return nullptr;
+  const auto p = plan_reduce(shape, *reduced, mean);
+  if (!p) return nullptr;
+  const cudaStream_t stream = ctx.stream;
+  return fn_kernel([p = *p, stream](Args in, Args out, void*) {
+    launch_reduce(p, in[0].as<const float>(), out[0].as<float>(), stream);
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s, CudaContext& c) { return make_reduce(s, c, true); }
+std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s, CudaContext& c) { return make_reduce(s, c, false); }
+
+}  // namespace pt::cuda

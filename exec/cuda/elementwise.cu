@@ -9,7 +9,6 @@
 #include <type_traits>
 
 #include "core/error.h"
-#include "exec/cpu/seeded_uniform.h"
 #include "exec/cuda/device_util.cuh"
 #include "exec/cuda/launch.h"
 
@@ -173,13 +172,25 @@ __global__ void broadcast_matrix_kernel(int64_t m, int64_t n, int64_t sm, int64_
   PT_GRID_STRIDE(i, m * n) y[i] = c[(i / n) * sm + (i % n) * sn];
 }
 
-// The CPU's counter-based generator (constexpr, so callable here with
-// --expt-relaxed-constexpr): the same mask bits on either backend.
+// SeededDropout's counter-based generator, as core/pipetrain_ops.h specifies it (the CPU's is
+// exec/cpu/seeded_uniform.h): mix is splitmix64's finaliser, base = mix(key ^ mix(stream)),
+// u(i) = (mix(base + (i + 1) * G) >> 40) / 2^24 with G = 0x9e3779b97f4a7c15 (mod 2^64).
+__device__ inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__device__ inline float seeded_uniform(uint64_t base, int64_t i) {
+  const uint64_t r = mix64(base + (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ull);
+  return static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+}
+
 __global__ void seeded_dropout_kernel(int64_t n, float ratio, float scale, int64_t stream_id,
                                       const float* x, const int64_t* key, float* y, bool* mask) {
-  const uint64_t base = cpu::seeded_base(*key, stream_id);
+  const uint64_t base = mix64(static_cast<uint64_t>(*key) ^ mix64(static_cast<uint64_t>(stream_id)));
   PT_GRID_STRIDE(i, n) {
-    const bool keep = cpu::seeded_uniform(base, i) >= ratio;
+    const bool keep = seeded_uniform(base, i) >= ratio;
     y[i] = keep ? x[i] * scale : 0.f;
     if (mask) mask[i] = keep;
   }

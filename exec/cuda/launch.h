@@ -60,8 +60,8 @@ void launch_broadcast_matrix(int64_t m, int64_t n, int64_t c_rows, int64_t c_col
                              const float* c, float* y, cudaStream_t stream);
 
 // SeededDropout (core/pipetrain_ops.h): mask[i] = u(key, stream, i) >= ratio,
-// y[i] = mask[i] ? x[i] * scale : 0, with the CPU's generator (exec/cpu/seeded_uniform.h); key
-// is a device int64 scalar; mask may be null.
+// y[i] = mask[i] ? x[i] * scale : 0, with the generator the spec defines (the same bits as the
+// CPU's); key is a device int64 scalar; mask may be null.
 void launch_seeded_dropout(int64_t n, float ratio, float scale, int64_t stream_id, const float* x,
                            const int64_t* key, float* y, bool* mask, cudaStream_t stream);
 

@@ -35,13 +35,15 @@ Graph load(const std::string& name) {
   return import_model("samples/" + name + "/" + name + ".onnx", o);
 }
 
-std::vector<BackwardGraphs> chunks_of(const Graph& g, int stages, int chunks_per_stage) {
+std::vector<BackwardGraphs> chunks_of(const Graph& g, int stages, int chunks_per_stage,
+                                      const std::string& recompute = "none") {
   PartitionOptions po;
   po.stages = stages;
   po.chunks_per_stage = chunks_per_stage;
   const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
   ChunkBackwardOptions o;
   o.loss = LossSpec{};
+  o.recompute = {RecomputePolicy::parse(recompute, "test")};
   return build_chunk_backward(g, plan, o);
 }
 
@@ -194,6 +196,22 @@ INSTANTIATE_TEST_SUITE_P(Samples, EverySchedule, ::testing::Values("mlp", "gpt",
 
 // W of a later micro-batch first (every W moved to the end of its device, newest first): its
 // gradient is held and added in micro-batch order, still the reference's bits.
+// Under every recompute policy the executor still gives the reference's bits, and keeps exactly
+// the bytes the simulator predicts for the policy's kept and passed tensors.
+TEST(Executor, RecomputePoliciesKeepWhatTheSimulatorPredicts) {
+  const Graph g = load("gpt");
+  for (const char* policy : {"selective", "full", "every:2"}) {
+    SCOPED_TRACE(policy);
+    const std::vector<BackwardGraphs> chunks = chunks_of(g, 2, 2, policy);
+    const Feeds feeds = random_feeds(g, chunks);
+    const Reference ref = run_reference(chunks, feeds);
+    for (const char* kind : {"zb-v", "interleaved"}) {
+      SCOPED_TRACE(kind);
+      check_schedule(chunks, generate(kind, 2, kMicroBatches, 2), feeds, ref);
+    }
+  }
+}
+
 TEST(Executor, WeightGradientsOutOfOrderAreAddedInOrder) {
   const Graph g = load("gpt");
   for (int stages : {1, 2}) {

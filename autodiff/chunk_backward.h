@@ -1,6 +1,10 @@
 // autodiff/chunk_backward.h: the backward of every chunk of a partition plan. In: the imported
 // model, its PartitionPlan, the loss and recompute policy. Out: one BackwardGraphs per chunk, in
 // forward order; the last chunk carries the loss.
+//
+// A graph output that carries no gradient and that no node reads (the batch statistics of
+// autodiff/training_mode.h) is an output of the F graph of the chunk that makes it, and of no
+// other chunk: it does not travel down the pipeline as the plan's graph outputs do.
 #pragma once
 
 #include <optional>

@@ -31,7 +31,8 @@ static TensorType optional_output_type(const Graph& g, const Node& n, size_t k) 
     for (size_t d = static_cast<size_t>(axis); d < t.shape.size(); ++d) t.shape[d] = 1;
     return t;
   }
-  if (n.op_type == "Dropout" && k == 1) return TensorType{DType::kBool, x.shape};
+  if ((n.op_type == "Dropout" || n.op_type == "SeededDropout") && k == 1)
+    return TensorType{DType::kBool, x.shape};
   PT_CHECK(false, "no optional output " + std::to_string(k) + " for " + n.label());
   return {};
 }

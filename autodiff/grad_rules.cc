@@ -142,6 +142,13 @@ void grad_cast(GradContext& c) {
   c.give(0, c.emit("Cast", {c.dy()}, xt, {{"to", static_cast<int64_t>(xt.dtype)}}));
 }
 
+// Y = X * mask / (1 - ratio)  =>  dX = dY * mask / (1 - ratio), mask output 1 of the node
+void give_masked(GradContext& c, float ratio) {
+  const ValueId mask = c.emit("Cast", {c.y(1)}, c.type(c.dy()),
+                              {{"to", static_cast<int64_t>(DType::kFloat32)}});
+  c.give(0, c.mul(c.mul(c.dy(), mask), c.scalar(1.0f / (1.0f - ratio))));
+}
+
 // Y = X (Identity, inference Dropout)  =>  dX = dY
 // Y = X * mask / (1 - ratio) (training Dropout)  =>  dX = dY * mask / (1 - ratio)
 void grad_identity(GradContext& c) {
@@ -154,10 +161,11 @@ void grad_identity(GradContext& c) {
     if (!c.constant(1)) unsupported(c, "Dropout's ratio is not a constant");
     ratio = c.constant(1)->as<float>()[0];
   }
-  const ValueId mask = c.emit("Cast", {c.y(1)}, c.type(c.dy()),
-                              {{"to", static_cast<int64_t>(DType::kFloat32)}});
-  c.give(0, c.mul(c.mul(c.dy(), mask), c.scalar(1.0f / (1.0f - ratio))));
+  give_masked(c, ratio);
 }
+
+// Y, mask = SeededDropout(X, key)  =>  dX = dY * mask / (1 - ratio)
+void grad_seeded_dropout(GradContext& c) { give_masked(c, c.node().attr_float("ratio", 0.5f)); }
 
 // ---- normalisation and softmax --------------------------------------------------------------
 
@@ -183,25 +191,27 @@ void grad_layer_norm(GradContext& c) {
     if (c.wants(i)) c.give(i, g[i]);
 }
 
-// Training mode: Y = (X - batch mean) * istd * Scale + Bias per channel
+// Training mode (BatchNormalization with training_mode=1, BatchNormTraining):
+//   Y = (X - batch mean) * istd * Scale + Bias per channel
 //   =>  dX, dScale, dBias = BatchNormGrad(dY, X, Scale) (core/pipetrain_ops.h)
+void grad_batch_norm_training(GradContext& c) {
+  const TensorType none{};
+  const std::vector<TensorType> outs = {c.wants(0) ? c.type(c.x(0)) : none,
+                                        c.wants(1) ? c.type(c.x(1)) : none,
+                                        c.wants(2) ? c.type(c.x(2)) : none};
+  const auto g = c.emit_n("BatchNormGrad", {c.dy(), c.x(0), c.x(1)}, outs,
+                          {{"epsilon", c.node().attr_float("epsilon", 1e-5f)}}, kPipetrainDomain);
+  for (size_t i = 0; i < 3; ++i)
+    if (c.wants(i)) c.give(i, g[i]);
+}
+
 // Inference mode: Y = (X - mean) * Scale / sqrt(var + eps) + Bias
 //   =>  dX = dY * Scale / sqrt(var + eps), dScale = sum_R(dY * (X - mean) / sqrt(var + eps)),
 //       dBias = sum_R(dY)
 void grad_batch_norm(GradContext& c) {
+  if (c.node().attr_int("training_mode", 0) != 0) return grad_batch_norm_training(c);
   const float eps = c.node().attr_float("epsilon", 1e-5f);
   const Shape& xs = c.shape(c.x(0));
-  if (c.node().attr_int("training_mode", 0) != 0) {
-    const TensorType none{};
-    const std::vector<TensorType> outs = {c.wants(0) ? c.type(c.x(0)) : none,
-                                          c.wants(1) ? c.type(c.x(1)) : none,
-                                          c.wants(2) ? c.type(c.x(2)) : none};
-    const auto g = c.emit_n("BatchNormGrad", {c.dy(), c.x(0), c.x(1)}, outs,
-                            {{"epsilon", eps}}, kPipetrainDomain);
-    for (size_t i = 0; i < 3; ++i)
-      if (c.wants(i)) c.give(i, g[i]);
-    return;
-  }
   Shape per_channel(xs.size(), 1);
   per_channel[1] = xs[1];
   Shape reduce_axes = {0};
@@ -526,6 +536,8 @@ const RuleEntry kRules[] = {
     {"", "ReduceSum", grad_reduce},
     {"", "ReduceMean", grad_reduce},
     {kPipetrainDomain, "SoftmaxCrossEntropy", grad_softmax_cross_entropy},
+    {kPipetrainDomain, "BatchNormTraining", grad_batch_norm_training},
+    {kPipetrainDomain, "SeededDropout", grad_seeded_dropout},
 };
 
 }  // namespace

@@ -333,6 +333,42 @@ void lower_batch_norm_grad(Lowering& L) {
   if (L.out(2) != kNoValue) L.reshape(dbias, L.shape(L.out(2)), L.out(2));
 }
 
+// R = all axes but 1, n = |R|; per channel, kept as [1, C, 1, ..]:
+//   mean = ReduceSum_R(X)/n, var = ReduceSum_R((X - mean)^2)/n
+//   Y = (X - mean) * (Scale / Sqrt(var + eps)) + B
+//   batch_mean = mean, batch_var = var * n/(n - 1), reshaped to [C]
+void lower_batch_norm_training(Lowering& L) {
+  const ValueId x = L.in(0);
+  const Shape xs = L.shape(x);
+  if (xs.size() < 2) L.fail("X must be [N, C, ...]");
+  const int64_t n = L.type(x).numel() / xs[1];
+  if (n < 2) L.fail("the unbiased variance needs two values per channel");
+  Shape r = {0}, per_channel(xs.size(), 1);
+  for (size_t d = 2; d < xs.size(); ++d) r.push_back(static_cast<int64_t>(d));
+  per_channel[1] = xs[1];
+  const ValueId inv_n = L.scalar(1.f / static_cast<float>(n));
+  const ValueId mean = L.mul(L.reduce_sum(x, r, true), inv_n);
+  const ValueId xc = L.sub(x, mean);
+  const ValueId var = L.mul(L.reduce_sum(L.mul(xc, xc), r, true), inv_n);
+  const float eps = L.node().attr_float("epsilon", 1e-5f);
+  const ValueId a =
+      L.div(L.reshape(L.in(1), per_channel), L.unary("Sqrt", L.add(var, L.scalar(eps))));
+  L.add(L.mul(xc, a), L.reshape(L.in(2), per_channel), L.out(0));
+  if (L.out(1) != kNoValue) L.reshape(mean, L.shape(L.out(1)), L.out(1));
+  if (L.out(2) != kNoValue) {
+    const ValueId unbiased = L.mul(var, L.scalar(static_cast<float>(n) / static_cast<float>(n - 1)));
+    L.reshape(unbiased, L.shape(L.out(2)), L.out(2));
+  }
+}
+
+// SeededDropout has none: no standard op draws from a counter-based generator, and ONNX's
+// Dropout draws a mask that neither pipetrain nor a recompute could reproduce.
+void lower_seeded_dropout(Lowering& L) {
+  throw UserError(L.node().label(), "has no portable form: training-mode dropout draws its mask "
+                                    "from pipetrain's own generator",
+                  "turn training-mode dropout off for the portable export");
+}
+
 // ---- convolution and pooling ----------------------------------------------------------------
 
 // A window op's attributes per spatial dim, ONNX defaults filled in (auto_pad NOTSET only).
@@ -577,6 +613,8 @@ constexpr LoweringEntry kLowerings[] = {
     {"LogSoftmaxGrad", lower_log_softmax_grad},
     {"LayerNormGrad", lower_layer_norm_grad},
     {"BatchNormGrad", lower_batch_norm_grad},
+    {"BatchNormTraining", lower_batch_norm_training},
+    {"SeededDropout", lower_seeded_dropout},
     {"ConvGradInput", lower_conv_grad_input},
     {"ConvGradWeight", lower_conv_grad_weight},
     {"MaxPoolGrad", lower_max_pool_grad},

@@ -1,8 +1,10 @@
 // core/pipetrain_ops.h: the ops of the "pipetrain" domain, which autodiff emits where one fused
-// kernel beats a chain of standard ops. This comment is their specification: the CPU kernels
-// (exec/cpu/*_grad*.cc, exec/cpu/loss.cc) implement it, and the portable lowering (autodiff/portable.cc) rewrites each
-// into standard ONNX ops that onnxruntime runs. All tensors are float32 unless said otherwise;
-// "reduce over A" sums over the axes A. Attributes use ONNX's names for the forward op.
+// kernel beats a chain of standard ops (and autodiff/training_mode.h where a training forward
+// differs from the model's). This comment is their specification: the CPU kernels
+// (exec/cpu/*_grad*.cc, loss.cc, batch_norm_train.cc, dropout_seeded.cc) implement it, and the
+// portable lowering (autodiff/portable.cc) rewrites each into standard ONNX ops that onnxruntime
+// runs. All tensors are float32 unless said otherwise; "reduce over A" sums over the axes A.
+// Attributes use ONNX's names for the forward op.
 //
 //   ReluGrad(dY, Y) -> dX              dX = dY where Y > 0, else 0
 //   ClipGrad(dY, X, min?, max?) -> dX  dX = dY where min < X < max (strict; an omitted bound is
@@ -29,6 +31,28 @@
 //                                        istd = 1 / sqrt(var + epsilon), xhat = (X - mean) * istd
 //                                        dBias = sum_R(dY), dScale = sum_R(dY * xhat)
 //                                        dX = Scale * istd * (dY - dBias/|R| - xhat * dScale/|R|)
+//   BatchNormTraining(X, Scale, B) -> (Y, batch_mean?, batch_var?)
+//                                      BatchNormalization's training forward, which
+//                                      autodiff/training_mode.h puts in its place (kernel
+//                                      exec/cpu/batch_norm_train.cc); epsilon (default 1e-5);
+//                                      X is [N, C, ...], statistics over R as in BatchNormGrad,
+//                                      |R| >= 2:
+//                                        mean, var = biased moments of X over R per channel
+//                                        Y = (X - mean) * Scale / sqrt(var + epsilon) + B
+//                                        batch_mean = mean, batch_var = var * |R| / (|R| - 1)
+//                                      (batch_var unbiased: what torch folds into running_var)
+//   SeededDropout(X, key) -> (Y, mask?)
+//                                      training Dropout whose mask is a pure function of (key,
+//                                      stream, element index), so recompute and every schedule
+//                                      draw the same mask (kernel exec/cpu/dropout_seeded.cc,
+//                                      generator exec/cpu/seeded_uniform.h); ratio (float in
+//                                      [0, 1)), stream (int: a hash of the node's name); key an
+//                                      int64 scalar fed per micro-batch. With mix the finaliser
+//                                      of splitmix64 and G = 0x9e3779b97f4a7c15 (mod 2^64):
+//                                        base = mix(key ^ mix(stream))
+//                                        u(i) = (mix(base + (i + 1) * G) >> 40) / 2^24
+//                                        mask[i] = u(i) >= ratio (bool), Y = X * mask / (1 - ratio)
+//                                      No portable form: lower_to_standard refuses it.
 //   ConvGradInput(dY, W) -> dX         Conv's auto_pad (NOTSET only), dilations, group, pads,
 //                                      strides, plus input_shape (ints, X's full shape): the
 //                                      gradient of Conv(X, W) with respect to X

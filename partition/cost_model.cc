@@ -20,6 +20,7 @@ const std::map<std::string, Elementwise>& elementwise_table() {
       {"Pow", {10, 12}}, {"Sqrt", {1, 2}},   {"Neg", {1, 1}},   {"Relu", {1, 1}},
       {"Erf", {8, 6}},  {"Gelu", {12, 16}},  {"Tanh", {8, 2}},  {"Sigmoid", {4, 3}},
       {"Clip", {2, 2}}, {"Where", {1, 1}},   {"Dropout", {2, 1}},
+      {"SeededDropout", {12, 2}},  // a 64-bit hash per element
   };
   return t;
 }
@@ -93,7 +94,8 @@ void compute_flops(const Graph& g, const std::vector<bool>& needs, const Node& n
   } else if (op == "Softmax" || op == "LogSoftmax") {
     c->flops_fwd = 5 * out;
     add_grad(g, needs, n, 0, 4 * out, c);
-  } else if (op == "LayerNormalization" || op == "BatchNormalization") {
+  } else if (op == "LayerNormalization" || op == "BatchNormalization" ||
+             op == "BatchNormTraining") {
     c->flops_fwd = 8 * out;
     add_grad(g, needs, n, 0, 10 * out, c);
     add_grad(g, needs, n, 1, 2 * out, c);
@@ -133,9 +135,9 @@ std::vector<int> saved_for_backward(const Node& n) {
       op == "LogSoftmax")
     return {-1};
   if (op == "Erf" || op == "Gelu" || op == "Clip" || op == "LayerNormalization" ||
-      op == "BatchNormalization" || op == "MaxPool")
+      op == "BatchNormalization" || op == "BatchNormTraining" || op == "MaxPool")
     return {0};
-  if (op == "Dropout") return {-2};  // the mask
+  if (op == "Dropout" || op == "SeededDropout") return {-2};  // the mask
   if (op == "Where") return {0};
   if (op == "Gather") return {1};
   return {};
@@ -156,8 +158,8 @@ bool input_differentiable(const Node& n, size_t i) {
   if (op == "Where") return i != 0;
   if (op == "Gather") return i == 0;
   if (op == "Reshape" || op == "Expand" || op == "Squeeze" || op == "Unsqueeze" ||
-      op == "Dropout" || op == "Split" || op == "ReduceSum" || op == "ReduceMean" ||
-      op == "Pad" || op == "SoftmaxCrossEntropy")
+      op == "Dropout" || op == "SeededDropout" || op == "Split" || op == "ReduceSum" ||
+      op == "ReduceMean" || op == "Pad" || op == "SoftmaxCrossEntropy")
     return i == 0;
   if (op == "Slice") return i == 0;
   if (op == "Clip") return i == 0;
@@ -166,11 +168,12 @@ bool input_differentiable(const Node& n, size_t i) {
 }
 
 // Outputs (by index) that carry a gradient back: BatchNormalization's running statistics,
-// LayerNormalization's Mean and InvStdDev, Dropout's mask and MaxPool's indices never do.
+// BatchNormTraining's batch statistics, LayerNormalization's Mean and InvStdDev, Dropout's and
+// SeededDropout's masks and MaxPool's indices never do.
 bool output_differentiable(const Node& n, size_t k) {
   const std::string& op = n.op_type;
-  if (op == "BatchNormalization" || op == "LayerNormalization" || op == "Dropout" ||
-      op == "MaxPool")
+  if (op == "BatchNormalization" || op == "BatchNormTraining" || op == "LayerNormalization" ||
+      op == "Dropout" || op == "SeededDropout" || op == "MaxPool")
     return k == 0;
   return !is_non_differentiable(op);
 }

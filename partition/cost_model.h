@@ -8,7 +8,7 @@
 //   element-wise               F = N * per-element FLOPs (table in cost_model.cc); gradient
 //                              per input N * per-element backward FLOPs
 //   Softmax, LogSoftmax        F = 5N, dX = 4N
-//   LayerNorm, BatchNorm       F = 8N, dX = 10N, dScale and dBias = 4N
+//   LayerNorm, BatchNorm       F = 8N, dX = 10N, dScale and dBias = 4N (BatchNormTraining too)
 //   pooling, reductions        F = elements read, backward = elements written
 //   data movement              0 FLOPs; bytes only (views such as Reshape move nothing)
 // A gradient that flows into a trainable parameter is W (weight-gradient) work; one that flows
@@ -50,8 +50,8 @@ constexpr int64_t kFlopsPerByte = 4;
 std::vector<bool> needs_gradient(const Graph& g, const std::vector<ValueId>& seeds = {});
 
 // Input i of n carries a gradient when its value needs one (never index inputs, masks, shapes,
-// axes, running statistics); output k of n passes a gradient back (never statistics, masks or
-// indices). autodiff follows the same predicates.
+// axes, running statistics, dropout keys); output k of n passes a gradient back (never
+// statistics, masks or indices). autodiff follows the same predicates.
 bool input_differentiable(const Node& n, size_t i);
 bool output_differentiable(const Node& n, size_t k);
 

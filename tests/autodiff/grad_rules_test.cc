@@ -162,6 +162,34 @@ void BatchNormalizationTrainingAndInference() {
   }
 }
 
+// BatchNormTraining (autodiff/training_mode.h's form of BatchNormalization): Y's gradient; the
+// batch statistics carry none.
+void BatchNormTraining() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {3, 2, 2, 3}, uniform(-2, 2));
+  const ValueId s = m.param("scale", {2}, uniform(0.5f, 1.5f));
+  const ValueId b = m.param("bias", {2});
+  const TensorType stat{DType::kFloat32, {2}};
+  const auto out = m.op_n("BatchNormTraining", {x, s, b},
+                          {TensorType{DType::kFloat32, {3, 2, 2, 3}}, stat, stat},
+                          {{"epsilon", 1e-5f}});
+  m.g.nodes.back().domain = "pipetrain";
+  m.output(out[0]);
+  m.output(out[2]);
+  check(m);
+}
+
+// SeededDropout: the mask is a pure function of (key, stream, index), so f is linear in X.
+void SeededDropout() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {4, 8});
+  const ValueId key = m.int_input("dropout_key", {}, {20240607});
+  // No mask output: the rule asks for it (GradContext::y) and F then makes it.
+  m.output(m.op("SeededDropout", {x, key}, {4, 8}, {{"ratio", 0.3f}, {"stream", int64_t{-77}}},
+                "pipetrain"));
+  check(m);
+}
+
 void MatMulWeightBatchedAndBroadcast() {
   {
     GraphMaker m;  // activation times a weight (the Linear layer)
@@ -345,6 +373,8 @@ const Case kCases[] = {
     {"SoftmaxAndLogSoftmaxOnAxes", SoftmaxAndLogSoftmaxOnAxes},
     {"LayerNormalization", LayerNormalization},
     {"BatchNormalizationTrainingAndInference", BatchNormalizationTrainingAndInference},
+    {"BatchNormTraining", BatchNormTraining},
+    {"SeededDropout", SeededDropout},
     {"MatMulWeightBatchedAndBroadcast", MatMulWeightBatchedAndBroadcast},
     {"GemmTransposesAlphaBetaBias", GemmTransposesAlphaBetaBias},
     {"ConvStridesPadsDilationsGroups", ConvStridesPadsDilationsGroups},

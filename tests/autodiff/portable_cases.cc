@@ -170,6 +170,26 @@ void add_norm(std::vector<PortableCase>& out) {
                     {"dScale", c.dscale ? f32(ch) : kOmitted},
                     {"dBias", c.dbias ? f32(ch) : kOmitted}}});
   }
+  // BatchNormTraining: with both statistics, Y only, and two values per channel (n - 1 = 1).
+  struct Bt {
+    const char* name;
+    Dims x;
+    float epsilon;
+    bool stats;
+  };
+  for (const Bt& c : {Bt{"nchw", {4, 3, 5, 5}, 1e-5f, true}, Bt{"nc_y_only", {6, 4}, 1e-5f, false},
+                      Bt{"two_per_channel_eps", {2, 3}, 1e-3f, true}}) {
+    const Dims ch = {c.x[1]};
+    out.push_back({std::string("batch_norm_training.") + c.name,
+                   "BatchNormTraining",
+                   {{"epsilon", c.epsilon}},
+                   {{"X", uniform(c.x, 34, -2, 3)},
+                    {"Scale", uniform(ch, 35, 0.5, 1.5)},
+                    {"B", uniform(ch, 36)}},
+                   {{"Y", f32(c.x)},
+                    {"batch_mean", c.stats ? f32(ch) : kOmitted},
+                    {"batch_var", c.stats ? f32(ch) : kOmitted}}});
+  }
 }
 
 // ---- convolution and pooling ----------------------------------------------------------------

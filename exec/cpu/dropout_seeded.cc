@@ -1,0 +1,70 @@
+// exec/cpu/dropout_seeded.cc: SeededDropout (core/pipetrain_ops.h), training Dropout whose mask
+// element i is a pure function of (key, stream, i) (exec/cpu/seeded_uniform.h). A plain loop,
+// parallel over blocks of elements: any split draws the same mask.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+#include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/seeded_uniform.h"
+
+namespace pt::cpu {
+namespace {
+
+constexpr int64_t kParallelMin = int64_t{1} << 15;  // elements below which one thread runs
+constexpr int64_t kBlock = int64_t{1} << 12;
+
+// X, Y: float32 of n elements; key: int64 scalar; mask: bool of n elements, optional.
+//   mask[i] = u(i) >= ratio, Y[i] = mask[i] ? X[i] * scale : 0, scale = 1 / (1 - ratio)
+class SeededDropout final : public Kernel {
+ public:
+  SeededDropout(int64_t n, float ratio, int64_t stream, int threads)
+      : n_(n), ratio_(ratio), scale_(1.0f / (1.0f - ratio)), stream_(stream), threads_(threads) {}
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float* x = in[0].as<const float>();
+    const uint64_t base = seeded_base(*in[1].as<const int64_t>(), stream_);
+    float* y = out[0].as<float>();
+    bool* mask = out.size() > 1 && out[1].present() ? out[1].as<bool>() : nullptr;
+    const int64_t blocks = (n_ + kBlock - 1) / kBlock;
+#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t end = std::min(n_, (b + 1) * kBlock);
+      for (int64_t i = b * kBlock; i < end; ++i) {
+        const bool keep = seeded_uniform(base, i) >= ratio_;
+        y[i] = keep ? x[i] * scale_ : 0.0f;
+        if (mask) mask[i] = keep;
+      }
+    }
+  }
+
+ private:
+  int64_t n_;
+  float ratio_, scale_;
+  int64_t stream_;
+  int threads_;
+};
+
+}  // namespace
+
+// SeededDropout(X, key) -> (Y, mask?), ratio in [0, 1), stream. X float32, key an int64 scalar.
+std::unique_ptr<Kernel> make_seeded_dropout(const KernelSpec& s) {
+  if (s.inputs.size() != 2 || !s.has_input(0) || !s.has_input(1) || s.outputs.empty() ||
+      s.outputs.size() > 2)
+    return nullptr;
+  const TensorType& x = s.inputs[0];
+  if (x.dtype != DType::kFloat32 || s.inputs[1] != TensorType{DType::kInt64, {}} ||
+      s.outputs[0] != x)
+    return nullptr;
+  if (s.outputs.size() > 1 && s.outputs[1].dtype != DType::kUndefined &&
+      s.outputs[1] != TensorType{DType::kBool, x.shape})
+    return nullptr;
+  const float ratio = s.node.attr_float("ratio", 0.5f);
+  if (!(ratio >= 0.0f && ratio < 1.0f) || !s.node.has_attr("stream")) return nullptr;
+  return std::make_unique<SeededDropout>(x.numel(), ratio, s.node.attr_int("stream", 0),
+                                         s.cpu->threads);
+}
+
+}  // namespace pt::cpu

@@ -106,22 +106,26 @@ std::optional<ConvPlan> plan_conv(const Node& n, const Dims& x, const Dims& w, c
   return p;
 }
 
-// The first algorithm of cuDNN's heuristic list that runs, is deterministic, uses allowed math
-// and fits kMaxWorkspace; its math type is set on the descriptor. Perf: one of cuDNN's
+// The first algorithm of cuDNN's heuristic list that runs, is deterministic and fits
+// kMaxWorkspace, preferring (in fp32 mode: requiring first) FMA math, so that no TF32 tensor-core
+// path is taken; in bf16 mode its math type is set on the descriptor. Perf: one of cuDNN's
 // *AlgoPerf_t; get(max, returned, results) calls the matching Get*Algorithm_v7.
 template <class Perf, class Get>
 std::optional<Perf> choose(const CudaContext& ctx, ConvDesc& conv, Get get) {
   Perf perf[16];
   int returned = 0;
   PT_CUDNN_CHECK(get(16, &returned, perf));
-  for (int i = 0; i < returned; ++i) {
-    const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC ||
-        !math_allowed(ctx, p.mathType) || p.memory > kMaxWorkspace)
-      continue;
-    conv.set_math(p.mathType);
-    return p;
-  }
+  const bool fp32 = ctx.precision == Precision::kFloat32;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < returned; ++i) {
+      const Perf& p = perf[i];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC ||
+          !math_allowed(ctx, p.mathType) || p.memory > kMaxWorkspace)
+        continue;
+      if (fp32 && pass == 0 && p.mathType != CUDNN_FMA_MATH) continue;
+      if (!fp32) conv.set_math(p.mathType);  // fp32 keeps CUDNN_FMA_MATH on the descriptor
+      return p;
+    }
   return std::nullopt;
 }
 
@@ -286,10 +290,10 @@ std::unique_ptr<Kernel> make_conv(const KernelSpec& s, CudaContext& ctx) {
   if (s.inputs.size() < 2 || s.inputs.size() > 3 || !has_io(s, 2) || s.outputs.size() != 1 ||
       !float_io(s))
     return nullptr;
-  const bool bias = s.has_input(2);
-  if (bias && s.inputs[2].shape != Dims{s.inputs[1].shape[0]}) return nullptr;
   const auto p = plan_conv(s.node, s.inputs[0].shape, s.inputs[1].shape, s.outputs[0].shape, false);
   if (!p) return nullptr;
+  const bool bias = s.has_input(2);
+  if (bias && s.inputs[2].shape != Dims{s.inputs[1].shape[0]}) return nullptr;
   return if_ok(std::make_unique<ConvForward>(ctx, *p, bias));
 }
 

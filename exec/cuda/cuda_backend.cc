@@ -56,6 +56,9 @@ const std::vector<std::pair<std::string, CudaFactory>>& registry_list() {
       {"ReduceMean", make_reduce_mean},
       {"ReduceSum", make_reduce_sum},
       {"Pad", make_pad},
+      // Training forward ops of the pipetrain domain (autodiff/training_mode.h).
+      {"pipetrain::BatchNormTraining", make_batch_norm_training},
+      {"pipetrain::SeededDropout", make_seeded_dropout},
       // Backward ops of the pipetrain domain (core/pipetrain_ops.h).
       {"pipetrain::ReluGrad", make_relu_grad},
       {"pipetrain::ClipGrad", make_clip_grad},

@@ -110,6 +110,8 @@ void elementwise(Cases& c) {
   c.add("Dropout_InferenceWithMask", "Dropout", {f32({3, 5})}, {F({3, 5}), T(kBool, {3, 5})});
   c.add("Dropout_TrainingModeFalse", "Dropout",
         {f32({3, 5}), cst(scalar(0.3f)), cst(vals(kBool, {}, {0}))}, {F({3, 5})});
+  c.grad("SeededDropout", "SeededDropout", {f32({4, 50}), vals(kI64, {}, {12345})},
+         {F({4, 50}), T(kBool, {4, 50})}, {{"ratio", 0.25f}, {"stream", int64_t{77}}});
 }
 
 void linalg(Cases& c) {
@@ -217,6 +219,10 @@ void norm(Cases& c) {
   c.add("BatchNormalization_TrainingRunningStats", "BatchNormalization",
         {f32(x, -1, 2), f32(ch, 0.5, 1.5), f32(ch), f32(ch), f32(ch, 0.5, 2)}, {F(x), F(ch), F(ch)},
         {{"epsilon", 1e-3f}, {"momentum", 0.8f}, {"training_mode", int64_t{1}}});
+  c.grad("BatchNormTraining", "BatchNormTraining", {f32(x, -1, 2), f32(ch, 0.5, 1.5), f32(ch)},
+         {F(x), F(ch), F(ch)}, {{"epsilon", 1e-3f}});
+  c.grad("BatchNormTraining_OnlyY", "BatchNormTraining", {f32({6, 5}, -1, 2), f32({5}), f32({5})},
+         {F({6, 5})});
   c.grad("BatchNormGrad_NCHW", "BatchNormGrad", {f32(x), f32(x, -1, 2), f32(ch, 0.5, 1.5)},
          {F(x), F(ch), F(ch)}, {{"epsilon", 1e-3f}});
   c.grad("BatchNormGrad_NC", "BatchNormGrad", {f32({6, 5}), f32({6, 5}, -1, 2), f32({5}, 0.5, 1.5)},

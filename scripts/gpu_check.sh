@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh: checks the CUDA backend on a GPU machine and prints its figures.
+#
+#   scripts/gpu_check.sh pack [BUILD_DIR]   here, after building with PT_CUDA=ON (default
+#                                           build-cuda): writes build-gpu-pack/pack.tar.xz with
+#                                           the binaries and the shared libraries a bare GPU
+#                                           machine lacks (at most 60 MiB)
+#   scripts/gpu_check.sh run                on the GPU machine, from the repository root with
+#                                           build-gpu-pack/ beside it
+#
+# The GPU machine (H100/H200, CUDA 13, python3 with torch and numpy, no package registries)
+# supplies cuBLAS, cublasLt, cuDNN 9 and NCCL 2 itself: from the CUDA toolkit or from the NVIDIA
+# wheels torch depends on. `run` finds them, puts them after the carried libraries on
+# LD_LIBRARY_PATH (for our binaries only), and then:
+#   1. every CUDA kernel against the CPU kernel on the same inputs (tests/exec/cuda: fp32 within
+#      1e-4 relative, bf16 within its stated bound, bitwise repeatable), the backend's memory and
+#      fault tests and the GPU comms; no comparison may be SKIPPED on a GPU machine (the two-GPU
+#      comm tests excepted where there is one GPU); then the per-kernel figures
+#   2. bench/gpu_bench: the kernels at model sizes, GPU against CPU
+#   3. `pipetrain train` of mlp, resnet, gpt and vit for 3 steps on synthetic data, on the CPU
+#      and with `--set device=cuda` at 1 stage, 2 stages (1f1b) and 2 stages x 2 chunks (zb-v):
+#      every CUDA run's trained model within 1e-3 (relative to each tensor's largest value) of
+#      the CPU run's, and the multi-stage CUDA runs bit-identical to the 1-stage CUDA run (the
+#      determinism contract), compared by bench/gpu_compare.py; with step times
+# Prints PASS/FAIL per part and exits 1 when any part fails (2: the machine is not usable).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+PACK_DIR=build-gpu-pack
+BINARIES=(pipetrain tests/cuda_kernels_test tests/cuda_backend_test tests/gpu_comm_test bench/gpu_bench)
+# Found on the GPU machine, never carried (hundreds of MiB; the driver's libcuda is the machine's).
+MACHINE_LIBS=(libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2)
+SYSTEM_LIBS_RE='^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libcuda|libcublas|libcublasLt|libcudnn.*|libnccl)\.so'
+
+pack() {
+  local build="${1:-build-cuda}"
+  rm -rf "$PACK_DIR/stage" && mkdir -p "$PACK_DIR/stage/bin" "$PACK_DIR/stage/lib"
+  for b in "${BINARIES[@]}"; do
+    [ -x "$build/$b" ] || { echo "pack: $build/$b missing; build with PT_CUDA=ON first"; exit 2; }
+    cp "$build/$b" "$PACK_DIR/stage/bin/" && strip --strip-unneeded "$PACK_DIR/stage/bin/$(basename "$b")"
+  done
+  local libs
+  libs=$(for b in "${BINARIES[@]}"; do ldd "$build/$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u)
+  for l in $libs; do
+    basename "$l" | grep -Eq "$SYSTEM_LIBS_RE" && continue
+    cp -L "$l" "$PACK_DIR/stage/lib/" && strip --strip-unneeded "$PACK_DIR/stage/lib/$(basename "$l")" 2>/dev/null
+  done
+  local count
+  count=$(ls "$PACK_DIR/stage/lib" | wc -l)
+  tar -C "$PACK_DIR/stage" -cJf "$PACK_DIR/pack.tar.xz" bin lib
+  rm -rf "$PACK_DIR/stage"
+  local size
+  size=$(stat -c %s "$PACK_DIR/pack.tar.xz")
+  echo "pack: $PACK_DIR/pack.tar.xz, $((size / 1048576)) MiB: ${#BINARIES[@]} binaries, $count libraries"
+  [ "$size" -le $((60 * 1048576)) ] || { echo "pack: over 60 MiB"; exit 2; }
+}
+
+# Directories holding each of MACHINE_LIBS on this machine, one per line.
+machine_lib_dirs() {
+  local roots=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/lib
+               /usr/lib/x86_64-linux-gnu /usr/local/lib)
+  local site
+  site=$(python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+  for s in $site; do [ -d "$s/nvidia" ] && roots+=("$s/nvidia"); [ -d "$s/torch/lib" ] && roots+=("$s/torch/lib"); done
+  for lib in "${MACHINE_LIBS[@]}"; do
+    local found=""
+    for r in "${roots[@]}"; do
+      [ -d "$r" ] || continue
+      found=$(find -L "$r" -maxdepth 4 -name "$lib" -print -quit 2>/dev/null)
+      [ -n "$found" ] && break
+    done
+    [ -n "$found" ] && dirname "$found" || echo "MISSING:$lib"
+  done | awk '!seen[$0]++'
+}
+
+part() { printf '\n==== %s\n' "$*"; }
+
+run() {
+  [ -f "$PACK_DIR/pack.tar.xz" ] || { echo "run: $PACK_DIR/pack.tar.xz missing (scripts/gpu_check.sh pack, then carry $PACK_DIR)"; exit 2; }
+  command -v nvidia-smi >/dev/null && nvidia-smi -L
+  local work
+  work=$(mktemp -d /tmp/gpu_check.XXXXXX)
+  tar -C "$work" -xJf "$PACK_DIR/pack.tar.xz"
+  local dirs missing
+  dirs=$(machine_lib_dirs)
+  missing=$(echo "$dirs" | grep '^MISSING:' | cut -d: -f2 | tr '\n' ' ')
+  [ -z "$missing" ] || { echo "run: not found on this machine: $missing"; exit 2; }
+  local lib_path="$work/lib:$(echo "$dirs" | paste -sd:)"
+  echo "libraries: $lib_path"
+  export PT_BIN="$work/bin" PT_LIB_PATH="$lib_path"
+  bin() {
+    local b="$1"
+    shift
+    LD_LIBRARY_PATH="$PT_LIB_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PT_BIN/$b" "$@"
+  }
+  if ! bin cuda_kernels_test --gtest_list_tests >/dev/null 2>"$work/ldd.err"; then
+    echo "run: the binaries do not start here:"; cat "$work/ldd.err"; ldd --version | head -1; exit 2
+  fi
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  [ "${gpus:-0}" -ge 1 ] || { echo "run: no GPU"; exit 2; }
+  local failed=()
+
+  part "1. CUDA kernels against the CPU kernels, backend, comms ($gpus GPU(s))"
+  for t in cuda_kernels_test cuda_backend_test gpu_comm_test; do
+    PT_CUDA_FIGURES="$work/kernels_$t.csv" bin "$t" --gtest_brief=1 --gtest_output="json:$work/$t.json" \
+      >"$work/$t.log" 2>&1
+    local rc=$?
+    grep -E 'Failure|error|FAILED  \] [A-Za-z]' "$work/$t.log" | head -20 | sed 's/^/    /'
+    # Nothing may be skipped on a GPU machine but the two-GPU comm tests where there is one GPU.
+    python3 - "$work/$t.json" "$t" "$gpus" <<'EOF' && [ $rc -eq 0 ] || failed+=("$t")
+import json, sys
+report, name, gpus = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+cases = [c for s in report["testsuites"] for c in s["testsuite"]]
+failed = [c["name"] for c in cases if c.get("failures")]
+skipped = [f"{c['classname']}.{c['name']}" for c in cases if c.get("result") == "SKIPPED"]
+allowed = [s for s in skipped if gpus < 2 and "TwoGpus" in s]
+bad = [s for s in skipped if s not in allowed]
+print(f"  {name}: {len(cases)} tests, {len(failed)} failed, {len(skipped)} skipped"
+      + (f" ({len(allowed)} need two GPUs)" if allowed else ""))
+for s in bad[:10]:
+    print(f"    skipped on a GPU machine: {s}")
+sys.exit(1 if failed or bad else 0)
+EOF
+  done
+  cat "$work"/kernels_*.csv 2>/dev/null | awk 'NR == 1 || !/^case,/' >"$work/kernels.csv"
+  if [ -s "$work/kernels.csv" ]; then
+    python3 - "$work/kernels.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+worst = max(rows, key=lambda r: float(r["worst_error_fraction"]))
+print(f"  {len(rows)} kernel cases; worst error {float(worst['worst_error_fraction']):.3f} of the "
+      f"allowed in {worst['case']}")
+print(f"  {'case':48s} {'error/allowed':>13s} {'cpu us':>9s} {'cuda us':>9s}")
+for r in sorted(rows, key=lambda r: -float(r["worst_error_fraction"]))[:15]:
+    print(f"  {r['case']:48s} {float(r['worst_error_fraction']):13.3f} {float(r['cpu_us']):9.1f} "
+          f"{float(r['cuda_us']):9.1f}")
+EOF
+  fi
+
+  part "2. kernels at model sizes (bench/gpu_bench)"
+  bin gpu_bench --runs 10 || failed+=(gpu_bench)
+
+  part "3. pipetrain train: CUDA against CPU (3 steps, synthetic data)"
+  printf '  %-8s %-22s %10s  %s\n' model run "s/step" "trained model"
+  train_all "$work" || failed+=(train)
+
+  part "summary"
+  if ((${#failed[@]})); then echo "FAIL: ${failed[*]}"; exit 1; fi
+  echo "PASS"
+}
+
+# sample: batch micro_batches loss optimizer (as tests/oracle/train_vs_torch.py's SAMPLES)
+declare -A SAMPLE=(
+  [mlp]="2 4 cross_entropy {kind: adamw, lr: 0.01, weight_decay: 0.1, clip_grad_norm: 0.5}"
+  [resnet]="2 4 cross_entropy {kind: sgd, lr: 0.01, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}"
+  [gpt]="1 4 cross_entropy {kind: sgd, lr: 0.1, momentum: 0.9, weight_decay: 0.01, clip_grad_norm: 0.5}"
+  [vit]="1 4 mse {kind: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0.01}"
+)
+
+train_all() {
+  local work="$1" ok=0
+  for s in mlp resnet gpt vit; do
+    read -r batch mb loss optimizer <<<"${SAMPLE[$s]}"
+    local cfg="$work/$s.yaml"
+    cat >"$cfg" <<EOF
+model: samples/$s/$s.onnx
+dims: {batch: $batch}
+loss: {kind: $loss}
+data: {kind: synthetic, samples: $((batch * mb * 2)), shuffle: false}
+optimizer: $optimizer
+pipeline: {stages: 1, chunks: 1, micro_batches: $mb, schedule: 1f1b}
+device: cpu
+threads: 4
+seed: 0
+steps: 3
+EOF
+    train_one "$work" "$s" cpu "device=cpu" || { ok=1; continue; }
+    printf '  %-8s %-22s %10s  (reference)\n' "$s" cpu "$RUN_SECONDS"
+    train_one "$work" "$s" cuda1 "device=cuda" && compare "$work" "$s" cuda1 cpu --tol 1e-3 || ok=1
+    train_one "$work" "$s" cuda2 "device=cuda" "pipeline.stages=2" &&
+      compare "$work" "$s" cuda2 cuda1 --exact || ok=1
+    train_one "$work" "$s" cuda_zbv "device=cuda" "pipeline.stages=2" "pipeline.chunks=2" "pipeline.schedule=zb-v" &&
+      compare "$work" "$s" cuda_zbv cuda1 --exact || ok=1
+  done
+  return $ok
+}
+
+# Trains sample $2 as run $3 with the --set overrides after it; prints the time per step.
+train_one() {
+  local work="$1" s="$2" name="$3"
+  shift 3
+  local args=()
+  for o in "$@"; do args+=(--set "$o"); done
+  local t0 t1
+  t0=$(date +%s.%N)
+  if ! LD_LIBRARY_PATH="$PT_LIB_PATH" "$PT_BIN/pipetrain" train "$work/$s.yaml" --quiet "${args[@]}" \
+      --set "output.model=$work/$s.$name.onnx" >"$work/$s.$name.log" 2>&1; then
+    printf '  %-8s %-22s %10s  ERROR %s\n' "$s" "$name" - "$(tail -1 "$work/$s.$name.log")"
+    return 1
+  fi
+  t1=$(date +%s.%N)
+  RUN_SECONDS=$(python3 -c "print(f'{($t1 - $t0) / 3:.3f}')")
+}
+
+compare() {
+  local work="$1" s="$2" have="$3" want="$4"
+  shift 4
+  local verdict
+  verdict=$(python3 bench/gpu_compare.py "$work/$s.$have.onnx" "$work/$s.$want.onnx" "$@")
+  local rc=$?
+  printf '  %-8s %-22s %10s  vs %s: %s\n' "$s" "$have" "$RUN_SECONDS" "$want" "$verdict"
+  return $rc
+}
+
+case "${1:-}" in
+  pack) pack "${2:-}" ;;
+  run) run ;;
+  *) sed -n '2,26p' "$0"; exit 2 ;;
+esac

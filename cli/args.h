@@ -67,6 +67,13 @@ struct RunArgs {
   int threads = 1;
 };
 
+struct TrainArgs {
+  std::string config;            // the YAML file
+  std::vector<std::string> set;  // "dotted.key=value" overrides
+  bool resume = false;           // continue from checkpoint.dir's latest checkpoint
+  bool quiet = false;            // no progress lines
+};
+
 // {"seq=32", "len=7"} -> {{"seq",32},{"len",7}}. Throws UserError naming --dim.
 std::map<std::string, int64_t> parse_dims(const std::vector<std::string>& dims);
 

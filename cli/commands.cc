@@ -47,6 +47,7 @@ int run_cli(int argc, char** argv) {
   RunArgs forward;
   GradArgs grad;
   ScheduleArgs schedule;
+  TrainArgs train;
 
   const std::vector<Command> commands = {
       {"ops", "print the table of supported ops", [](CLI::App*) {}, [] { return run_ops(); }},
@@ -111,6 +112,14 @@ int run_cli(int argc, char** argv) {
          add_backward_args(c, &grad.bwd);
        },
        [&] { return run_grad(grad); }},
+      {"train", "train a model as config.yaml says: pipelined, with progress, metrics, checkpoints",
+       [&](CLI::App* c) {
+         c->add_option("config", train.config, "the YAML config (see README: Training)")->required();
+         c->add_option("--set", train.set, "override a config key: dotted.key=value (repeatable)");
+         c->add_flag("--resume", train.resume, "continue from checkpoint.dir's latest checkpoint");
+         c->add_flag("--quiet,-q", train.quiet, "no progress lines");
+       },
+       [&] { return run_train(train); }},
       {"schedule", "build or read a pipeline schedule; check, simulate and draw it",
        [&](CLI::App* c) { add_schedule_options(c, &schedule); },
        [&] { return run_schedule(schedule); }},

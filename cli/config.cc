@@ -88,7 +88,8 @@ void apply_override(YAML::Node root, const std::string& text) {
   const std::string key = text.substr(0, eq);
   YAML::Node value;
   try {
-    value = YAML::Load(text.substr(eq + 1));
+    // key= (nothing after the '=') sets the empty string: it turns an output off.
+    value = eq + 1 == text.size() ? YAML::Node(std::string()) : YAML::Load(text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
     throw UserError("--set " + key, "cannot read the value: " + e.msg, "write a YAML scalar");
   }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set-up (scripts/setup.sh), then the main job. Until `pipetrain train` lands, the main job is
-# partitioning the GPT sample into 4 balanced stages and exporting them.
+# Set-up (scripts/setup.sh), then the main job: the charlm sample (a byte-level GPT, samples/charlm)
+# trained on the GNU GPL v3 text on the CPU, 4 pipeline stages under the zero-bubble V schedule.
+# Progress, held-out loss and accuracy on the terminal; model, metrics, trace and timeline in
+# out/charlm/. Extra arguments go to `pipetrain train` (e.g. --set steps=50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-./build/pipetrain partition samples/gpt/gpt.onnx --stages 4 --micro-batch 8 --export out/gpt_stages
+./build/pipetrain train samples/charlm/train.yaml "$@"

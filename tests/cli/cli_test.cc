@@ -3,53 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/npy.h"
-
-#include <array>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "tests/cli/run_cli.h"
 
 namespace {
-
-namespace fs = std::filesystem;
-
-struct Result {
-  int code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-Result run(const std::string& args) {
-  // One file per process: ctest runs the tests of this binary in parallel processes.
-  const fs::path err_file =
-      fs::temp_directory_path() / ("pt_cli_test_stderr_" + std::to_string(getpid()) + ".txt");
-  const std::string cmd = std::string(PT_BINARY) + " " + args + " 2>" + err_file.string();
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), {});
-  return r;
-}
-
-// Bad input: exit 2 and exactly one line on stderr, starting with "error: ".
-void expect_one_line_error(const Result& r, const std::string& text) {
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(r.err, "error: " + text + "\n");
-}
-
-// The same, when the message ends in figures the test does not pin: it starts with `prefix`.
-void expect_one_line_error_starting(const Result& r, const std::string& prefix) {
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(r.err.rfind("error: " + prefix, 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
 
 TEST(Cli, OpsListsTheTable) {
   Result r = run("ops");

@@ -1,0 +1,686 @@
+// `pipetrain train config.yaml`: the whole chain, then the training loop.
+//
+//   config -> import (dims.batch = micro-batch rows) -> training form (BatchNorm on batch
+//   statistics, seeded Dropout) -> partition (stages x chunks, the schedule's placement) ->
+//   F/B/W per chunk (loss, recompute, frozen) -> schedule (a kind, auto, or a CSV file; sends and
+//   receives added) -> PipelineExecutor, one CPU backend per device -> per step: data, the
+//   pipelined forward and backward, BatchNorm running statistics in micro-batch order, the
+//   global gradient norm over every device, one optimizer per device.
+//
+// What it writes: progress lines, metrics as JSON lines, checkpoints, the trained model (the
+// input model with new weights), a Chrome trace and an SVG of the measured timeline above the
+// simulated one. Every file is written whole or not at all.
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "autodiff/chunk_backward.h"
+#include "autodiff/loss.h"
+#include "autodiff/training_mode.h"
+#include "cli/config.h"
+#include "cli/driver.h"
+#include "core/bytes.h"
+#include "core/files.h"
+#include "exec/checkpoint.h"
+#include "exec/comm.h"
+#include "exec/cpu/cpu_backend.h"
+#include "exec/data.h"
+#include "exec/executor.h"
+#include "exec/optimizer.h"
+#include "exec/stage_program.h"
+#include "exec/timeline.h"
+#include "onnx_import/export.h"
+#include "onnx_import/import.h"
+#include "partition/cost_model.h"
+#include "partition/linear_partition.h"
+#include "partition/partitioner.h"
+#include "schedule/auto.h"
+#include "schedule/generators.h"
+#include "schedule/lower.h"
+#include "schedule/render.h"
+#include "schedule/simulate.h"
+
+namespace pt {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kTraceSteps = 100;  // the trace holds the first this many steps
+
+// Runs f; a UserError from it is re-raised naming the config key (and its YAML line) first.
+template <class F>
+auto at_key(const TrainConfig& cfg, const std::string& key, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ExecutionError&) {
+    throw;
+  } catch (const UserError& e) {
+    throw UserError(cfg.where(key), e.what());
+  }
+}
+
+std::string read_text(const std::string& path, const std::string& where) {
+  std::ifstream in(path);
+  if (!in) throw UserError(where, "cannot read '" + path + "'", "check the path");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Tensor scalar_tensor_f32(float v) {
+  Tensor t;
+  t.type = TensorType{DType::kFloat32, {}};
+  t.data.resize(sizeof v);
+  std::memcpy(t.data.data(), &v, sizeof v);
+  return t;
+}
+
+Tensor scalar_tensor_i64(int64_t v) {
+  Tensor t;
+  t.type = TensorType{DType::kInt64, {}};
+  t.data.resize(sizeof v);
+  std::memcpy(t.data.data(), &v, sizeof v);
+  return t;
+}
+
+void make_parent(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) fs::create_directories(parent, ec);
+}
+
+// Largest index + 1 an integer input may hold: the rows of the table a Gather reads with it.
+int64_t index_limit(const Graph& g, ValueId v) {
+  int64_t limit = 0;
+  for (int n : g.value(v).consumers) {
+    const Node& node = g.nodes[static_cast<size_t>(n)];
+    if (node.op_type != "Gather" || node.inputs.size() < 2 || node.inputs[1] != v) continue;
+    const std::vector<int64_t>& table = g.value(node.inputs[0]).type.shape;
+    int64_t axis = node.attr_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(table.size());
+    const int64_t rows = table[static_cast<size_t>(axis)];
+    limit = limit == 0 ? rows : std::min(limit, rows);
+  }
+  return limit;
+}
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = -1;  // < 0: not a classification loss
+  int64_t samples = 0;
+};
+
+// The model as imported (BatchNorm on running statistics, Dropout off), compiled once; reads the
+// same parameter and buffer tensors the training updates in place.
+class Evaluator {
+ public:
+  Evaluator(const Graph& model, const LossSpec& loss, int threads)
+      : graph_(model), backend_(threads), program_(graph_, backend_), loss_(loss) {
+    const std::string out = loss.output.empty() ? graph_.value(graph_.outputs.front()).name : loss.output;
+    for (size_t k = 0; k < graph_.outputs.size(); ++k)
+      if (graph_.value(graph_.outputs[k]).name == out) output_ = k;
+  }
+
+  EvalResult run(const DataLoader& data) {
+    EvalResult r;
+    double sum = 0;
+    int64_t counted = 0, right = 0;
+    for (int64_t i = 0; i < data.eval_batches(); ++i) {
+      const FeedMap feeds = data.eval_batch(i);
+      std::vector<Buffer> in;
+      for (ValueId v : graph_.inputs) {
+        const Tensor& t = feeds.at(graph_.value(v).name);
+        in.push_back({const_cast<std::byte*>(t.data.data()), &graph_.value(v).type});
+      }
+      program_.run(in);
+      const Buffer y = program_.output(output_);
+      const Tensor& target = feeds.at(kLossTarget);
+      r.samples += data.rows();
+      if (loss_.kind == LossSpec::Kind::kModel) {
+        sum += *y.as<float>();
+        ++counted;
+      } else if (loss_.kind == LossSpec::Kind::kMse) {
+        for (int64_t j = 0; j < y.numel(); ++j) {
+          const double d = static_cast<double>(y.as<float>()[j]) - target.as<float>()[j];
+          sum += d * d;
+        }
+        counted += y.numel();
+      } else {
+        const int64_t classes = y.type->shape.back();
+        const int64_t rows = y.numel() / classes;
+        for (int64_t j = 0; j < rows; ++j) {
+          const int64_t t = target.as<int64_t>()[j];
+          if (t == loss_.ignore_index) continue;
+          const float* z = y.as<float>() + j * classes;
+          const int64_t best = std::max_element(z, z + classes) - z;
+          double top = z[best], lse = 0;
+          for (int64_t k = 0; k < classes; ++k) lse += std::exp(static_cast<double>(z[k]) - top);
+          sum += top + std::log(lse) - z[t];
+          right += best == t;
+          ++counted;
+        }
+      }
+    }
+    r.loss = counted ? sum / static_cast<double>(counted) : 0;
+    if (loss_.kind == LossSpec::Kind::kCrossEntropy && counted)
+      r.accuracy = static_cast<double>(right) / static_cast<double>(counted);
+    return r;
+  }
+
+ private:
+  Graph graph_;
+  CpuBackend backend_;
+  StageProgram program_;
+  LossSpec loss_;
+  size_t output_ = 0;
+};
+
+// One line per step: on a terminal rewritten in place, otherwise every `every` steps.
+class Progress {
+ public:
+  Progress(int64_t steps, bool quiet)
+      : steps_(steps), quiet_(quiet), tty_(::isatty(STDOUT_FILENO) != 0),
+        every_(std::max<int64_t>(1, steps / 20)) {}
+
+  void step(int64_t step, double loss, double lr, double samples_per_s, double bubble) {
+    if (quiet_) return;
+    const int width = 24;
+    const int done = static_cast<int>(width * (step + 1) / steps_);
+    std::ostringstream line;
+    line << "[" << std::string(static_cast<size_t>(done), '#')
+         << std::string(static_cast<size_t>(width - done), '.') << "] step " << step + 1 << "/"
+         << steps_ << "  loss " << std::fixed << std::setprecision(4) << loss << "  lr "
+         << std::scientific << std::setprecision(2) << lr << "  " << std::fixed
+         << std::setprecision(0) << samples_per_s << " samples/s  bubble " << std::setprecision(1)
+         << 100 * bubble << "%";
+    if (tty_) {
+      std::cout << "\r" << line.str() << "\x1b[K" << std::flush;
+      open_ = true;
+    } else if ((step + 1) % every_ == 0 || step == 0 || step + 1 == steps_) {
+      std::cout << line.str() << "\n" << std::flush;
+    }
+  }
+  // A line that stays (eval results, checkpoints).
+  void note(const std::string& text) {
+    if (quiet_) return;
+    if (open_) std::cout << "\n";
+    open_ = false;
+    std::cout << text << "\n" << std::flush;
+  }
+  void end() {
+    if (open_ && !quiet_) std::cout << "\n";
+    open_ = false;
+  }
+
+ private:
+  int64_t steps_;
+  bool quiet_, tty_;
+  int64_t every_;
+  bool open_ = false;
+};
+
+OptimizerConfig optimizer_config(const TrainConfig& cfg) {
+  const TrainConfig::Optimizer& o = cfg.optimizer;
+  OptimizerConfig c;
+  c.kind = parse_optimizer_kind(o.kind);
+  c.lr = o.lr;
+  c.momentum = o.momentum;
+  c.nesterov = o.nesterov;
+  c.beta1 = o.beta1;
+  c.beta2 = o.beta2;
+  c.eps = o.eps;
+  c.weight_decay = o.weight_decay;
+  c.clip_grad_norm = o.clip_grad_norm;
+  c.warmup_steps = o.warmup_steps;
+  c.schedule = parse_lr_schedule(o.schedule);
+  c.total_steps = cfg.steps;
+  c.min_lr = o.min_lr;
+  at_key(cfg, "optimizer", [&] { validate(c); });
+  return c;
+}
+
+class Trainer {
+ public:
+  Trainer(TrainConfig cfg, const TrainArgs& args) : cfg_(std::move(cfg)), args_(args) {}
+  int run();
+
+ private:
+  void build();
+  void plan_schedule(const std::vector<NodeCost>& costs);
+  void open_data();
+  void resume();
+  void step(int64_t s);
+  void save_checkpoint(int64_t steps_done);
+  void finish();
+  std::map<std::string, const Tensor*> trained_tensors() const;
+  Tensor& mutable_initializer(const std::string& name);
+
+  TrainConfig cfg_;
+  TrainArgs args_;
+  int64_t rows_ = 1;
+  LossSpec loss_;
+  Graph model_;     // as imported: the eval graph
+  Graph train_;     // training form; shares every initializer's data with model_
+  TrainingForm form_;
+  Schedule schedule_, lowered_;
+  std::vector<BackwardGraphs> chunks_;
+  std::vector<std::unique_ptr<CpuBackend>> backends_;
+  InProcessComm comm_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;  // per device
+  std::vector<std::string> params_;                    // trained, in first-chunk order
+  std::vector<std::string> side_;                      // batch statistics, mean then var per BN
+  std::unique_ptr<DataLoader> data_;
+  std::unique_ptr<Evaluator> eval_;
+  int64_t first_step_ = 0;
+  std::unique_ptr<Progress> progress_;
+  std::ofstream metrics_;
+  ChromeTrace trace_;
+  Clock::time_point t0_;
+  std::vector<std::vector<std::vector<ActionTime>>> timed_;  // a few steps' times for the costs
+  std::vector<int64_t> peak_kept_;
+  std::vector<double> step_seconds_;  // every step after the first of this process
+  double last_loss_ = 0;
+};
+
+Tensor& Trainer::mutable_initializer(const std::string& name) {
+  const ValueId v = train_.find(name);
+  PT_CHECK(v != kNoValue && train_.value(v).init, "'" + name + "' is not an initializer");
+  // Initializer data is const for sharing between graphs; the training run owns it and updates
+  // it between steps, when no kernel runs.
+  return const_cast<Tensor&>(*train_.value(v).init);
+}
+
+void Trainer::build() {
+  ImportOptions io;
+  for (const auto& [name, size] : cfg_.dims) {
+    if (name == "batch") io.batch = size;
+    else io.dims[name] = size;
+  }
+  rows_ = io.batch;
+  model_ = at_key(cfg_, "model", [&] { return import_model(cfg_.model, io); });
+  loss_.kind = LossSpec::parse_kind(cfg_.loss.kind, cfg_.where("loss.kind"));
+  loss_.output = cfg_.loss.output;
+  loss_.ignore_index = cfg_.loss.ignore_index;
+  if (!loss_.output.empty() && model_.find(loss_.output) == kNoValue)
+    throw UserError(cfg_.where("loss.output"), "the model has no output '" + loss_.output + "'",
+                    "name one of the model's outputs");
+  train_ = model_;
+  form_ = at_key(cfg_, "model", [&] { return to_training_mode(train_, TrainingModeOptions{true}); });
+  for (const BatchNormStats& bn : form_.batch_norms) {
+    side_.push_back(bn.batch_mean);
+    side_.push_back(bn.batch_var);
+  }
+  const std::vector<NodeCost> costs = estimate_costs(train_);
+  plan_schedule(costs);
+
+  PartitionOptions po;
+  po.stages = cfg_.pipeline.stages;
+  po.chunks_per_stage = schedule_.chunks;
+  po.strategy = at_key(cfg_, "pipeline.partition", [&] { return parse_strategy(cfg_.pipeline.partition); });
+  PartitionPlan plan = at_key(cfg_, "pipeline.stages", [&] { return plan_partition(train_, costs, po); });
+  for (ChunkPlan& c : plan.chunks) c.device = schedule_.device_of(c.index);
+  BackwardArgs b;
+  b.loss = cfg_.loss.kind;
+  b.loss_output = cfg_.loss.output;
+  b.ignore_index = cfg_.loss.ignore_index;
+  b.recompute = cfg_.pipeline.recompute;
+  b.frozen = cfg_.frozen;
+  const ChunkBackwardOptions co = at_key(cfg_, "pipeline.recompute", [&] { return chunk_backward_options(b, plan.devices); });
+  chunks_ = at_key(cfg_, "model", [&] { return build_chunk_backward(train_, plan, co); });
+
+  if (cfg_.device != "cpu")
+    throw UserError(cfg_.where("device"), "this build runs on the CPU only",
+                    "set device: cpu (the CUDA backend needs a build with PT_CUDA=ON)");
+  std::vector<Backend*> backends;
+  for (int d = 0; d < schedule_.stages; ++d) {
+    backends_.push_back(std::make_unique<CpuBackend>(cfg_.threads));
+    backends.push_back(backends_.back().get());
+  }
+  std::vector<int> placement;
+  for (int c = 0; c < schedule_.total_chunks(); ++c) placement.push_back(schedule_.device_of(c));
+  executor_ = std::make_unique<PipelineExecutor>(chunks_, placement, backends, comm_, lowered_, side_);
+
+  // One optimizer per device over the parameters whose first reader lives there.
+  const OptimizerConfig oc = optimizer_config(cfg_);
+  std::vector<std::vector<OptimizerParam>> per_device(static_cast<size_t>(schedule_.stages));
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    for (const std::string& p : chunks_[c].params) {
+      if (std::find(params_.begin(), params_.end(), p) != params_.end()) continue;
+      params_.push_back(p);
+      per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
+    }
+  for (auto& list : per_device) optimizers_.push_back(std::make_unique<Optimizer>(oc, std::move(list)));
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  eval_ = std::make_unique<Evaluator>(model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(cfg_.threads * schedule_.stages))));
+}
+
+void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
+  const TrainConfig::Pipeline& p = cfg_.pipeline;
+  const std::string key = "pipeline.schedule";
+  if (p.schedule.size() > 4 && p.schedule.substr(p.schedule.size() - 4) == ".csv") {
+    schedule_ = at_key(cfg_, key, [&] { return parse_csv(read_text(p.schedule, "csv"), p.schedule); });
+    if (schedule_.stages != p.stages || schedule_.micro_batches != p.micro_batches ||
+        (p.chunks && schedule_.chunks != p.chunks))
+      throw UserError(cfg_.where(key), "the schedule in '" + p.schedule + "' has " +
+                                           std::to_string(schedule_.stages) + " stages, " +
+                                           std::to_string(schedule_.chunks) + " chunk(s) per stage and " +
+                                           std::to_string(schedule_.micro_batches) + " micro-batches",
+                      "set pipeline.stages, chunks and micro_batches to match it");
+  } else if (p.schedule == "auto") {
+    // Costs per chunking from the partition of each; the limit counts kept bytes per device.
+    AutoOptions o;
+    for (int v : p.chunks ? std::vector<int>{p.chunks} : std::vector<int>{1, 2}) {
+      PartitionOptions po;
+      po.stages = p.stages;
+      po.chunks_per_stage = v;
+      try {
+        const PartitionPlan plan = plan_partition(train_, costs, po);
+        Costs c;
+        c.bytes = true;
+        for (const ChunkPlan& ch : plan.chunks) {
+          ChunkCost cc;
+          cc.f = static_cast<double>(ch.flops_fwd);
+          cc.b = cc.w = static_cast<double>(ch.flops_bwd) / 2;
+          cc.activation = static_cast<double>(ch.activation_bytes);
+          c.chunks.push_back(cc);
+        }
+        o.chunkings.push_back(c);
+      } catch (const UserError&) {
+        if (v == 1) throw;  // the model cannot be cut even once per stage: say so
+      }
+    }
+    if (!p.memory_limit.empty())
+      o.memory_limit = static_cast<double>(at_key(cfg_, "pipeline.memory_limit", [&] { return parse_bytes(p.memory_limit, "pipeline.memory_limit"); }));
+    schedule_ = at_key(cfg_, key, [&] { return auto_schedule(p.stages, p.micro_batches, o).schedule; });
+  } else {
+    schedule_ = at_key(cfg_, key, [&] { return generate(p.schedule, p.stages, p.micro_batches, p.chunks); });
+  }
+  lowered_ = add_send_recv(schedule_);
+}
+
+void Trainer::open_data() {
+  DataOptions o;
+  o.kind = cfg_.data.kind;
+  o.inputs = cfg_.data.inputs;
+  o.targets = cfg_.data.targets;
+  o.file = cfg_.data.file;
+  o.samples = cfg_.data.samples;
+  o.shuffle = cfg_.data.shuffle;
+  o.eval_fraction = cfg_.data.eval_fraction;
+  o.seed = cfg_.seed;
+  o.where = [this](const std::string& key) { return cfg_.where(key); };
+  std::vector<FeedSpec> inputs;
+  for (ValueId v : model_.inputs) {
+    const Value& val = model_.value(v);
+    inputs.push_back({val.name, val.type, is_floating(val.type.dtype) ? 0 : index_limit(model_, v)});
+  }
+  const Graph& last = chunks_.back().forward;
+  FeedSpec target{kLossTarget, last.value(last.find(kLossTarget)).type, 0};
+  if (loss_.kind == LossSpec::Kind::kCrossEntropy) {
+    const ValueId out = loss_.output.empty() ? model_.outputs.front() : model_.find(loss_.output);
+    target.limit = model_.value(out).type.shape.back();
+  }
+  data_ = std::make_unique<DataLoader>(o, std::move(inputs), std::move(target));
+  const int64_t global = rows_ * cfg_.pipeline.micro_batches;
+  if (data_->train_samples() < global)
+    throw UserError(cfg_.where("data"), "the training split holds " + std::to_string(data_->train_samples()) +
+                                            " samples, fewer than one global batch (" + std::to_string(global) + ")",
+                    "give more data, or lower dims.batch or pipeline.micro_batches");
+}
+
+std::map<std::string, const Tensor*> Trainer::trained_tensors() const {
+  std::map<std::string, const Tensor*> out;
+  for (const std::string& p : params_) out[p] = train_.value(train_.find(p)).init.get();
+  for (const BatchNormStats& bn : form_.batch_norms) {
+    out[bn.running_mean] = train_.value(train_.find(bn.running_mean)).init.get();
+    out[bn.running_var] = train_.value(train_.find(bn.running_var)).init.get();
+  }
+  return out;
+}
+
+void Trainer::save_checkpoint(int64_t steps_done) {
+  Checkpoint c;
+  c.step = steps_done;
+  c.data_position = data_->position();
+  c.meta["model"] = cfg_.model;
+  c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches);
+  for (const auto& [name, t] : trained_tensors()) c.tensors.emplace_back("model/" + name, *t);
+  for (size_t d = 0; d < optimizers_.size(); ++d) {
+    const OptimizerState st = optimizers_[d]->state();
+    c.meta["optimizer" + std::to_string(d) + ".step"] = std::to_string(st.step);
+    for (const auto& [name, t] : st.tensors) c.tensors.emplace_back("optimizer/" + name, t);
+  }
+  write_checkpoint(cfg_.checkpoint.dir, c);
+}
+
+void Trainer::resume() {
+  const std::optional<Checkpoint> c = read_latest_checkpoint(cfg_.checkpoint.dir);
+  if (!c) {
+    std::cout << "no checkpoint in " << cfg_.checkpoint.dir << " yet: starting at step 0\n";
+    return;
+  }
+  const std::string where = cfg_.where("checkpoint.dir");
+  const std::string global = std::to_string(rows_ * cfg_.pipeline.micro_batches);
+  if (c->meta.at("model") != cfg_.model || c->meta.at("global_batch") != global)
+    throw UserError(where, "the checkpoint was written for " + c->meta.at("model") + " with global batch " +
+                               c->meta.at("global_batch") + ", this run trains " + cfg_.model + " with " + global,
+                    "resume with the config that wrote it, or choose another checkpoint.dir");
+  for (const auto& [name, t] : trained_tensors()) {
+    const Tensor* saved = c->find("model/" + name);
+    if (!saved || !(saved->type == t->type))
+      throw UserError(where, "the checkpoint has no " + t->type.str() + " '" + name + "'",
+                      "resume with the model and config that wrote it");
+    mutable_initializer(name).data = saved->data;
+  }
+  for (size_t d = 0; d < optimizers_.size(); ++d) {
+    OptimizerState st = optimizers_[d]->state();
+    auto it = c->meta.find("optimizer" + std::to_string(d) + ".step");
+    if (it == c->meta.end())
+      throw UserError(where, "the checkpoint has no optimizer state for device " + std::to_string(d),
+                      "resume with the pipeline.stages that wrote it");
+    st.step = std::stoll(it->second);
+    for (auto& [name, t] : st.tensors) {
+      const Tensor* saved = c->find("optimizer/" + name);
+      if (!saved) throw UserError(where, "the checkpoint has no optimizer state '" + name + "'", "resume with the optimizer that wrote it");
+      t = *saved;
+    }
+    at_key(cfg_, "checkpoint.dir", [&] { optimizers_[d]->load_state(st); });
+  }
+  data_->seek(c->data_position);
+  first_step_ = c->step;
+  std::cout << "resumed from step " << c->step << " (" << cfg_.checkpoint.dir << ")\n";
+}
+
+void Trainer::step(int64_t s) {
+  const Clock::time_point begin = Clock::now();
+  const int M = cfg_.pipeline.micro_batches;
+  std::vector<FeedMap> feeds = data_->next(M);
+  std::vector<const Tensor*> targets;
+  for (const FeedMap& f : feeds) targets.push_back(&f.at(kLossTarget));
+  const float scale = loss_scale(loss_, targets, cfg_.where("data"));
+  for (int m = 0; m < M; ++m) {
+    feeds[static_cast<size_t>(m)][kLossScale] = scalar_tensor_f32(scale);
+    if (form_.dropout_key)
+      feeds[static_cast<size_t>(m)][kDropoutKey] = scalar_tensor_i64(dropout_key_for(cfg_.seed, s, m));
+  }
+  executor_->run_step(feeds);
+  // BatchNorm buffers, micro-batch by micro-batch as torch updates them.
+  for (int m = 0; m < M; ++m)
+    for (size_t i = 0; i < form_.batch_norms.size(); ++i) {
+      const BatchNormStats& bn = form_.batch_norms[i];
+      const std::vector<Tensor>& side = executor_->side_outputs(m);
+      update_running_statistics(mutable_initializer(bn.running_mean), mutable_initializer(bn.running_var),
+                                side[2 * i], side[2 * i + 1], bn.momentum);
+    }
+  std::vector<double> squares;
+  for (const auto& o : optimizers_) squares.push_back(o->squared_norm(executor_->grads()));
+  const double norm = Optimizer::global_norm(squares);
+  const double lr = optimizers_.front()->current_lr();
+  for (const auto& o : optimizers_) o->step(executor_->grads(), norm);
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+
+  const Simulation measured = measured_step(lowered_, executor_->action_times());
+  last_loss_ = executor_->loss();
+  const double samples_per_s = static_cast<double>(rows_ * M) / seconds;
+  if (s > first_step_) step_seconds_.push_back(seconds);
+  if (s - first_step_ < kTraceSteps)
+    trace_.add_step(s, std::chrono::duration<double>(begin - t0_).count(), lowered_, executor_->action_times());
+  if (s > first_step_ && timed_.size() < 8) timed_.push_back(executor_->action_times());  // the first warms up
+  for (size_t d = 0; d < peak_kept_.size(); ++d)
+    peak_kept_[d] = std::max(peak_kept_[d], executor_->peak_kept_bytes()[d]);
+  progress_->step(s, last_loss_, lr, samples_per_s, measured.bubble);
+  if (metrics_.is_open()) {
+    nlohmann::json j = {{"step", s + 1},       {"loss", last_loss_},   {"lr", lr},
+                        {"grad_norm", norm},   {"step_s", seconds},    {"samples_per_s", samples_per_s},
+                        {"bubble", measured.bubble}, {"peak_kept_bytes", executor_->peak_kept_bytes()}};
+    metrics_ << j.dump() << "\n" << std::flush;
+  }
+  const int64_t done = s + 1;
+  const bool last = done == cfg_.steps;
+  if (cfg_.eval_every > 0 && data_->eval_batches() > 0 && (done % cfg_.eval_every == 0 || last)) {
+    const EvalResult r = eval_->run(*data_);
+    std::ostringstream line;
+    line << "eval after step " << done << ": loss " << std::fixed << std::setprecision(4) << r.loss;
+    if (r.accuracy >= 0) line << ", accuracy " << std::setprecision(3) << r.accuracy;
+    line << " (" << r.samples << " held-out samples)";
+    progress_->note(line.str());
+    if (metrics_.is_open()) {
+      nlohmann::json j = {{"step", done}, {"eval_loss", r.loss}, {"eval_samples", r.samples}};
+      if (r.accuracy >= 0) j["eval_accuracy"] = r.accuracy;
+      metrics_ << j.dump() << "\n" << std::flush;
+    }
+  }
+  if (!cfg_.checkpoint.dir.empty() && cfg_.checkpoint.every > 0 && (done % cfg_.checkpoint.every == 0 || last)) {
+    save_checkpoint(done);
+    progress_->note("checkpoint: step " + std::to_string(done) + " -> " + cfg_.checkpoint.dir);
+  }
+}
+
+// Keeps the metrics lines of steps a resumed run has already taken, drops the rest.
+void trim_metrics(const std::string& path, int64_t steps_done) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("step") && j.at("step").get<int64_t>() <= steps_done) kept += line + "\n";
+    } catch (const nlohmann::json::exception&) {
+      // a line cut short by the kill: dropped
+    }
+  }
+  write_file_atomic(path, kept, "choose another output.metrics");
+}
+
+void Trainer::finish() {
+  progress_->end();
+  if (timed_.empty()) timed_.push_back(executor_->action_times());
+  const Costs costs = measured_costs(chunks_, lowered_, timed_);
+  const Simulation predicted = simulate(lowered_, costs);
+  const Simulation measured = measured_step(lowered_, executor_->action_times());
+  double bubble = 0, makespan = 0;
+  for (const auto& times : timed_) {
+    const Simulation m = measured_step(lowered_, times);
+    bubble += m.bubble / static_cast<double>(timed_.size());
+    makespan += m.makespan / static_cast<double>(timed_.size());
+  }
+  const std::vector<double> planned = peak_memory(lowered_, chunk_costs(chunks_));
+  std::cout << "schedule " << schedule_.kind << ": " << schedule_.stages << " stages x " << schedule_.chunks
+            << " chunk(s), " << schedule_.micro_batches << " micro-batches; measured step " << std::fixed
+            << std::setprecision(2) << makespan * 1e3 << " ms, bubble " << std::setprecision(1) << 100 * bubble
+            << "%; simulated on measured costs " << std::setprecision(2) << predicted.makespan * 1e3 << " ms, bubble "
+            << std::setprecision(1) << 100 * predicted.bubble << "%\n";
+  std::cout << "peak kept activations per device, measured / planned:";
+  for (size_t d = 0; d < planned.size(); ++d)
+    std::cout << (d ? "," : "") << " " << format_bytes(peak_kept_[d]) << " / "
+              << format_bytes(static_cast<int64_t>(planned[d]));
+  std::cout << "\n";
+  if (metrics_.is_open()) {
+    std::vector<double> sorted = step_seconds_;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+    nlohmann::json chunk_costs_s = nlohmann::json::array();
+    for (const ChunkCost& c : costs.chunks) chunk_costs_s.push_back({c.f, c.b, c.w});
+    nlohmann::json j = {{"schedule", schedule_.kind},
+                        {"stages", schedule_.stages},
+                        {"chunks", schedule_.chunks},
+                        {"micro_batches", schedule_.micro_batches},
+                        {"rows", rows_},
+                        {"threads", cfg_.threads},
+                        {"measured_bubble", bubble},
+                        {"measured_makespan_s", makespan},
+                        {"simulated_bubble", predicted.bubble},
+                        {"simulated_makespan_s", predicted.makespan},
+                        {"step_s_median", median},
+                        {"peak_kept_bytes_measured", peak_kept_},
+                        {"peak_kept_bytes_planned", planned},
+                        {"chunk_costs_s", chunk_costs_s}};
+    metrics_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
+  }
+  if (!cfg_.output.model.empty()) {
+    make_parent(cfg_.output.model);
+    save_model_with_weights(cfg_.model, trained_tensors(), cfg_.output.model);
+    std::cout << "trained model -> " << cfg_.output.model << "\n";
+  }
+  if (!cfg_.output.trace.empty()) {
+    make_parent(cfg_.output.trace);
+    trace_.write(cfg_.output.trace, "output.trace");
+    std::cout << "trace (" << trace_.events() << " events, open in Perfetto) -> " << cfg_.output.trace << "\n";
+  }
+  if (!cfg_.output.timeline.empty()) {
+    make_parent(cfg_.output.timeline);
+    write_file_atomic(cfg_.output.timeline,
+                      svg_timelines(lowered_, {{"measured (last step)", measured}, {"simulated on measured costs", predicted}}),
+                      "choose another output.timeline");
+    std::cout << "timeline, measured above simulated -> " << cfg_.output.timeline << "\n";
+  }
+}
+
+int Trainer::run() {
+  build();
+  open_data();
+  if (args_.resume) {
+    if (cfg_.checkpoint.dir.empty())
+      throw UserError("--resume", "the config names no checkpoint.dir", "add checkpoint: {dir: DIR, every: N}");
+    resume();
+  }
+  if (!cfg_.output.metrics.empty()) {
+    make_parent(cfg_.output.metrics);
+    if (args_.resume) trim_metrics(cfg_.output.metrics, first_step_);
+    metrics_.open(cfg_.output.metrics, args_.resume ? std::ios::app : std::ios::trunc);
+    if (!metrics_) throw UserError(cfg_.where("output.metrics"), "cannot write '" + cfg_.output.metrics + "'", "choose another file");
+  }
+  peak_kept_.assign(static_cast<size_t>(schedule_.stages), 0);
+  progress_ = std::make_unique<Progress>(cfg_.steps, args_.quiet);
+  if (!args_.quiet)
+    std::cout << "training " << cfg_.model << ": " << params_.size() << " parameter tensors, "
+              << data_->train_samples() << " training samples (" << data_->eval_samples() << " held out), "
+              << schedule_.kind << " on " << schedule_.stages << " stage(s), " << cfg_.pipeline.micro_batches
+              << " micro-batches of " << rows_ << "\n";
+  t0_ = Clock::now();
+  for (int64_t s = first_step_; s < cfg_.steps; ++s) step(s);
+  finish();
+  return 0;
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& a) {
+  Trainer t(load_config(a.config, a.set), a);
+  return t.run();
+}
+
+}  // namespace pt

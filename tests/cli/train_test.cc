@@ -1,0 +1,210 @@
+// `pipetrain train` as a user runs it: what it writes, that a run killed with SIGKILL resumes to
+// the very parameters of an uninterrupted run with no checkpoint ever half-written, and that bad
+// configs get one line naming the YAML line.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include <chrono>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "exec/checkpoint.h"
+#include "exec/npy.h"
+#include "tests/cli/run_cli.h"
+
+namespace {
+
+// A fresh folder per test (ctest runs tests in parallel processes).
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("pt_train_test_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+fs::path write(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string mlp_config(const fs::path& dir, int steps, int every) {
+  std::ostringstream c;
+  c << "model: samples/mlp/mlp.onnx\n"
+    << "dims: {batch: 4}\n"
+    << "data: {kind: synthetic, samples: 64, eval_fraction: 0.25}\n"
+    << "optimizer: {kind: adamw, lr: 3.0e-3, clip_grad_norm: 1.0, warmup_steps: 2, schedule: cosine}\n"
+    << "pipeline: {stages: 2, micro_batches: 4, schedule: zb-h1}\n"
+    << "steps: " << steps << "\n"
+    << "eval_every: 10\n"
+    << "checkpoint: {dir: " << (dir / "ckpt").string() << ", every: " << every << "}\n"
+    << "output: {model: " << (dir / "trained.onnx").string() << ", metrics: "
+    << (dir / "metrics.jsonl").string() << ", trace: " << (dir / "trace.json").string()
+    << ", timeline: " << (dir / "timeline.svg").string() << "}\n";
+  return c.str();
+}
+
+std::vector<nlohmann::json> metric_lines(const fs::path& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(Train, LearnsAndWritesEveryOutput) {
+  const fs::path d = scratch("outputs");
+  const Result r = run("train " + write(d / "c.yaml", mlp_config(d, 40, 20)).string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("eval after step 40: loss"), std::string::npos) << r.out;
+  // Metrics: a line per step (loss, lr, bubble...) and one per evaluation.
+  std::vector<double> losses;
+  int evals = 0;
+  int summaries = 0;
+  for (const auto& j : metric_lines(d / "metrics.jsonl")) {
+    if (j.contains("summary")) {
+      ++summaries;
+      EXPECT_EQ(j["summary"]["peak_kept_bytes_measured"], j["summary"]["peak_kept_bytes_planned"]);
+      EXPECT_EQ(j["summary"]["chunk_costs_s"].size(), 2u);
+      continue;
+    }
+    if (j.contains("eval_loss")) {
+      ++evals;
+      EXPECT_GE(j["eval_accuracy"].get<double>(), 0.0);
+      continue;
+    }
+    EXPECT_EQ(j["step"].get<int>(), static_cast<int>(losses.size()) + 1);
+    for (const char* key : {"lr", "grad_norm", "samples_per_s", "bubble", "peak_kept_bytes"})
+      EXPECT_TRUE(j.contains(key)) << key;
+    losses.push_back(j["loss"].get<double>());
+  }
+  ASSERT_EQ(losses.size(), 40u);
+  EXPECT_EQ(evals, 4);
+  EXPECT_EQ(summaries, 1);
+  // 48 training samples of random labels, seen 13 times: memorised, the loss falls.
+  EXPECT_LT(losses.back(), 0.8 * losses.front());
+  // The measured peak kept bytes per device equal the plan.
+  const std::regex peak("peak kept activations per device, measured / planned: ([^\n]*)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, peak)) << r.out;
+  const std::regex pair("([0-9.]+ [KMG]?i?B) / ([0-9.]+ [KMG]?i?B)");
+  const std::string pairs = m[1];
+  int devices = 0;
+  for (std::sregex_iterator it(pairs.begin(), pairs.end(), pair), end; it != end; ++it, ++devices)
+    EXPECT_EQ((*it)[1], (*it)[2]) << pairs;
+  EXPECT_EQ(devices, 2);
+  // Trace: complete events on one track per device; timeline: an SVG with both rows of boxes.
+  const auto trace = nlohmann::json::parse(slurp(d / "trace.json"));
+  std::set<int> tracks;
+  for (const auto& e : trace["traceEvents"]) {
+    EXPECT_EQ(e["ph"], "X");
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    tracks.insert(e["tid"].get<int>());
+  }
+  EXPECT_EQ(tracks, (std::set<int>{0, 1}));
+  const std::string svg = slurp(d / "timeline.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("measured (last step)"), std::string::npos);
+  EXPECT_NE(svg.find("simulated on measured costs"), std::string::npos);
+  // The trained model is the input model with new weights.
+  EXPECT_TRUE(fs::exists(d / "trained.onnx"));
+  EXPECT_NE(slurp(d / "trained.onnx"), slurp("samples/mlp/mlp.onnx"));
+}
+
+// Starts `pipetrain args` in the background; returns its pid.
+pid_t spawn(const std::string& args, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cmd = std::string(PT_BINARY) + " " + args + " >" + log.string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+int64_t latest_step(const fs::path& dir) {
+  std::ifstream in(dir / "latest");
+  std::string name;
+  if (!std::getline(in, name) || name.size() < 13) return -1;
+  return std::stoll(name.substr(5, 8));
+}
+
+// Killed (SIGKILL) after its first checkpoints, then resumed: the trained model is byte for byte
+// the uninterrupted run's, and every checkpoint file on disk reads whole.
+TEST(Train, ResumeAfterSigkillMatchesAnUninterruptedRun) {
+  const fs::path whole = scratch("whole"), cut = scratch("cut");
+  const std::string steps = "steps: 400\n";
+  std::string base = mlp_config(whole, 400, 10);
+  ASSERT_EQ(run("train -q " + write(whole / "c.yaml", base).string()).code, 0);
+
+  const fs::path cfg = write(cut / "c.yaml", mlp_config(cut, 400, 10));
+  const pid_t pid = spawn("train -q " + cfg.string(), cut / "log1.txt");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (latest_step(cut / "ckpt") < 30 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it could be killed: " << slurp(cut / "log1.txt");
+  const int64_t reached = latest_step(cut / "ckpt");
+  ASSERT_GE(reached, 30);
+  ASSERT_LT(reached, 400);
+  for (const auto& e : fs::directory_iterator(cut / "ckpt"))
+    if (e.path().extension() == ".ckpt") EXPECT_NO_THROW(pt::read_checkpoint(e.path().string())) << e.path();
+
+  const Result r = run("train --resume " + cfg.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("resumed from step " + std::to_string(reached)), std::string::npos) << r.out;
+  EXPECT_EQ(slurp(cut / "trained.onnx"), slurp(whole / "trained.onnx"));
+  // The metrics hold each step once, as the uninterrupted run's do.
+  std::vector<int> seen;
+  for (const auto& j : metric_lines(cut / "metrics.jsonl"))
+    if (j.contains("loss")) seen.push_back(j["step"].get<int>());
+  ASSERT_EQ(seen.size(), 400u);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], static_cast<int>(i) + 1);
+}
+
+// Each bad config: exit 2, one line, the file and YAML line of the key at fault first.
+TEST(Train, BadConfigsNameTheYamlLine) {
+  const fs::path d = scratch("bad");
+  pt::Tensor x;
+  x.type = pt::TensorType{pt::DType::kFloat32, {16, 5}};
+  x.data.resize(static_cast<size_t>(x.type.bytes()));
+  pt::write_npy(x, (d / "x.npy").string());
+  pt::Tensor y;
+  y.type = pt::TensorType{pt::DType::kInt64, {16}};
+  y.data.resize(static_cast<size_t>(y.type.bytes()));
+  pt::write_npy(y, (d / "y.npy").string());
+  const std::string head = "model: samples/mlp/mlp.onnx\ndims: {batch: 4}\n";
+  struct Case {
+    std::string name, yaml, start;
+  };
+  const std::string c = (d / "c.yaml").string();
+  const std::vector<Case> cases = {
+      {"unknown key", head + "stepz: 3\n", c + ":3: stepz: unknown key"},
+      {"wrong type", head + "steps: many\n", c + ":3: steps: expected a whole number, got 'many'"},
+      {"too many stages", head + "pipeline:\n  stages: 500\n", c + ":4: pipeline.stages: "},
+      {"missing data file", head + "data:\n  kind: npy\n  inputs: {input: " + (d / "x.npy").string() +
+                                "}\n  targets: " + (d / "nope.npy").string() + "\n",
+       c + ":6: data.targets: file '" + (d / "nope.npy").string() + "' does not exist"},
+      {"shape that does not fit", head + "data:\n  kind: npy\n  inputs: {input: " + (d / "x.npy").string() +
+                                      "}\n  targets: " + (d / "y.npy").string() + "\n",
+       c + ":5: data.inputs.input: "},
+      {"unknown schedule", head + "pipeline: {stages: 2, schedule: zb-q}\n", c + ":3: pipeline.schedule: "},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    write(d / "c.yaml", k.yaml);
+    const Result r = run("train " + c);
+    expect_one_line_error_starting(r, k.start);
+  }
+  // Nothing was written for the failed runs.
+  EXPECT_FALSE(fs::exists("out/trained.onnx.tmp"));
+}
+
+}  // namespace

@@ -13,8 +13,8 @@
 # wheels torch depends on. `run` finds them, puts them after the carried libraries on
 # LD_LIBRARY_PATH (for our binaries only), and then:
 #   1. every CUDA kernel against the CPU kernel on the same inputs (tests/exec/cuda: fp32 within
-#      1e-4 relative, bf16 within its stated bound, bitwise repeatable), the backend's memory and
-#      fault tests and the GPU comms; no comparison may be SKIPPED on a GPU machine (the two-GPU
+#      1e-4 relative, bf16 within its stated bound, bitwise repeatable), one training step of
+#      every sample model against the CPU's, the backend's memory and fault tests, the GPU comms; no comparison may be SKIPPED on a GPU machine (the two-GPU
 #      comm tests excepted where there is one GPU); then the per-kernel figures
 #   2. bench/gpu_bench: the kernels at model sizes, GPU against CPU
 #   3. `pipetrain train` of mlp, resnet, gpt and vit for 3 steps on synthetic data, on the CPU
@@ -27,7 +27,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PACK_DIR=build-gpu-pack
-BINARIES=(pipetrain tests/cuda_kernels_test tests/cuda_backend_test tests/gpu_comm_test bench/gpu_bench)
+BINARIES=(pipetrain tests/cuda_kernels_test tests/cuda_backend_test tests/cuda_model_test tests/gpu_comm_test
+          bench/gpu_bench)
 # Found on the GPU machine, never carried (hundreds of MiB; the driver's libcuda is the machine's).
 MACHINE_LIBS=(libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2)
 SYSTEM_LIBS_RE='^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libcuda|libcublas|libcublasLt|libcudnn.*|libnccl)\.so'
@@ -102,7 +103,7 @@ run() {
   local failed=()
 
   part "1. CUDA kernels against the CPU kernels, backend, comms ($gpus GPU(s))"
-  for t in cuda_kernels_test cuda_backend_test gpu_comm_test; do
+  for t in cuda_kernels_test cuda_backend_test cuda_model_test gpu_comm_test; do
     PT_CUDA_FIGURES="$work/kernels_$t.csv" bin "$t" --gtest_brief=1 --gtest_output="json:$work/$t.json" \
       >"$work/$t.log" 2>&1
     local rc=$?

@@ -169,6 +169,30 @@ TEST(CudaRegistry, EveryOpHasACase) {
   for (const std::string& key : covered) EXPECT_NE(cuda::kernel_factory(key), nullptr) << key;
 }
 
+// Every case is a node the CPU backend runs (so a GPU failure is the CUDA kernel's), and the
+// comparison finds no difference between two CPU runs and a difference where there is one.
+TEST(CudaCases, EveryCaseRunsOnTheCpu) {
+  for (const KernelCase& c : kernel_cases()) {
+    const OneNode one = build_case(c, 1234);
+    CpuBackend cpu(2);
+    Runs r;
+    try {
+      r = run_twice(one, cpu);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << c.name << ": " << e.what();
+      continue;
+    }
+    for (size_t k = 0; k < r.second.size(); ++k) {
+      std::string where;
+      EXPECT_EQ(worst_error(r.second[k], r.first[k], c.tol, &where), 0.0) << c.name << " " << where;
+      if (r.second[k].type.dtype != DType::kFloat32 || r.second[k].type.numel() == 0) continue;
+      Tensor off = r.second[k];
+      off.as<float>()[0] += 1e-2f * (std::fabs(off.as<float>()[0]) + 1.f);
+      EXPECT_GT(worst_error(off, r.first[k], c.tol, &where), 1.0) << c.name;
+    }
+  }
+}
+
 TEST(CudaRegistry, CaseNamesAreUnique) {
   std::set<std::string> names;
   for (const KernelCase& c : kernel_cases()) EXPECT_TRUE(names.insert(c.name).second) << c.name;

@@ -98,6 +98,36 @@ void print_partition_table(std::ostream& os, const Graph& g, const PartitionPlan
   os << "imbalance " << fixed(plan.imbalance, 3) << " (largest device cost / mean device cost)\n";
 }
 
+std::vector<InitializerRole> initializer_roles(const Graph& g) {
+  const std::vector<bool> reached = gradient_reaches(g);
+  std::vector<InitializerRole> out;
+  for (ValueId v : g.initializers) {
+    const Value& val = g.value(v);
+    if (!val.is_parameter()) continue;
+    InitializerRole r{val.name, reached[static_cast<size_t>(v)], ""};
+    if (!r.trained) {
+      for (int n : val.consumers) {
+        const Node& node = g.nodes[static_cast<size_t>(n)];
+        if (node.op_type == "BatchNormalization") r.why = "BatchNorm running statistic";
+      }
+      if (r.why.empty()) r.why = "read only where no gradient flows, e.g. a mask";
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+namespace {
+
+nlohmann::json initializers_json(const Graph& g) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const InitializerRole& r : initializer_roles(g))
+    list.push_back({{"name", r.name}, {"type", g.value(g.find(r.name)).type.str()}, {"trained", r.trained}});
+  return list;
+}
+
+}  // namespace
+
 void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
                    const std::string& model_path, int64_t micro_batch, bool list_nodes) {
   std::map<std::string, int> histogram;
@@ -116,6 +146,15 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
   os << "ops:";
   for (const auto& [op, count] : histogram) os << " " << op << "=" << count;
   os << "\nunsupported: none\n";
+  const std::vector<InitializerRole> roles = initializer_roles(g);
+  int buffers = 0;
+  for (const InitializerRole& r : roles) buffers += !r.trained;
+  os << "initializers: " << roles.size() - static_cast<size_t>(buffers) << " trained, " << buffers
+     << " look like buffers (no gradient reaches them; `pipetrain train` leaves them unchanged, "
+        "parameters.frozen can name more)\n";
+  for (const InitializerRole& r : roles)
+    os << "  " << (r.trained ? "trained " : "buffer  ") << r.name << " " << g.value(g.find(r.name)).type.str()
+       << (r.why.empty() ? "" : "  (" + r.why + ")") << "\n";
   if (!list_nodes) return;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -139,7 +178,8 @@ nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs) 
           {"saved_bytes", total.saved_bytes},
           {"inputs", tensors_json(g, g.inputs)},
           {"outputs", tensors_json(g, g.outputs)},
-          {"unsupported", nlohmann::json::array()}};
+          {"unsupported", nlohmann::json::array()},
+          {"initializers", initializers_json(g)}};
 }
 
 void print_op_table(std::ostream& os) {

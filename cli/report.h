@@ -3,6 +3,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,15 @@ namespace pt {
 nlohmann::json partition_json(const Graph& g, const PartitionPlan& plan);
 void print_partition_table(std::ostream& os, const Graph& g, const PartitionPlan& plan,
                            const std::string& model_path, int64_t micro_batch);
+
+// Every floating-point initializer and whether training updates it: trained when a gradient
+// reaches it from an output, otherwise a buffer (`why` says which kind).
+struct InitializerRole {
+  std::string name;
+  bool trained = true;
+  std::string why;
+};
+std::vector<InitializerRole> initializer_roles(const Graph& g);
 
 void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
                    const std::string& model_path, int64_t micro_batch, bool list_nodes);

@@ -201,6 +201,24 @@ std::vector<bool> needs_gradient(const Graph& g, const std::vector<ValueId>& see
   return needs;
 }
 
+std::vector<bool> gradient_reaches(const Graph& g) {
+  std::vector<bool> reached(g.values.size(), false);
+  for (ValueId v : g.outputs) reached[static_cast<size_t>(v)] = is_floating(g.value(v).type.dtype);
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    bool any = false;
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      any = any || (n.outputs[k] != kNoValue && reached[static_cast<size_t>(n.outputs[k])] &&
+                    output_differentiable(n, k));
+    if (!any) continue;
+    for (size_t j = 0; j < n.inputs.size(); ++j)
+      if (n.inputs[j] != kNoValue && input_differentiable(n, j) &&
+          is_floating(g.value(n.inputs[j]).type.dtype))
+        reached[static_cast<size_t>(n.inputs[j])] = true;
+  }
+  return reached;
+}
+
 std::vector<NodeCost> estimate_costs(const Graph& g) {
   const std::vector<bool> needs = needs_gradient(g);
   std::vector<NodeCost> costs(g.nodes.size());

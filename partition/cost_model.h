@@ -49,6 +49,11 @@ constexpr int64_t kFlopsPerByte = 4;
 // `seeds` are further values that need one (a chunk's activation inputs).
 std::vector<bool> needs_gradient(const Graph& g, const std::vector<ValueId>& seeds = {});
 
+// The other direction: per value, whether a gradient flows back to it from some graph output
+// along differentiable inputs and outputs. A float initializer it is false for gets no gradient
+// in training: a buffer (a mask, running statistics), not a weight.
+std::vector<bool> gradient_reaches(const Graph& g);
+
 // Input i of n carries a gradient when its value needs one (never index inputs, masks, shapes,
 // axes, running statistics, dropout keys); output k of n passes a gradient back (never
 // statistics, masks or indices). autodiff follows the same predicates.

@@ -24,6 +24,23 @@ TEST(Cli, InspectReportsOpsParamsFlops) {
   EXPECT_TRUE(j["unsupported"].empty());
 }
 
+// The causal mask and BatchNorm's running statistics are flagged as buffers, weights as trained.
+TEST(Cli, InspectFlagsInitializersThatLookLikeBuffers) {
+  std::map<std::string, bool> trained;
+  for (const char* model : {"samples/gpt/gpt.onnx", "samples/resnet/resnet.onnx"}) {
+    Result r = run(std::string("inspect ") + model + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    for (const auto& i : j["initializers"])
+      trained[i["name"].get<std::string>()] = i["trained"].get<bool>();
+  }
+  EXPECT_FALSE(trained.at("mask"));
+  EXPECT_FALSE(trained.at("bn1.running_mean"));
+  EXPECT_FALSE(trained.at("bn1.running_var"));
+  EXPECT_TRUE(trained.at("bn1.weight"));
+  EXPECT_TRUE(trained.at("blocks.0.ln1.weight"));
+}
+
 TEST(Cli, PartitionJsonHasTheDocumentedShape) {
   Result r = run("partition samples/gpt/gpt.onnx --stages 4 --micro-batch 2 --json");
   ASSERT_EQ(r.code, 0) << r.err;

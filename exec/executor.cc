@@ -30,7 +30,9 @@ void PipelineExecutor::bind_feeds(const std::vector<std::map<std::string, Tensor
             it->second.data.size() != static_cast<size_t>(it->second.type.bytes()))
           throw UserError(where, "feed '" + c->feed_names[k] + "' is " + it->second.type.str() +
                                      ", expected " + c->feed_types[k]->str());
-        c->feed_ptr[m][k] = it->second.data.data();
+        const Group& g = c->groups[kFeed];
+        std::memcpy(c->feed_stage[m].get() + g.entries[k].offset, it->second.data.data(),
+                    g.entries[k].bytes);
       }
 }
 
@@ -38,13 +40,13 @@ void PipelineExecutor::start_step() {
   for (auto& c : chunks_) {
     for (Group& g : c->groups) {
       g.free.clear();
-      for (auto& block : g.pool) g.free.push_back(block.data());
+      for (auto& block : g.pool) g.free.push_back(block.get());
       std::fill(g.live.begin(), g.live.end(), nullptr);
     }
     c->next_m = 0;
     std::fill(c->held_ready.begin(), c->held_ready.end(), 0);
   }
-  for (auto& [name, t] : grads_) std::fill(t.data.begin(), t.data.end(), std::byte{0});
+  for (auto& [name, a] : accs_) a->backend->fill(a->sum.get(), 0, a->host->data.size());
   for (auto& d : devices_) d->live_kept = d->live_slot = d->peak_kept = d->peak_slot = 0;
   std::fill(losses_.begin(), losses_.end(), 0.0f);
   failure_->stop = false;
@@ -92,10 +94,8 @@ struct PipelineExecutor::Worker {
       const Source& s = src[i];
       void* p = nullptr;
       if (s.kind == Source::kSlot) p = chunk(s.chunk).groups[s.group].at(m, s.index);
-      if (s.kind == Source::kFeed)
-        p = const_cast<std::byte*>(c.feed_ptr[static_cast<size_t>(m)][static_cast<size_t>(s.index)]);
-      if (s.kind == Source::kAcc)
-        p = (direct ? c.acc[static_cast<size_t>(s.index)]->data : c.zeros[static_cast<size_t>(s.index)].data).data();
+      if (s.kind == Source::kFeed) p = c.groups[kFeed].at(m, s.index);
+      if (s.kind == Source::kAcc) p = direct ? c.acc[static_cast<size_t>(s.index)]->sum.get() : c.zeros.get();
       in[i].data = p;
     }
   }
@@ -104,29 +104,36 @@ struct PipelineExecutor::Worker {
       if (dst[k].first < 0) continue;
       const Buffer out = prog.output(k);
       Group& g = c.groups[dst[k].first];
-      std::memcpy(g.at(m, dst[k].second), out.data,
-                  g.entries[static_cast<size_t>(dst[k].second)].bytes);
+      c.backend.copy(g.at(m, dst[k].second), out.data,
+                     g.entries[static_cast<size_t>(dst[k].second)].bytes);
     }
   }
 
+  // The feeds of micro-batch m, staged by bind_feeds, into the kFeed block F just took.
+  void upload_feeds(Chunk& c, int m) {
+    const Group& g = c.groups[kFeed];
+    if (!g.entries.empty())
+      c.backend.copy(g.live[static_cast<size_t>(m)], c.feed_stage[static_cast<size_t>(m)].get(), g.bytes);
+  }
   void forward(const Action& a) {
     Chunk& c = chunk(a.chunk);
-    bind(c, c.f_src, c.f_in, a.micro_batch, false);
+    const int m = a.micro_batch;
+    upload_feeds(c, m);
+    bind(c, c.f_src, c.f_in, m, false);
     c.f.run(c.f_in);
     for (const Copy& d : c.f_dst) {
       Group& g = c.groups[d.group];
       const void* from = d.input ? c.f_in[static_cast<size_t>(d.k)].data
                                  : c.f.output(static_cast<size_t>(d.k)).data;
-      std::memcpy(g.at(a.micro_batch, d.entry), from,
-                  g.entries[static_cast<size_t>(d.entry)].bytes);
+      c.backend.copy(g.at(m, d.entry), from, g.entries[static_cast<size_t>(d.entry)].bytes);
     }
     for (const auto& [k, i] : c.side_dst) {
-      Tensor& t = ex.side_[static_cast<size_t>(a.micro_batch)][static_cast<size_t>(i)];
-      std::memcpy(t.data.data(), c.f.output(static_cast<size_t>(k)).data, t.data.size());
+      Tensor& t = ex.side_[static_cast<size_t>(m)][static_cast<size_t>(i)];
+      c.backend.copy(t.data.data(), c.f.output(static_cast<size_t>(k)).data, t.data.size());
     }
     if (c.loss_output >= 0)
-      ex.losses_[static_cast<size_t>(a.micro_batch)] =
-          *c.f.output(static_cast<size_t>(c.loss_output)).as<float>();
+      c.backend.copy(&ex.losses_[static_cast<size_t>(m)],
+                     c.f.output(static_cast<size_t>(c.loss_output)).data, sizeof(float));
   }
   void backward_input(const Action& a) {
     Chunk& c = chunk(a.chunk);
@@ -144,16 +151,17 @@ struct PipelineExecutor::Worker {
     c.w.run(c.w_in);
     for (size_t k = 0; k < c.w_out_param.size(); ++k) {
       const size_t p = static_cast<size_t>(c.w_out_param[k]);
-      Tensor& dst = direct ? *c.acc[p] : c.held[static_cast<size_t>(m)][p];
-      std::memcpy(dst.data.data(), c.w.output(k).data, dst.data.size());
+      std::byte* dst = direct ? c.acc[p]->sum.get() : c.held_at(m, p);
+      c.backend.copy(dst, c.w.output(k).data, static_cast<size_t>(c.param_type(p).bytes()));
     }
     if (!direct) {
       c.held_ready[static_cast<size_t>(m)] = 1;
       return;
     }
-    for (++c.next_m; c.next_m < M && c.held_ready[static_cast<size_t>(c.next_m)]; ++c.next_m)
-      for (size_t p = 0; p < c.acc.size(); ++p)
-        add_into(*c.acc[p], c.held[static_cast<size_t>(c.next_m)][p]);
+    bool added = false;
+    for (++c.next_m; c.next_m < M && c.held_ready[static_cast<size_t>(c.next_m)]; ++c.next_m, added = true)
+      for (size_t p = 0; p < c.acc.size(); ++p) c.add_into_acc(p, c.held_at(c.next_m, p));
+    if (added) c.backend.synchronize();
   }
   void backward_fused(const Action& a) {
     backward_input(a);
@@ -244,6 +252,7 @@ void PipelineExecutor::run_step(const std::vector<std::map<std::string, Tensor>>
   for (std::thread& t : workers) t.join();
   if (failure_->set) throw_failure();
   fold_shared_gradients();
+  copy_gradients_out();
   loss_ = 0;
   for (float l : losses_) loss_ += static_cast<double>(l);
   for (size_t d = 0; d < devices_.size(); ++d) {
@@ -252,15 +261,34 @@ void PipelineExecutor::run_step(const std::vector<std::map<std::string, Tensor>>
   }
 }
 
-// ReferenceStep's order: micro-batch by micro-batch, the later chunk first.
+// ReferenceStep's order: micro-batch by micro-batch, the later chunk first. On the main thread,
+// after every worker has finished: each add runs on the accumulator's backend, a held gradient
+// of another backend first copied over.
 void PipelineExecutor::fold_shared_gradients() {
+  bool any = false;
   for (int m = 0; m < schedule_.micro_batches; ++m)
     for (size_t c = chunks_.size(); c-- > 0;) {
       Chunk& ch = *chunks_[c];
       if (!ch.shared) continue;
-      for (size_t p = 0; p < ch.acc.size(); ++p)
-        add_into(*ch.acc[p], ch.held[static_cast<size_t>(m)][p]);
+      for (size_t p = 0; p < ch.acc.size(); ++p) {
+        Backend& on = *ch.acc[p]->backend;
+        const std::byte* held = ch.held_at(m, p);
+        if (std::byte* there = ch.fold_in[p].get()) {
+          on.copy(there, held, static_cast<size_t>(ch.param_type(p).bytes()));
+          held = there;
+        }
+        on.bind_thread();
+        ch.add_into_acc(p, held);
+        any = true;
+      }
     }
+  if (any)
+    for (auto& d : devices_) d->backend->synchronize();
+}
+
+// The step's gradients, from each accumulator's backend into grads_.
+void PipelineExecutor::copy_gradients_out() {
+  for (auto& [name, a] : accs_) a->backend->copy(a->host->data.data(), a->sum.get(), a->host->data.size());
 }
 
 void PipelineExecutor::throw_failure() {

@@ -16,10 +16,17 @@
 //   received grad.<y>  RECV_B(m,c) .. B(m,c)     passed to W      B(m,c) .. W(m,c)
 //   grad.<x>           B(m,c) .. B(m,c-1) on the same device, or SEND_B(m,c)
 //
+// Memory: everything the programs read and write lives in the device backend's memory (slot
+// blocks, uploaded feeds, gradient accumulators), allocated through the Backend hooks before
+// the first step; host memory on the CPU backend. Per micro-batch, F uploads its feeds (staged
+// in Backend::allocate_host memory by run_step); the loss, the side outputs and, after the
+// step, the gradients come back to the host through Backend::copy. Comm sees device pointers.
+//
 // Determinism: gradients are accumulated exactly as ReferenceStep does (micro-batch order, and
 // for a parameter several chunks share, the later chunk first), so every schedule gives the
 // same bits. A W that runs before the W of the micro-batch before it computes its gradient
-// alone (into a held buffer, its accumulator bound to zeros) and is added when its turn comes.
+// alone (into a held buffer, its accumulator bound to zeros) and is added when its turn comes,
+// by the backend's own Add kernel (the one W's `grad_acc + g` runs), in place on the device.
 #pragma once
 
 #include <map>
@@ -75,18 +82,21 @@ class PipelineExecutor {
   double loss() const { return loss_; }
   // The side outputs of micro-batch m in the last step, in the constructor's order.
   const std::vector<Tensor>& side_outputs(int m) const { return side_[static_cast<size_t>(m)]; }
-  // Accumulated gradient per parameter name, as ReferenceStep::grads().
+  // Accumulated gradient per parameter name, as ReferenceStep::grads(): host tensors, copied
+  // from the devices after each step.
   const std::map<std::string, Tensor>& grads() const { return grads_; }
   // [device][step]: when each action of the last step started and ended.
   const std::vector<std::vector<ActionTime>>& action_times() const { return times_; }
   // [device]: the largest sum of kept and passed bytes (F -> B/W, B -> W) live between two
   // actions in the last step; comparable with schedule/simulate.h's peak_memory.
   const std::vector<int64_t>& peak_kept_bytes() const { return peak_kept_; }
-  // [device]: the same over every slot (also chunk outputs, received tensors, gradients).
+  // [device]: the same over every slot (also chunk outputs, received tensors, gradients and
+  // uploaded feeds).
   const std::vector<int64_t>& peak_slot_bytes() const { return peak_slot_; }
   const Schedule& schedule() const { return schedule_; }
 
  private:
+  struct Accumulator;
   struct Chunk;
   struct Device;
   struct Failure;
@@ -95,8 +105,10 @@ class PipelineExecutor {
   void check_placement(const std::vector<int>& device_of_chunk, size_t backends) const;
   void bind_feeds(const std::vector<std::map<std::string, Tensor>>& feeds);
   void size_slots();
+  void plan_held(Chunk& ch);
   void start_step();
   void fold_shared_gradients();
+  void copy_gradients_out();
   [[noreturn]] void throw_failure();
 
   const std::vector<BackwardGraphs>& graphs_;
@@ -104,7 +116,8 @@ class PipelineExecutor {
   Comm& comm_;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<std::unique_ptr<Device>> devices_;
-  std::map<std::string, Tensor> grads_;
+  std::map<std::string, Tensor> grads_;  // host copies of accs_, made after each step
+  std::map<std::string, std::unique_ptr<Accumulator>> accs_;
   std::vector<float> losses_;  // [micro_batch]
   std::vector<std::vector<Tensor>> side_;  // [micro_batch][side output]
   double loss_ = 0;

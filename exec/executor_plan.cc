@@ -88,6 +88,7 @@ void plan_backward_input(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c
     if (index_of(c.g.output_grads, val.name) >= 0) {
       if (!next) {
         s = {Source::kFeed, -1, -1, c.feed(val.name, val.type)};
+        c.b_reads_feed = true;
       } else {
         const int e = next->groups[kIGrad].find(val.name);
         PT_CHECK(e >= 0, "chunk " + std::to_string(next->index) + " returns no " + val.name);
@@ -110,18 +111,30 @@ void plan_backward_input(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c
   }
 }
 
-// Inputs of W: passed, kept for W, grad_acc.<p>. Outputs: grad.<p>, to the accumulator.
-template <class ChunkT>
-void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads) {
+// Inputs of W: passed, kept for W, grad_acc.<p>. Outputs: grad.<p>, to the accumulator (made
+// on this chunk's backend when it is the parameter's first reader).
+template <class ChunkT, class AccT>
+void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
+                          std::map<std::string, std::unique_ptr<AccT>>& accs) {
   const Graph& w = c.g.backward_weight;
+  size_t most = 0;
   for (const std::string& p : c.g.params) {
     const ValueId acc = w.find(grad_acc_name(p));
     PT_CHECK(acc != kNoValue, "W graph lacks " + grad_acc_name(p));
-    auto it = grads.find(p);
-    if (it == grads.end()) it = grads.emplace(p, zeros_of(w.value(acc).type)).first;
-    c.acc.push_back(&it->second);
-    c.zeros.push_back(zeros_of(w.value(acc).type));
+    const TensorType& type = w.value(acc).type;
+    auto it = accs.find(p);
+    if (it == accs.end()) {
+      auto a = std::make_unique<AccT>();
+      a->backend = &c.backend;
+      a->sum = Block(c.backend, static_cast<size_t>(type.bytes()));
+      a->host = &grads.emplace(p, zeros_of(type)).first->second;
+      it = accs.emplace(p, std::move(a)).first;
+    }
+    PT_CHECK(it->second->host->type == type, "'" + p + "' has two gradient types");
+    c.acc.push_back(it->second.get());
+    most = std::max(most, static_cast<size_t>(type.bytes()));
   }
+  c.zeros = Block(c.backend, most);
   for (ValueId v : w.inputs) {
     const Value& val = w.value(v);
     Source s;
@@ -178,7 +191,7 @@ PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
   side_.assign(static_cast<size_t>(schedule_.micro_batches), side);
   for (size_t c = chunks_.size(); c-- > 0;) plan_backward_input(chunks_, *chunks_[c]);
   for (auto& c : chunks_) {
-    plan_backward_weight(*c, grads_);
+    plan_backward_weight(*c, grads_, accs_);
     for (const std::string& p : c->g.params) c->shared = c->shared || readers[p] > 1;
   }
   size_slots();
@@ -236,9 +249,11 @@ void PipelineExecutor::size_slots() {
     Effects e;
     const int c = a.chunk;
     const bool b = a.op == Op::kB || a.op == Op::kBW, w = a.op == Op::kW || a.op == Op::kBW;
+    const bool feed_until_b = chunks_[static_cast<size_t>(c)]->b_reads_feed;
     if (a.op == Op::kF) {
-      for (int g : {kOut, kKeptB, kKeptW}) use(e.acquire, c, g);
+      for (int g : {kOut, kKeptB, kKeptW, kFeed}) use(e.acquire, c, g);
       use(e.release, c, kRecvIn);
+      if (!feed_until_b) use(e.release, c, kFeed);
       if (same_device(c, c - 1)) use(e.release, c - 1, kOut);
     }
     if (b) {
@@ -246,6 +261,7 @@ void PipelineExecutor::size_slots() {
       for (int g : {kKeptB, kOGrad}) use(e.release, c, g);
       if (same_device(c, c + 1)) use(e.release, c + 1, kIGrad);
       if (c == 0) use(e.release, c, kIGrad);
+      if (feed_until_b) use(e.release, c, kFeed);
     }
     if (w)
       for (int g : {kKeptW, kPassed}) use(e.release, c, g);
@@ -278,20 +294,50 @@ void PipelineExecutor::size_slots() {
     Chunk& ch = *chunks_[c];
     for (int g = 0; g < kGroups; ++g) {
       Group& grp = ch.groups[g];
-      grp.pool.assign(static_cast<size_t>(most[c][static_cast<size_t>(g)]),
-                      std::vector<std::byte>(grp.bytes));
+      for (int k = 0; k < most[c][static_cast<size_t>(g)]; ++k) grp.pool.emplace_back(ch.backend, grp.bytes);
       grp.free.reserve(grp.pool.size());
       grp.live.assign(static_cast<size_t>(M), nullptr);
     }
+    if (!ch.groups[kFeed].entries.empty())
+      for (int m = 0; m < M; ++m) ch.feed_stage.emplace_back(ch.backend, ch.groups[kFeed].bytes, true);
     for (int m = 0; m < M; ++m) ch.hold = ch.hold || w_order[c][static_cast<size_t>(m)] != m;
-    if (ch.hold || ch.shared) {
-      std::vector<Tensor> one;
-      for (const Tensor& z : ch.zeros) one.push_back(z);
-      ch.held.assign(static_cast<size_t>(M), one);
-    }
+    if (ch.hold || ch.shared) plan_held(ch);
     ch.held_ready.assign(static_cast<size_t>(M), 0);
-    ch.feed_ptr.assign(static_cast<size_t>(M),
-                       std::vector<const std::byte*>(ch.feed_names.size(), nullptr));
+  }
+}
+
+// A held block per micro-batch (every parameter's gradient alone, 64-byte aligned), and the
+// in-place Add per parameter on its accumulator's backend; a shared parameter whose accumulator
+// is on another backend gets a buffer there to bring the held gradient over before the add.
+void PipelineExecutor::plan_held(Chunk& ch) {
+  constexpr size_t kAlign = 64;
+  size_t bytes = 0;
+  for (size_t p = 0; p < ch.acc.size(); ++p) {
+    ch.held_offset.push_back(bytes);
+    bytes += (static_cast<size_t>(ch.param_type(p).bytes()) + kAlign - 1) / kAlign * kAlign;
+  }
+  for (int m = 0; m < schedule_.micro_batches; ++m) ch.held.emplace_back(ch.backend, bytes);
+  ch.adds.name = "held gradients of chunk " + std::to_string(ch.index);
+  ch.adds.opsets[""] = 17;
+  for (size_t p = 0; p < ch.acc.size(); ++p) {
+    const TensorType& t = ch.param_type(p);
+    const std::string n = std::to_string(p);
+    Node add;
+    add.name = "add_held." + n;
+    add.op_type = "Add";
+    add.inputs = {ch.adds.add_value("acc." + n, t), ch.adds.add_value("held." + n, t)};
+    add.outputs = {ch.adds.add_value("sum." + n, t)};
+    ch.adds.add_node(std::move(add));
+  }
+  ch.adds.rebuild_uses();
+  for (size_t p = 0; p < ch.acc.size(); ++p) {
+    Backend& on = *ch.acc[p]->backend;
+    const TensorType& t = ch.param_type(p);
+    KernelSpec spec{ch.adds, ch.adds.nodes[p], {t, t}, {t}, on.cpu_context()};
+    ch.add.push_back(on.create_kernel(spec));
+    PT_CHECK(ch.add.back() && ch.add.back()->scratch_bytes() == 0,
+             std::string("the ") + on.name() + " backend adds no " + t.str() + " in place");
+    ch.fold_in.push_back(&on == &ch.backend ? Block() : Block(on, static_cast<size_t>(t.bytes())));
   }
 }
 

@@ -1,8 +1,15 @@
 // exec/executor_slots.h: the executor's inner types, shared by executor_plan.cc (which builds
 // them once: slots, sources, effects of each action) and executor.cc (which runs the step with
 // them). Not part of the executor's interface.
+//
+// Memory: every buffer a program reads or writes (slot blocks, uploaded feeds, accumulators,
+// held gradients, zeros) is in the memory of the chunk's backend, taken once through
+// Backend::allocate and given back when the executor goes; the only host memory a step touches
+// is the feeds' staging (Backend::allocate_host: pinned on CUDA), the loss, the side outputs
+// and the final gradients, each crossing through Backend::copy.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -13,14 +20,54 @@
 
 #include "core/error.h"
 #include "exec/executor.h"
+#include "exec/kernel.h"
 #include "exec/stage_program.h"
 
 namespace pt {
 namespace exec_detail {
 
 // The slots of one (micro-batch, chunk), by lifetime (see executor.h).
-enum Grp : int { kOut, kRecvIn, kKeptB, kKeptW, kOGrad, kIGrad, kPassed, kGroups };
+// kFeed: the feeds F (and, for a last chunk without a loss, B) read, uploaded by F.
+enum Grp : int { kOut, kRecvIn, kKeptB, kKeptW, kOGrad, kIGrad, kPassed, kFeed, kGroups };
 inline bool counts_as_kept(int g) { return g == kKeptB || g == kKeptW || g == kPassed; }
+
+// Memory one backend handed out (Backend::allocate, or allocate_host for staging), zeroed once
+// and given back when the Block goes.
+class Block {
+ public:
+  Block() = default;
+  Block(Backend& backend, size_t bytes, bool host = false)
+      : backend_(&backend), host_(host),
+        p_(static_cast<std::byte*>(host ? backend.allocate_host(std::max<size_t>(bytes, 1))
+                                        : backend.allocate(std::max<size_t>(bytes, 1)))) {
+    PT_CHECK(p_ != nullptr, "cannot allocate " + std::to_string(bytes) + " bytes");
+    backend.fill(p_, 0, bytes);
+  }
+  ~Block() { reset(); }
+  Block(Block&& o) noexcept : backend_(o.backend_), host_(o.host_), p_(o.p_) { o.p_ = nullptr; }
+  Block& operator=(Block&& o) noexcept {
+    if (this != &o) {
+      reset();
+      backend_ = o.backend_, host_ = o.host_, p_ = o.p_;
+      o.p_ = nullptr;
+    }
+    return *this;
+  }
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+  std::byte* get() const { return p_; }
+
+ private:
+  void reset() {
+    if (!p_) return;
+    if (host_) backend_->release_host(p_);
+    else backend_->release(p_);
+    p_ = nullptr;
+  }
+  Backend* backend_ = nullptr;
+  bool host_ = false;
+  std::byte* p_ = nullptr;
+};
 
 struct Entry {
   std::string name;
@@ -36,7 +83,7 @@ struct Group {
   std::vector<Entry> entries;
   size_t bytes = 0;    // a block, each entry 64-byte aligned
   int64_t payload = 0;  // the entries' own bytes: what the live-byte counts add
-  std::vector<std::vector<std::byte>> pool;
+  std::vector<Block> pool;  // in the chunk's backend's memory
   std::vector<std::byte*> free;
   std::vector<std::byte*> live;  // [micro_batch]: the block held, or nullptr
 
@@ -61,8 +108,10 @@ struct Group {
 // Where one graph input is read from.
 struct Source {
   enum Kind { kSlot, kFeed, kAcc } kind = kSlot;
-  int chunk = -1, group = -1, index = -1;  // kSlot: entry of (chunk, group); kFeed: feed k;
-};                                         // kAcc: parameter k
+  int chunk = -1, group = -1, index = -1;  // kSlot: entry of (chunk, group); kFeed: feed k
+};                                         // (entry k of kFeed); kAcc: parameter k
+
+
 
 struct Use {
   int chunk, group;
@@ -82,17 +131,6 @@ inline int index_of(const std::vector<std::string>& list, const std::string& nam
   return it == list.end() ? -1 : static_cast<int>(it - list.begin());
 }
 
-// acc += g, elementwise. Exactly what W's `grad_acc + g` Add computes (IEEE float addition), and
-// g was computed as `0 + g`, which equals g up to the sign of a zero that acc + g does not see.
-inline void add_into(Tensor& acc, const Tensor& g) {
-  PT_CHECK(acc.type.dtype == DType::kFloat32 && acc.type == g.type,
-           "held gradients are float32 of the accumulator's type");
-  float* a = acc.as<float>();
-  const float* b = g.as<float>();
-  const int64_t n = acc.type.numel();
-  for (int64_t i = 0; i < n; ++i) a[i] = a[i] + b[i];
-}
-
 inline Tensor zeros_of(const TensorType& type) {
   Tensor t;
   t.type = type;
@@ -104,13 +142,23 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace exec_detail
 
+// One parameter's gradient sum for the step, in the memory of the backend of the first chunk
+// that reads the parameter; copied to `host` (the executor's grads()) after the step.
+struct PipelineExecutor::Accumulator {
+  Backend* backend = nullptr;
+  exec_detail::Block sum;
+  Tensor* host = nullptr;
+};
+
 struct PipelineExecutor::Chunk {
+  using Block = exec_detail::Block;
   using Group = exec_detail::Group;
   using Source = exec_detail::Source;
   using Copy = exec_detail::Copy;
   using Effects = exec_detail::Effects;
   const BackwardGraphs& g;
   int index, device;
+  Backend& backend;
   StageProgram f, b, w;
   Group groups[exec_detail::kGroups];
   std::vector<Source> f_src, b_src, w_src;
@@ -119,33 +167,52 @@ struct PipelineExecutor::Chunk {
   std::vector<std::pair<int, int>> b_dst;  // per B output: (group, entry)
   int loss_output = -1;
   std::vector<std::pair<int, int>> side_dst;  // (F output, side output index)
-  std::vector<std::string> feed_names;
+  std::vector<std::string> feed_names;        // feed k is entry k of groups[kFeed]
   std::vector<const TensorType*> feed_types;
-  std::vector<std::vector<const std::byte*>> feed_ptr;  // [m][feed]
-  std::vector<Tensor*> acc;                              // per parameter, W's order
-  std::vector<Tensor> zeros;                             // per parameter
-  std::vector<int> w_out_param;                          // per W output
+  std::vector<Block> feed_stage;              // [m]: host staging of the kFeed block
+  bool b_reads_feed = false;                  // the kFeed block lives until B
+  std::vector<Accumulator*> acc;              // per parameter, W's order
+  Block zeros;                                // the largest parameter's bytes of 0
+  std::vector<int> w_out_param;               // per W output
   bool shared = false;  // reads a parameter another chunk reads too: fold after the step
   bool hold = false;    // some W runs before the W of the micro-batch before it
-  std::vector<std::vector<Tensor>> held;  // [m][parameter]: that micro-batch's gradient alone
-  std::vector<char> held_ready;           // [m]
-  int next_m = 0;                         // the next micro-batch to add in order
+  std::vector<size_t> held_offset;   // per parameter: where it sits in a held block
+  std::vector<Block> held;           // [m]: that micro-batch's gradients alone
+  std::vector<char> held_ready;      // [m]
+  int next_m = 0;                    // the next micro-batch to add in order
+  // acc[p] += held gradient, in place on acc[p]'s backend: the Add kernel of W's `grad_acc + g`
+  // (IEEE float addition, as the CPU's), made once from one Add node per parameter in `adds`.
+  Graph adds;
+  std::vector<std::unique_ptr<Kernel>> add;  // per parameter (hold or shared chunks)
+  std::vector<Block> fold_in;  // per parameter: the held gradient on acc's backend, if another
   std::vector<std::string> recv_in_msg, ograd_msg;  // message names, per entry
   std::vector<int> send_f_from;  // per kRecvIn entry of chunk c+1: our kOut entry
   std::vector<int> send_b_from;  // per kOGrad entry of chunk c-1: our kIGrad entry
 
-  Chunk(const BackwardGraphs& graphs, int i, int d, Backend& backend)
-      : g(graphs), index(i), device(d), f(graphs.forward, backend),
-        b(graphs.backward_input, backend), w(graphs.backward_weight, backend) {}
+  Chunk(const BackwardGraphs& graphs, int i, int d, Backend& be)
+      : g(graphs), index(i), device(d), backend(be), f(graphs.forward, be),
+        b(graphs.backward_input, be), w(graphs.backward_weight, be) {}
 
   int feed(const std::string& name, const TensorType& type) {
     int k = exec_detail::index_of(feed_names, name);
     if (k < 0) {
       feed_names.push_back(name);
       feed_types.push_back(&type);
-      k = static_cast<int>(feed_names.size()) - 1;
+      k = groups[exec_detail::kFeed].add(name, type);
+      PT_CHECK(k + 1 == static_cast<int>(feed_names.size()), "feeds and their slots disagree");
     }
     return k;
+  }
+  const TensorType& param_type(size_t p) const { return acc[p]->host->type; }
+  std::byte* held_at(int m, size_t p) const {
+    return held[static_cast<size_t>(m)].get() + held_offset[p];
+  }
+  // acc[p] += grad (grad in acc[p]'s backend's memory); enqueued on that backend.
+  void add_into_acc(size_t p, const void* grad) {
+    const TensorType& t = param_type(p);
+    const Buffer in[2] = {{acc[p]->sum.get(), &t}, {const_cast<void*>(grad), &t}};
+    const Buffer out[1] = {{acc[p]->sum.get(), &t}};
+    add[p]->run(in, out, nullptr);
   }
 };
 

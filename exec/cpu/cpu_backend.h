@@ -1,5 +1,6 @@
 // exec/cpu/cpu_backend.h: the CPU Backend: oneDNN's CPU engine and a stream, a thread count of
-// its own, and the kernel registry (one explicit list in cpu_backend.cc).
+// its own, and the kernel registry (the shared op list of exec/kernel_registry.h with the
+// factories of cpu_kernels.h, in cpu_backend.cc).
 #pragma once
 
 #include <memory>

@@ -1,91 +1,22 @@
 #include "exec/cuda/cuda_backend.h"
 
-#include <map>
 #include <string>
 
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
+#include "exec/kernel_registry.h"
 
 namespace pt::cuda {
 namespace {
 
-// The CUDA kernel registry: (domain::)op type -> factory. One list, read top to bottom, in the
-// CPU registry's order (exec/cpu/cpu_backend.cc); every key here has a CPU kernel to be tested
-// against (tests/exec/cuda/).
-const std::vector<std::pair<std::string, CudaFactory>>& registry_list() {
-  static const std::vector<std::pair<std::string, CudaFactory>> r = {
-      {"Add", make_add},
-      {"Sub", make_sub},
-      {"Mul", make_mul},
-      {"Div", make_div},
-      {"Pow", make_pow},
-      {"Equal", make_equal},
-      {"Where", make_where},
-      {"Sqrt", make_sqrt},
-      {"Neg", make_neg},
-      {"Relu", make_relu},
-      {"Erf", make_erf},
-      {"Gelu", make_gelu},
-      {"com.microsoft::Gelu", make_gelu},
-      {"Tanh", make_tanh},
-      {"Sigmoid", make_sigmoid},
-      {"Clip", make_clip},
-      {"Cast", make_cast},
-      {"Dropout", make_dropout},
-      {"MatMul", make_matmul},
-      {"Gemm", make_gemm},
-      {"Conv", make_conv},
-      {"MaxPool", make_max_pool},
-      {"AveragePool", make_average_pool},
-      {"GlobalAveragePool", make_global_average_pool},
-      {"BatchNormalization", make_batch_norm},
-      {"LayerNormalization", make_layer_norm},
-      {"Softmax", make_softmax},
-      {"LogSoftmax", make_log_softmax},
-      {"Reshape", make_reshape},
-      {"Flatten", make_reshape},
-      {"Squeeze", make_reshape},
-      {"Unsqueeze", make_reshape},
-      {"Identity", make_reshape},
-      {"Transpose", make_transpose},
-      {"Concat", make_concat},
-      {"Split", make_split},
-      {"Slice", make_slice},
-      {"Gather", make_gather},
-      {"Expand", make_expand},
-      {"ReduceMean", make_reduce_mean},
-      {"ReduceSum", make_reduce_sum},
-      {"Pad", make_pad},
-      // Training forward ops of the pipetrain domain (autodiff/training_mode.h).
-      {"pipetrain::BatchNormTraining", make_batch_norm_training},
-      {"pipetrain::SeededDropout", make_seeded_dropout},
-      // Backward ops of the pipetrain domain (core/pipetrain_ops.h).
-      {"pipetrain::ReluGrad", make_relu_grad},
-      {"pipetrain::ClipGrad", make_clip_grad},
-      {"pipetrain::ErfGrad", make_erf_grad},
-      {"pipetrain::GeluGrad", make_gelu_grad},
-      {"pipetrain::SoftmaxGrad", make_softmax_grad},
-      {"pipetrain::LogSoftmaxGrad", make_log_softmax_grad},
-      {"pipetrain::LayerNormGrad", make_layer_norm_grad},
-      {"pipetrain::BatchNormGrad", make_batch_norm_grad},
-      {"pipetrain::ConvGradInput", make_conv_grad_input},
-      {"pipetrain::ConvGradWeight", make_conv_grad_weight},
-      {"pipetrain::MaxPoolGrad", make_max_pool_grad},
-      {"pipetrain::AveragePoolGrad", make_average_pool_grad},
-      {"pipetrain::GatherGrad", make_gather_grad},
-      {"pipetrain::SoftmaxCrossEntropy", make_softmax_cross_entropy},
-      {"pipetrain::SoftmaxCrossEntropyGrad", make_softmax_cross_entropy_grad},
-  };
+// The CUDA kernel registry: the shared op list (exec/kernel_registry.h), the CPU registry's, with
+// the factories of cuda_kernels.h; so every key here has a CPU kernel to be tested against
+// (tests/exec/cuda/).
+const KernelRegistry<CudaFactory>& registry() {
+#define PT_CUDA_ENTRY(key, name) {key, make_##name},
+  static const KernelRegistry<CudaFactory> r({PT_KERNEL_OPS(PT_CUDA_ENTRY)});
+#undef PT_CUDA_ENTRY
   return r;
-}
-
-const std::map<std::string, CudaFactory>& registry() {
-  static const std::map<std::string, CudaFactory> r(registry_list().begin(), registry_list().end());
-  return r;
-}
-
-std::string key(const Node& n) {
-  return n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : n.domain + "::" + n.op_type;
 }
 
 }  // namespace
@@ -109,16 +40,9 @@ std::string no_device_reason() {
   return n > 0 ? "" : "no CUDA device";
 }
 
-CudaFactory kernel_factory(const std::string& op_key) {
-  auto it = registry().find(op_key);
-  return it == registry().end() ? nullptr : it->second;
-}
+CudaFactory kernel_factory(const std::string& op_key) { return registry().find(op_key); }
 
-std::vector<std::string> kernel_ops() {
-  std::vector<std::string> ops;
-  for (const auto& [k, f] : registry_list()) ops.push_back(k);
-  return ops;
-}
+std::vector<std::string> kernel_ops() { return registry().ops(); }
 
 CudaBackend::CudaBackend(CudaOptions options) {
   const int n = device_count();
@@ -155,22 +79,15 @@ CudaBackend::~CudaBackend() {
 }
 
 std::string CudaBackend::supports(const KernelSpec& spec) const {
-  auto it = registry().find(key(spec.node));
-  if (it == registry().end()) return "the CUDA backend has no kernel for " + key(spec.node);
-  if (!create_kernel(spec)) {
-    std::string types;
-    for (const TensorType& t : spec.inputs) types += (types.empty() ? "" : ", ") + t.str();
-    return "the CUDA kernel for " + key(spec.node) + " does not take inputs (" + types +
-           ") with these attributes";
-  }
-  return "";
+  const bool registered = registry().find(spec.node) != nullptr;
+  return registered && create_kernel(spec) ? "" : no_kernel_reason("CUDA", spec, registered);
 }
 
 std::unique_ptr<Kernel> CudaBackend::create_kernel(const KernelSpec& spec) const {
-  auto it = registry().find(key(spec.node));
-  if (it == registry().end()) return nullptr;
+  const CudaFactory make = registry().find(spec.node);
+  if (!make) return nullptr;
   DeviceGuard guard(ctx_.device);
-  return it->second(spec, ctx_);
+  return make(spec, ctx_);
 }
 
 void CudaBackend::bind_thread() { PT_CUDA_CHECK(cudaSetDevice(ctx_.device)); }

@@ -14,11 +14,15 @@ namespace {
 // Where a node came from: "file:line", or "--set key" for an override.
 class Reader {
  public:
-  Reader(std::string path, std::map<std::string, std::string>* places)
-      : path_(std::move(path)), places_(places) {}
+  // overridden: the dotted keys `--set` gave (their nodes carry no line of the file).
+  Reader(std::string path, std::map<std::string, std::string>* places,
+         std::vector<std::string> overridden = {})
+      : path_(std::move(path)), places_(places), overridden_(std::move(overridden)) {}
 
   std::string where(const YAML::Node& n, const std::string& key) const {
     const YAML::Mark m = n.Mark();
+    for (const std::string& o : overridden_)
+      if (key == o || key.rfind(o + ".", 0) == 0) return "--set " + key;
     if (m.is_null() || m.line < 0) return "--set " + key;
     return path_ + ":" + std::to_string(m.line + 1) + ": " + key;
   }
@@ -71,13 +75,15 @@ class Reader {
     if (allowed.count(value)) return;
     std::string list;
     for (const std::string& s : allowed) list += (list.empty() ? "" : ", ") + s;
-    throw UserError(where(parent[name], prefix + "." + name), "unknown value '" + value + "'",
+    throw UserError(where(parent[name], prefix.empty() ? name : prefix + "." + name),
+                    "unknown value '" + value + "'",
                     "use one of " + list);
   }
 
  private:
   std::string path_;
   std::map<std::string, std::string>* places_;
+  std::vector<std::string> overridden_;
 };
 
 // "a.b.c=value": sets root[a][b][c] to the YAML scalar (or flow list/map) `value`.
@@ -111,6 +117,38 @@ void apply_override(YAML::Node root, const std::string& text) {
   set(root, 0);
 }
 
+// device: cpu | cuda | cuda:I,J,... (cli/config.h); the count against pipeline.stages is
+// checked by check_gpus once the pipeline is read.
+void read_device(const Reader& r, const YAML::Node& root, TrainConfig* c) {
+  const char* expected = "cpu, cuda or cuda:I,J,... (a GPU index per stage)";
+  std::string text = c->device;
+  r.read(root, "", "device", &text, expected);
+  const size_t colon = text.find(':');
+  c->device = text.substr(0, colon);
+  const auto bad = [&](const std::string& why) {
+    return UserError(r.where(root["device"], "device"), why, std::string("use ") + expected);
+  };
+  if (text == "cpu" || text == "cuda") return;
+  if (c->device != "cuda") throw bad("unknown value '" + text + "'");
+  for (size_t at = colon + 1;;) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("'" + item + "' in '" + text + "' is no GPU index");
+    c->gpus.push_back(std::stoi(item));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+}
+
+void check_gpus(const Reader& r, const YAML::Node& root, const TrainConfig& c) {
+  if (c.gpus.size() <= 1 || static_cast<int>(c.gpus.size()) == c.pipeline.stages) return;
+  throw UserError(r.where(root["device"], "device"),
+                  "names " + std::to_string(c.gpus.size()) + " GPUs for " +
+                      std::to_string(c.pipeline.stages) + " pipeline stage(s)",
+                  "name one GPU per stage, or one GPU for every stage");
+}
+
 void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.check_keys(root, "", {"model", "dims", "loss", "data", "optimizer", "pipeline", "parameters",
                           "device", "threads", "seed", "steps", "eval_every", "checkpoint",
@@ -131,8 +169,7 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
       c->dims[name] = v;
     }
   }
-  r.read(root, "", "device", &c->device, "cpu or cuda");
-  r.one_of(root, "", "device", c->device, {"cpu", "cuda"});
+  read_device(r, root, c);
   r.read(root, "", "threads", &c->threads, "a whole number");
   r.positive(root, "", "threads", c->threads, 1);
   r.read(root, "", "seed", &c->seed, "a whole number");
@@ -286,13 +323,18 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
                     "fix the syntax there");
   }
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  for (const std::string& o : overrides) apply_override(root, o);
+  std::vector<std::string> overridden;
+  for (const std::string& o : overrides) {
+    apply_override(root, o);
+    overridden.push_back(o.substr(0, o.find('=')));
+  }
   TrainConfig c;
-  const Reader r(path, &c.places);
+  const Reader r(path, &c.places, overridden);
   read_sections(r, root, &c);
   read_loss_data(r, root, &c);
   read_optimizer(r, root, &c);
   read_pipeline(r, root, &c);
+  check_gpus(r, root, c);
   return c;
 }
 

@@ -15,14 +15,19 @@
 //   pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: balanced,
 //              recompute: selective, memory_limit: 8GiB}
 //   parameters: {frozen: [mask]}    # names or globs
-//   device: cpu
-//   threads: 1                       # per stage
+//   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
+//   threads: 1                       # per stage (CPU)
 //   seed: 0
 //   steps: 200
 //   eval_every: 50
 //   checkpoint: {dir: out/ckpt, every: 100}
 //   output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.json,
 //            timeline: out/timeline.svg}
+//
+// device: `cpu` runs every stage on the CPU backend. `cuda` puts pipeline stage d on GPU
+// d mod G (G: the GPUs found), so stages share GPUs where there are fewer GPUs than stages.
+// `cuda:I,J,...` names the GPU of each stage: one index per pipeline stage, or a single index
+// for every stage (`cuda:1`); several stages may name the same GPU.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +81,8 @@ struct TrainConfig {
   } pipeline;
 
   std::vector<std::string> frozen;  // parameters.frozen
-  std::string device = "cpu";       // cpu | cuda
+  std::string device = "cpu";       // cpu | cuda (the `device:` text up to a ':')
+  std::vector<int> gpus;            // cuda:I,J,...: the GPU indices as written; empty: d mod G
   int threads = 1;                  // per stage
   uint64_t seed = 0;
   int64_t steps = 1;

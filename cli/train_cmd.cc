@@ -3,7 +3,8 @@
 //   config -> import (dims.batch = micro-batch rows) -> training form (BatchNorm on batch
 //   statistics, seeded Dropout) -> partition (stages x chunks, the schedule's placement) ->
 //   F/B/W per chunk (loss, recompute, frozen) -> schedule (a kind, auto, or a CSV file; sends and
-//   receives added) -> PipelineExecutor, one CPU backend per device -> per step: data, the
+//   receives added) -> PipelineExecutor, one backend per device (cli/train_devices.h: CPU, or
+//   CUDA on the GPUs `device:` names) -> per step: data, the
 //   pipelined forward and backward, BatchNorm running statistics in micro-batch order, the
 //   global gradient norm over every device, one optimizer per device.
 //
@@ -31,6 +32,7 @@
 #include "autodiff/training_mode.h"
 #include "cli/config.h"
 #include "cli/driver.h"
+#include "cli/train_devices.h"
 #include "core/bytes.h"
 #include "core/files.h"
 #include "exec/checkpoint.h"
@@ -276,8 +278,7 @@ class Trainer {
   TrainingForm form_;
   Schedule schedule_, lowered_;
   std::vector<BackwardGraphs> chunks_;
-  std::vector<std::unique_ptr<CpuBackend>> backends_;
-  InProcessComm comm_;
+  TrainDevices devices_;  // backends and comm: outlive the executor
   std::unique_ptr<PipelineExecutor> executor_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;  // per device
   std::vector<std::string> params_;                    // trained, in first-chunk order
@@ -341,17 +342,12 @@ void Trainer::build() {
   const ChunkBackwardOptions co = at_key(cfg_, "pipeline.recompute", [&] { return chunk_backward_options(b, plan.devices); });
   chunks_ = at_key(cfg_, "model", [&] { return build_chunk_backward(train_, plan, co); });
 
-  if (cfg_.device != "cpu")
-    throw UserError(cfg_.where("device"), "this build runs on the CPU only",
-                    "set device: cpu (the CUDA backend needs a build with PT_CUDA=ON)");
-  std::vector<Backend*> backends;
-  for (int d = 0; d < schedule_.stages; ++d) {
-    backends_.push_back(std::make_unique<CpuBackend>(cfg_.threads));
-    backends.push_back(backends_.back().get());
-  }
+  devices_ = make_train_devices(cfg_, lowered_);
+  if (cfg_.device != "cpu" && !args_.quiet) std::cout << "devices: " << devices_.summary << "\n";
   std::vector<int> placement;
   for (int c = 0; c < schedule_.total_chunks(); ++c) placement.push_back(schedule_.device_of(c));
-  executor_ = std::make_unique<PipelineExecutor>(chunks_, placement, backends, comm_, lowered_, side_);
+  executor_ = std::make_unique<PipelineExecutor>(chunks_, placement, devices_.backends, *devices_.comm,
+                                                 lowered_, side_);
 
   // One optimizer per device over the parameters whose first reader lives there.
   const OptimizerConfig oc = optimizer_config(cfg_);
@@ -530,6 +526,7 @@ void Trainer::step(int64_t s) {
   const double norm = Optimizer::global_norm(squares);
   const double lr = optimizers_.front()->current_lr();
   for (const auto& o : optimizers_) o->step(executor_->grads(), norm);
+  devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
 
   const Simulation measured = measured_step(lowered_, executor_->action_times());
@@ -656,6 +653,7 @@ int Trainer::run() {
     if (cfg_.checkpoint.dir.empty())
       throw UserError("--resume", "the config names no checkpoint.dir", "add checkpoint: {dir: DIR, every: N}");
     resume();
+    devices_.refresh_constants();
   }
   if (!cfg_.output.metrics.empty()) {
     make_parent(cfg_.output.metrics);

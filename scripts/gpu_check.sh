@@ -14,11 +14,15 @@
 # LD_LIBRARY_PATH (for our binaries only), and then:
 #   1. every CUDA kernel against the CPU kernel on the same inputs (tests/exec/cuda: fp32 within
 #      1e-4 relative, bf16 within its stated bound, bitwise repeatable), one training step of
-#      every sample model against the CPU's, the backend's memory and fault tests, the GPU comms; no comparison may be SKIPPED on a GPU machine (the two-GPU
-#      comm tests excepted where there is one GPU); then the per-kernel figures
+#      every sample model against the CPU's, the backend's memory and fault tests, the GPU comms,
+#      the pipeline executor on CUDA (every schedule kind at 1 and 2 stages on GPU 0 bit-identical
+#      to 1 stage, close to the CPU executor); no comparison may be SKIPPED on a GPU machine (the
+#      two-GPU comm tests excepted where there is one GPU); then the per-kernel figures
 #   2. bench/gpu_bench: the kernels at model sizes, GPU against CPU
 #   3. `pipetrain train` of mlp, resnet, gpt and vit for 3 steps on synthetic data, on the CPU
-#      and with `--set device=cuda` at 1 stage, 2 stages (1f1b) and 2 stages x 2 chunks (zb-v):
+#      and on CUDA (cli/config.h's `device:`) at 1 stage (`device=cuda`), 2 stages (1f1b,
+#      `device=cuda`: stage d on GPU d mod the GPUs found, NCCL between two GPUs) and 2 stages x
+#      2 chunks (zb-v, `device=cuda:0`: both stages on GPU 0, peer copies):
 #      every CUDA run's trained model within 1e-3 (relative to each tensor's largest value) of
 #      the CPU run's, and the multi-stage CUDA runs bit-identical to the 1-stage CUDA run (the
 #      determinism contract), compared by bench/gpu_compare.py; with step times
@@ -28,7 +32,7 @@ cd "$(dirname "$0")/.."
 
 PACK_DIR=build-gpu-pack
 BINARIES=(pipetrain tests/cuda_kernels_test tests/cuda_backend_test tests/cuda_model_test tests/gpu_comm_test
-          bench/gpu_bench)
+          tests/cuda_executor_test bench/gpu_bench)
 # Found on the GPU machine, never carried (hundreds of MiB; the driver's libcuda is the machine's).
 MACHINE_LIBS=(libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2)
 SYSTEM_LIBS_RE='^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libcuda|libcublas|libcublasLt|libcudnn.*|libnccl)\.so'
@@ -103,7 +107,7 @@ run() {
   local failed=()
 
   part "1. CUDA kernels against the CPU kernels, backend, comms ($gpus GPU(s))"
-  for t in cuda_kernels_test cuda_backend_test cuda_model_test gpu_comm_test; do
+  for t in cuda_kernels_test cuda_backend_test cuda_model_test gpu_comm_test cuda_executor_test; do
     PT_CUDA_FIGURES="$work/kernels_$t.csv" bin "$t" --gtest_brief=1 --gtest_output="json:$work/$t.json" \
       >"$work/$t.log" 2>&1
     local rc=$?
@@ -181,7 +185,7 @@ EOF
     train_one "$work" "$s" cuda1 "device=cuda" && compare "$work" "$s" cuda1 cpu --tol 1e-3 || ok=1
     train_one "$work" "$s" cuda2 "device=cuda" "pipeline.stages=2" &&
       compare "$work" "$s" cuda2 cuda1 --exact || ok=1
-    train_one "$work" "$s" cuda_zbv "device=cuda" "pipeline.stages=2" "pipeline.chunks=2" "pipeline.schedule=zb-v" &&
+    train_one "$work" "$s" cuda_zbv "device=cuda:0" "pipeline.stages=2" "pipeline.chunks=2" "pipeline.schedule=zb-v" &&
       compare "$work" "$s" cuda_zbv cuda1 --exact || ok=1
   done
   return $ok
@@ -217,5 +221,5 @@ compare() {
 case "${1:-}" in
   pack) pack "${2:-}" ;;
   run) run ;;
-  *) sed -n '2,26p' "$0"; exit 2 ;;
+  *) sed -n '2,29p' "$0"; exit 2 ;;
 esac

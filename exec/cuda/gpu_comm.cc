@@ -62,6 +62,15 @@ cudaStream_t make_stream() {
 
 }  // namespace
 
+std::string nccl_unusable(const std::vector<int>& gpus) {
+  if (gpus.size() < 2) return "one GPU";
+  std::vector<ncclComm_t> comms(gpus.size(), nullptr);
+  const ncclResult_t st = ncclCommInitAll(comms.data(), static_cast<int>(gpus.size()), gpus.data());
+  for (ncclComm_t c : comms)
+    if (c) ncclCommDestroy(c);
+  return st == ncclSuccess ? "" : std::string("NCCL does not start: ") + ncclGetErrorString(st);
+}
+
 GpuComm::GpuComm(std::vector<CudaBackend*> devices, bool nccl,
                  std::vector<std::pair<int, int>> links)
     : devices_(std::move(devices)), use_nccl_(nccl) {

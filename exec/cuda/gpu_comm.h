@@ -35,6 +35,10 @@
 
 namespace pt::cuda {
 
+// "" when NCCL starts one communicator over these distinct GPUs (then destroyed again);
+// otherwise why not, for a message. Never aborts: pick PeerComm when it says no.
+std::string nccl_unusable(const std::vector<int>& gpus);
+
 class GpuComm : public Comm {
  public:
   ~GpuComm() override;

@@ -80,6 +80,41 @@ TEST(Config, OverridesUseDottedKeys) {
             "micro_batches, partition, recompute, schedule, stages");
 }
 
+// device: cpu | cuda (stage d on GPU d mod G) | cuda:I,J,... (a GPU per stage, or one for all).
+TEST(Config, DeviceNamesTheGpus) {
+  const std::string path = write("pt_cfg_cuda.yaml", "model: samples/mlp/mlp.onnx\npipeline: {stages: 2}\ndevice: cuda\n");
+  TrainConfig c = load_config(path);
+  EXPECT_EQ(c.device, "cuda");
+  EXPECT_TRUE(c.gpus.empty());
+  c = load_config(path, {"device=cuda:1,0"});
+  EXPECT_EQ(c.device, "cuda");
+  EXPECT_EQ(c.gpus, (std::vector<int>{1, 0}));
+  c = load_config(path, {"device=cuda:3", "pipeline.stages=4"});
+  EXPECT_EQ(c.gpus, (std::vector<int>{3}));
+  c = load_config(path, {"device=cuda:0,0"});  // two stages sharing GPU 0
+  EXPECT_EQ(c.gpus, (std::vector<int>{0, 0}));
+  c = load_config(path, {"device=cpu"});
+  EXPECT_EQ(c.device, "cpu");
+  EXPECT_TRUE(c.gpus.empty());
+}
+
+TEST(ConfigErrors, DeviceNamesTheLine) {
+  const std::string path = write("pt_cfg_gpus.yaml", "model: samples/mlp/mlp.onnx\npipeline: {stages: 2}\ndevice: cuda:0,1,2\n");
+  const std::string use = "; use cpu, cuda or cuda:I,J,... (a GPU index per stage)";
+  EXPECT_EQ(error_of(path), path + ":3: device: names 3 GPUs for 2 pipeline stage(s); name one GPU per "
+                                   "stage, or one GPU for every stage");
+  EXPECT_EQ(error_of(path, {"pipeline.stages=3"}), "no error");
+  const std::string bad = write("pt_cfg_gpu_x.yaml", "model: samples/mlp/mlp.onnx\ndevice: cuda:0,x\n");
+  EXPECT_EQ(error_of(bad), bad + ":2: device: 'x' in 'cuda:0,x' is no GPU index" + use);
+  const std::string tpu = write("pt_cfg_tpu.yaml", "model: samples/mlp/mlp.onnx\n\ndevice: tpu\n");
+  EXPECT_EQ(error_of(tpu), tpu + ":3: device: unknown value 'tpu'" + use);
+  EXPECT_EQ(error_of(tpu, {"device=cuda:1,"}), "--set device: '' in 'cuda:1,' is no GPU index" + use);
+  // An override of a key the file sets names the --set, not the file's line.
+  EXPECT_EQ(error_of(path, {"device=tpu"}), "--set device: unknown value 'tpu'" + use);
+  EXPECT_EQ(error_of(path, {"pipeline.stages=3", "steps=many"}), "--set steps: expected a whole number, got 'many'; give a whole number");
+  EXPECT_EQ(error_of(tpu, {"device=cuda:-1"}), "--set device: '-1' in 'cuda:-1' is no GPU index" + use);
+}
+
 TEST(ConfigErrors, UnknownKeyNamesTheLine) {
   const std::string path = write("pt_cfg_unknown.yaml", "model: samples/mlp/mlp.onnx\noptimizer:\n  kind: sgd\n  lrate: 0.1\n");
   EXPECT_EQ(error_of(path), path + ":4: optimizer.lrate: unknown key; known keys here: betas, "

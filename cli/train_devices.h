@@ -1,0 +1,40 @@
+// cli/train_devices.h: the devices `pipetrain train` runs its pipeline on. In: the config's
+// `device:` (cli/config.h) and `threads:`, and the lowered schedule (its sends fix the links).
+// Out: one Backend per pipeline device, and the Comm between them.
+//
+//   cpu   a CpuBackend per pipeline device (`threads:` each); InProcessComm.
+//   cuda  a CudaBackend per pipeline device on its GPU (stage d on GPU d mod G, or as
+//         `cuda:I,J,...` names them); stages sharing a GPU get a backend (stream) each.
+//         NcclComm when every pipeline device has a GPU of its own and NCCL starts on them;
+//         otherwise PeerComm (cudaMemcpyPeerAsync, device to device on one GPU).
+//
+// A UserError naming the `device:` line when this build has no CUDA backend, when no GPU is
+// found, or when a named GPU does not exist.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+#include "exec/backend.h"
+#include "exec/comm.h"
+#include "schedule/schedule.h"
+
+namespace pt {
+
+struct TrainDevices {
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;  // [pipeline device]
+  std::unique_ptr<Comm> comm;      // declared last: goes before the backends it uses
+  std::string summary;             // "cpu" or "cuda: GPUs 0,1, NCCL", for the start line
+
+  // After the optimizer updated the parameters on the host: every device copy follows.
+  void refresh_constants() {
+    for (Backend* b : backends) b->refresh_constants();
+  }
+};
+
+TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered);
+
+}  // namespace pt

@@ -3,8 +3,6 @@
 // nn_channel.cc's BatchNormalization (and for its reason): the moments come from channel_moments,
 // which BatchNormGrad recomputes, so forward and gradient see the same mean and variance, and Y
 // has the very bits of BatchNormalization with training_mode=1.
-#include <omp.h>
-
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -16,8 +14,6 @@
 namespace pt::cpu {
 namespace {
 
-constexpr int64_t kParallelMin = int64_t{1} << 15;  // elements below which one thread runs
-
 // X: (N, C, S); Scale, B, batch_mean, batch_var: (C); R = N * S >= 2 values per channel.
 //   mean, var = channel_moments (biased), Y = (X - mean) * Scale / sqrt(var + eps) + B
 //   batch_mean = mean, batch_var = var * R / (R - 1)
@@ -27,8 +23,7 @@ class BatchNormTraining final : public Kernel {
       : d_(d), eps_(epsilon), threads_(threads) {}
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-#pragma omp parallel for num_threads(threads_) if (d_.numel() >= kParallelMin)
-    for (int64_t c = 0; c < d_.c; ++c) channel(in, out, c);
+    for_each_channel(d_, threads_, [&](int64_t c) { channel(in, out, c); });
   }
 
  private:
@@ -37,12 +32,7 @@ class BatchNormTraining final : public Kernel {
     float mean, var;
     channel_moments(x, d_, c, &mean, &var);
     const float a = in[1].as<const float>()[c] / std::sqrt(var + eps_);
-    const float b = in[2].as<const float>()[c];
-    float* y = out[0].as<float>();
-    for (int64_t n = 0; n < d_.n; ++n) {
-      const int64_t at = (n * d_.c + c) * d_.s;
-      for (int64_t i = 0; i < d_.s; ++i) y[at + i] = (x[at + i] - mean) * a + b;
-    }
+    normalize_channel(x, d_, c, mean, a, in[2].as<const float>()[c], out[0].as<float>());
     const double r = double(d_.n) * double(d_.s);
     if (out.size() > 1 && out[1].present()) out[1].as<float>()[c] = mean;
     if (out.size() > 2 && out[2].present())

@@ -1,7 +1,10 @@
-// exec/cpu/channel_stats.h: plain (N, C, spatial...) data seen per channel, and the batch
-// statistics BatchNormalization's training forward (nn_channel.cc) and BatchNormGrad
-// (nn_grad_norm.cc) compute the same way, so that the gradient sees the forward's moments.
+// exec/cpu/channel_stats.h: plain (N, C, spatial...) data seen per channel: the channel loop and
+// the normalisation the batch-norm kernels share (BatchNormalization in nn_channel.cc,
+// BatchNormTraining in batch_norm_train.cc, BatchNormGrad in nn_grad_norm.cc), and the batch
+// statistics they compute the same way, so that the gradient sees the forward's moments.
 #pragma once
+
+#include <omp.h>
 
 #include <cstdint>
 #include <vector>
@@ -20,6 +23,27 @@ inline ChannelDims channel_dims(const std::vector<int64_t>& x) {
   ChannelDims d{x[0], x[1], 1};
   for (size_t i = 2; i < x.size(); ++i) d.s *= x[i];
   return d;
+}
+
+// Below this many elements a channel loop runs on one thread: a parallel region costs
+// microseconds.
+constexpr int64_t kChannelParallelMin = int64_t{1} << 15;
+
+// Calls f(c) for every channel c, channels in parallel (each on one thread) when the data is
+// large: every channel's result is the same whatever the thread count.
+template <class F>
+void for_each_channel(const ChannelDims& d, int threads, F f) {
+#pragma omp parallel for num_threads(threads) if (d.numel() >= kChannelParallelMin)
+  for (int64_t c = 0; c < d.c; ++c) f(c);
+}
+
+// y = (x - mean) * a + b over channel c of x: batch normalisation with a = scale / sqrt(var + eps).
+inline void normalize_channel(const float* x, const ChannelDims& d, int64_t c, float mean, float a,
+                              float b, float* y) {
+  for (int64_t n = 0; n < d.n; ++n) {
+    const int64_t at = (n * d.c + c) * d.s;
+    for (int64_t i = 0; i < d.s; ++i) y[at + i] = (x[at + i] - mean) * a + b;
+  }
 }
 
 // Mean and biased variance of channel c of x over (N, S), in two passes.

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/ir.h"
+#include "exec/kernel_geometry.h"  // product, and the other shape helpers kernels share
 
 namespace pt::cpu {
 
@@ -61,12 +62,5 @@ class ThreadScope {
 // Scratch handed to kernels is aligned up to kScratchAlign inside the program's block.
 constexpr size_t kScratchAlign = 64;
 inline size_t round_up(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
-
-// d[from] * ... * d[to - 1]
-inline int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to; ++i) p *= d[i];
-  return p;
-}
 
 }  // namespace pt::cpu

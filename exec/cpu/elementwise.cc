@@ -19,7 +19,6 @@
 namespace pt::cpu {
 namespace {
 
-constexpr int kMaxRank = 6;
 constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays on one thread
 constexpr int64_t kChunk = 1 << 12;        // elements of one row handled by one parallel task
 
@@ -31,16 +30,9 @@ using ValueTypes = TypeList<float, double, int32_t, int64_t, bool>;  // Equal, W
 
 // ---- broadcasting ---------------------------------------------------------------------------
 
-// Numpy broadcasting of up to three operands into one output, computed once per kernel.
-// Operand k's element at output position (i_0..i_{r-1}) is at sum_d i_d * strides[k][d]; the
-// stride is 0 along dims the operand broadcasts. Adjacent dims that every operand walks the same
-// way are merged, so a same-shape op is one flat dim and [B,H,S,S] + [1,1,S,S] is [B*H, S*S].
-struct Broadcast {
-  int rank = 1;
-  std::array<int64_t, kMaxRank> dims{};                    // merged output dims
-  std::array<std::array<int64_t, kMaxRank>, 3> strides{};  // [operand][dim], in elements
-  int64_t numel = 0;
-
+// Numpy broadcasting of up to three operands into one output (BroadcastGeometry,
+// exec/kernel_geometry.h), computed once per kernel, and walked here.
+struct Broadcast : BroadcastGeometry {
   // Offsets of the three operands at the first element of row `row` (all dims but the last).
   std::array<int64_t, 3> row_offsets(int64_t row) const {
     std::array<int64_t, 3> off{};
@@ -72,56 +64,11 @@ struct Broadcast {
   }
 };
 
-// `in` right-aligned to `rank` dims, padded with leading 1s; nullopt if it has more dims.
-std::optional<std::vector<int64_t>> align(const std::vector<int64_t>& in, size_t rank) {
-  if (in.size() > rank) return std::nullopt;
-  std::vector<int64_t> out(rank - in.size(), 1);
-  out.insert(out.end(), in.begin(), in.end());
-  return out;
-}
-
-// True when `in` broadcasts to `out` (both aligned): each dim equal or 1.
-bool broadcasts_to(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
-  for (size_t d = 0; d < out.size(); ++d)
-    if (in[d] != out[d] && in[d] != 1) return false;
-  return true;
-}
-
-// Broadcast of the spec's inputs 0..n-1 (n <= 3) into output 0; nullopt when a shape does not
-// broadcast to the output or the rank exceeds kMaxRank.
+// Broadcast of the spec's inputs 0..n-1 (n <= 3) into output 0 (broadcast_geometry).
 std::optional<Broadcast> make_broadcast(const KernelSpec& s, int n) {
-  const std::vector<int64_t>& out = s.outputs[0].shape;
-  if (out.size() > static_cast<size_t>(kMaxRank)) return std::nullopt;
-  // Full strides per operand over the output's dims.
-  std::array<std::array<int64_t, kMaxRank>, 3> full{};
-  for (int k = 0; k < n; ++k) {
-    const auto in = align(s.inputs[static_cast<size_t>(k)].shape, out.size());
-    if (!in || !broadcasts_to(*in, out)) return std::nullopt;
-    int64_t stride = 1;
-    for (size_t d = out.size(); d-- > 0;) {
-      full[static_cast<size_t>(k)][d] = (*in)[d] == 1 ? 0 : stride;
-      stride *= (*in)[d];
-    }
-  }
-  Broadcast bc;
-  bc.numel = s.outputs[0].numel();
-  bc.rank = 0;
-  for (size_t d = 0; d < out.size(); ++d) {
-    if (out[d] == 1) continue;  // contributes nothing to any offset
-    bool merge = bc.rank > 0;
-    for (int k = 0; k < 3 && merge; ++k)
-      merge = bc.strides[k][bc.rank - 1] == full[k][d] * out[d];
-    if (merge) {
-      bc.dims[bc.rank - 1] *= out[d];
-      for (int k = 0; k < 3; ++k) bc.strides[k][bc.rank - 1] = full[k][d];
-      continue;
-    }
-    bc.dims[bc.rank] = out[d];
-    for (int k = 0; k < 3; ++k) bc.strides[k][bc.rank] = full[k][d];
-    ++bc.rank;
-  }
-  if (bc.rank == 0) bc = Broadcast{1, {1}, {}, bc.numel};  // every dim is 1: one element
-  return bc;
+  const auto g = broadcast_geometry(s, n);
+  if (!g) return std::nullopt;
+  return Broadcast{*g};
 }
 
 // ---- plain kernels --------------------------------------------------------------------------
@@ -227,8 +174,8 @@ enum class Arith { kAdd, kSub, kMul, kDiv };
 std::unique_ptr<Kernel> make_dnnl_binary(const KernelSpec& s, Arith op) {
   using dnnl::algorithm;
   const std::vector<int64_t>& out = s.outputs[0].shape;
-  const auto a = align(s.inputs[0].shape, out.size());
-  const auto b = align(s.inputs[1].shape, out.size());
+  const auto a = align_to_rank(s.inputs[0].shape, out.size());
+  const auto b = align_to_rank(s.inputs[1].shape, out.size());
   if (!a || !b || s.outputs[0].numel() == 0) return nullptr;
   const bool swap = *a != out;
   if (swap && (*b != out || op == Arith::kDiv)) return nullptr;
@@ -254,13 +201,6 @@ std::unique_ptr<Kernel> make_dnnl_binary(const KernelSpec& s, Arith op) {
 }
 
 // ---- factories ------------------------------------------------------------------------------
-
-// Inputs 0..n-1 and output 0 present.
-bool has_io(const KernelSpec& s, size_t inputs) {
-  for (size_t i = 0; i < inputs; ++i)
-    if (!s.has_input(i)) return false;
-  return !s.outputs.empty() && s.outputs[0].dtype != DType::kUndefined;
-}
 
 template <class A, class B, class Y, class Op>
 std::unique_ptr<Kernel> plain_binary(const Broadcast& bc, const KernelSpec& s) {

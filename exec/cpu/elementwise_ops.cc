@@ -28,13 +28,6 @@ using ClipTypes = TypeList<float, double, int32_t, int64_t, int8_t, uint8_t>;
 using NegTypes = TypeList<double, int32_t, int64_t, int8_t>;  // fp32 goes to oneDNN
 using CastTypes = TypeList<float, double, int32_t, int64_t, bool>;
 
-// Inputs 0..n-1 and output 0 present.
-bool has_io(const KernelSpec& s, size_t inputs) {
-  for (size_t i = 0; i < inputs; ++i)
-    if (!s.has_input(i)) return false;
-  return !s.outputs.empty() && s.outputs[0].dtype != DType::kUndefined;
-}
-
 // ---- kernels --------------------------------------------------------------------------------
 
 // fp32 y = alg(x; alpha, beta) on oneDNN's eltwise primitive, x and y of one shape.
@@ -189,18 +182,10 @@ std::unique_ptr<Kernel> make_dnnl_eltwise(const KernelSpec& s, dnnl::algorithm a
   }
 }
 
-// Value of input k when it is a constant scalar of type T; nullopt when omitted or not.
-template <class T>
-std::optional<double> constant_scalar(const KernelSpec& s, size_t k) {
-  const Tensor* c = s.has_input(k) ? s.constant(k) : nullptr;
-  if (!c || c->type.dtype != dtype_of<T>() || c->type.numel() != 1) return std::nullopt;
-  return static_cast<double>(c->as<T>()[0]);
-}
-
 // Dropout's ratio: 0.5 when omitted, else its value when it is a constant float/double scalar.
 std::optional<double> dropout_ratio(const KernelSpec& s) {
   if (!s.has_input(1)) return 0.5;
-  if (const auto r = constant_scalar<float>(s, 1)) return r;
+  if (const auto r = constant_scalar<float>(s, 1)) return static_cast<double>(*r);
   return constant_scalar<double>(s, 1);
 }
 

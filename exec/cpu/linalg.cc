@@ -53,12 +53,6 @@ void* aligned(void* scratch) {
   return reinterpret_cast<void*>((p + kScratchAlign - 1) / kScratchAlign * kScratchAlign);
 }
 
-bool all_float(const KernelSpec& s) {
-  for (size_t i = 0; i < s.inputs.size(); ++i)
-    if (s.has_input(i) && s.inputs[i].dtype != DType::kFloat32) return false;
-  return !s.outputs.empty() && s.outputs[0].dtype == DType::kFloat32;
-}
-
 bool any_zero(const Dims& d) {
   return std::any_of(d.begin(), d.end(), [](int64_t x) { return x <= 0; });
 }
@@ -150,42 +144,27 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
   }
 }
 
-// Numpy matmul as oneDNN sees it. 1-D operands are promoted (A: (K) -> (1, K), B: (K) -> (K, 1));
-// with a 2-D B, A's batch dims fold into its rows ((B, S, K) x (K, N) -> (B*S, K) x (K, N));
-// otherwise ranks are aligned with leading 1s and batch dims of 1 broadcast.
+// Numpy matmul (matmul_geometry) as oneDNN sees it: with a 2-D B, A's batch dims fold into its
+// rows ((B, S, K) x (K, N) -> (B*S, K) x (K, N)); otherwise the aligned ranks, batch dims of 1
+// broadcast.
 std::optional<MatmulPlan> plan_matmul(const Dims& a0, const Dims& b0, const Dims& y0) {
-  if (a0.empty() || b0.empty() || any_zero(a0) || any_zero(b0)) return std::nullopt;
-  Dims a = a0.size() == 1 ? Dims{1, a0[0]} : a0;
-  Dims b = b0.size() == 1 ? Dims{b0[0], 1} : b0;
-  const int64_t k = a.back(), m = a[a.size() - 2], n = b.back();
-  if (b[b.size() - 2] != k) return std::nullopt;
-  // Numpy's result shape: broadcast batch dims, then M unless A was 1-D, N unless B was 1-D.
-  const size_t r = std::max(a.size(), b.size());
-  a.insert(a.begin(), r - a.size(), 1);
-  b.insert(b.begin(), r - b.size(), 1);
-  Dims batch;
-  for (size_t i = 0; i + 2 < r; ++i) {
-    if (a[i] != b[i] && a[i] != 1 && b[i] != 1) return std::nullopt;
-    batch.push_back(std::max(a[i], b[i]));
-  }
-  Dims want = batch;
-  if (a0.size() > 1) want.push_back(m);
-  if (b0.size() > 1) want.push_back(n);
-  if (want != y0 || r > DNNL_MAX_NDIMS) return std::nullopt;
-
+  if (any_zero(a0) || any_zero(b0)) return std::nullopt;
+  const auto g = matmul_geometry(a0, b0, y0);
+  if (!g || g->rank() > DNNL_MAX_NDIMS) return std::nullopt;
+  const size_t r = g->rank();
   MatmulPlan p;
   if (b0.size() <= 2 && r > 2) {
-    const int64_t rows = product(a, 0, r - 1);
-    p.a = plain_desc(DType::kFloat32, {rows, k});
-    p.b = plain_desc(DType::kFloat32, {k, n});
-    p.y = plain_desc(DType::kFloat32, {rows, n});
+    const int64_t rows = product(g->a, 0, r - 1);
+    p.a = plain_desc(DType::kFloat32, {rows, g->k});
+    p.b = plain_desc(DType::kFloat32, {g->k, g->n});
+    p.y = plain_desc(DType::kFloat32, {rows, g->n});
     return p;
   }
-  Dims y = batch;
-  y.push_back(m);
-  y.push_back(n);
-  p.a = plain_desc(DType::kFloat32, a);
-  p.b = plain_desc(DType::kFloat32, b);
+  Dims y = g->batch;
+  y.push_back(g->m);
+  y.push_back(g->n);
+  p.a = plain_desc(DType::kFloat32, g->a);
+  p.b = plain_desc(DType::kFloat32, g->b);
   p.y = plain_desc(DType::kFloat32, y);
   return p;
 }
@@ -196,54 +175,40 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans) {
                       trans ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
-// Gemm: Y = alpha * A' @ B' + beta * C, A' = transA ? A^T : A (M, K), B' = transB ? B^T : B
-// (K, N), C unidirectionally broadcast to (M, N). A row bias with alpha = beta = 1 (torch's
-// Linear) goes to the primitive's bias; any other C is copied into Y and summed with scale beta.
+// Gemm (gemm_geometry): a row bias with alpha = beta = 1 (torch's Linear) goes to the
+// primitive's bias; any other C is copied into Y and summed with scale beta.
 std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
-  const Dims& a = s.inputs[0].shape;
-  const Dims& b = s.inputs[1].shape;
-  if (a.size() != 2 || b.size() != 2 || any_zero(a) || any_zero(b)) return std::nullopt;
-  const bool ta = s.node.attr_int("transA", 0) != 0;
-  const bool tb = s.node.attr_int("transB", 0) != 0;
-  const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
-  const int64_t n = tb ? b[0] : b[1];
-  if ((tb ? b[1] : b[0]) != k || s.outputs[0].shape != Dims{m, n}) return std::nullopt;
-
+  if (any_zero(s.inputs[0].shape) || any_zero(s.inputs[1].shape)) return std::nullopt;
+  const auto g = gemm_geometry(s);
+  if (!g) return std::nullopt;
   MatmulPlan p;
-  p.a = matrix_desc(m, k, ta);
-  p.b = matrix_desc(k, n, tb);
-  p.y = plain_desc(DType::kFloat32, {m, n});
-  p.m = m;
-  p.n = n;
-  p.alpha = s.node.attr_float("alpha", 1.f);
-  const float beta = s.node.attr_float("beta", 1.f);
-  if (!s.has_input(2) || beta == 0.f) return p;
-
-  const Dims& c = s.inputs[2].shape;
-  if (c.size() > 2) return std::nullopt;
-  const int64_t rows = c.size() == 2 ? c[0] : 1;
-  const int64_t cols = c.empty() ? 1 : c.back();
-  if ((rows != 1 && rows != m) || (cols != 1 && cols != n)) return std::nullopt;
-  if (rows == 1 && cols == n && p.alpha == 1.f && beta == 1.f) {
-    p.bias = plain_desc(DType::kFloat32, {1, n});
+  p.a = matrix_desc(g->m, g->k, g->trans_a);
+  p.b = matrix_desc(g->k, g->n, g->trans_b);
+  p.y = plain_desc(DType::kFloat32, {g->m, g->n});
+  p.m = g->m;
+  p.n = g->n;
+  p.alpha = g->alpha;
+  if (g->beta == 0.f) return p;
+  if (g->row_bias()) {
+    p.bias = plain_desc(DType::kFloat32, {1, g->n});
     return p;
   }
-  p.beta = beta;
-  p.c_rows = rows;
-  p.c_cols = cols;
+  p.beta = g->beta;
+  p.c_rows = g->c_rows;
+  p.c_cols = g->c_cols;
   return p;
 }
 
 }  // namespace
 
 std::unique_ptr<Kernel> make_matmul(const KernelSpec& s) {
-  if (s.inputs.size() != 2 || s.outputs.size() != 1 || !all_float(s)) return nullptr;
+  if (s.inputs.size() != 2 || s.outputs.size() != 1 || !float_io(s)) return nullptr;
   const auto plan = plan_matmul(s.inputs[0].shape, s.inputs[1].shape, s.outputs[0].shape);
   return plan ? make_kernel(*plan, s) : nullptr;
 }
 
 std::unique_ptr<Kernel> make_gemm(const KernelSpec& s) {
-  if (s.inputs.size() < 2 || s.outputs.size() != 1 || !all_float(s)) return nullptr;
+  if (s.inputs.size() < 2 || s.outputs.size() != 1 || !float_io(s)) return nullptr;
   const auto plan = plan_gemm(s);
   return plan ? make_kernel(*plan, s) : nullptr;
 }

@@ -15,23 +15,12 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dispatch.h"
 #include "exec/cpu/dnnl_util.h"
+#include "exec/movement_geometry.h"
 
 namespace pt::cpu {
 namespace {
 
-using Dims = std::vector<int64_t>;
-
 constexpr int64_t kParallelMin = int64_t{1} << 15;  // elements below which one thread runs
-
-// Integer data of constant input i (int64 or int32); nullopt when it is not constant.
-std::optional<Dims> constant_ints(const KernelSpec& s, size_t i) {
-  const Tensor* t = s.constant(i);
-  if (!t) return std::nullopt;
-  const int64_t n = t->type.numel();
-  if (t->type.dtype == DType::kInt64) return Dims(t->as<int64_t>(), t->as<int64_t>() + n);
-  if (t->type.dtype == DType::kInt32) return Dims(t->as<int32_t>(), t->as<int32_t>() + n);
-  return std::nullopt;
-}
 
 // ---------------------------------------------------------------------------------------------
 // GatherGrad
@@ -162,81 +151,30 @@ class PadKernel final : public Kernel {
   int64_t rows_ = 1;
 };
 
-// Per-dim pads at the beginning of each axis, from the constant `pads` (and `axes`, opset 18);
-// nullopt unless they give the output shape.
-std::optional<Dims> pad_begins(const KernelSpec& s) {
-  const Dims& in = s.inputs[0].shape;
-  const size_t rank = in.size();
-  const auto pads = constant_ints(s, 1);
-  if (!pads) return std::nullopt;
-  Dims axes(rank);
-  for (size_t d = 0; d < rank; ++d) axes[d] = static_cast<int64_t>(d);
-  if (s.has_input(3)) {
-    const auto given = constant_ints(s, 3);
-    if (!given) return std::nullopt;
-    axes = *given;
-  }
-  if (pads->size() != 2 * axes.size()) return std::nullopt;
-  Dims begin(rank, 0), end(rank, 0);
-  for (size_t k = 0; k < axes.size(); ++k) {
-    const int64_t a = axes[k] < 0 ? axes[k] + static_cast<int64_t>(rank) : axes[k];
-    if (a < 0 || a >= static_cast<int64_t>(rank)) return std::nullopt;
-    begin[a] = (*pads)[k];
-    end[a] = (*pads)[k + axes.size()];
-  }
-  for (size_t d = 0; d < rank; ++d)
-    if (in[d] + begin[d] + end[d] != s.outputs[0].shape[d]) return std::nullopt;
-  return begin;
-}
-
 }  // namespace
 
 // GatherGrad(dY, Indices) -> dData, axis (default 0), data_shape. float32 dY, int64 or int32
-// indices.
+// indices (gather_grad_geometry).
 std::unique_ptr<Kernel> make_gather_grad(const KernelSpec& s) {
-  if (s.inputs.size() != 2 || !s.has_input(0) || !s.has_input(1) || s.outputs.size() != 1)
-    return nullptr;
-  const TensorType &dy = s.inputs[0], &idx = s.inputs[1];
-  const Dims data = s.node.attr_ints("data_shape");
-  if (dy.dtype != DType::kFloat32 || s.outputs[0].dtype != DType::kFloat32 ||
-      (idx.dtype != DType::kInt64 && idx.dtype != DType::kInt32) || data.empty() ||
-      s.outputs[0].shape != data)
-    return nullptr;
-  int64_t axis = s.node.attr_int("axis", 0);
-  if (axis < 0) axis += static_cast<int64_t>(data.size());
-  if (axis < 0 || axis >= static_cast<int64_t>(data.size())) return nullptr;
-  const size_t a = static_cast<size_t>(axis);
-  Dims want(data.begin(), data.begin() + axis);
-  want.insert(want.end(), idx.shape.begin(), idx.shape.end());
-  want.insert(want.end(), data.begin() + axis + 1, data.end());
-  if (dy.shape != want) return nullptr;
-  return std::make_unique<GatherGrad>(s.node.name, idx.dtype, product(data, 0, a), data[a],
-                                      idx.numel(), product(data, a + 1, data.size()),
-                                      s.cpu->threads);
+  const auto g = gather_grad_geometry(s);
+  if (!g) return nullptr;
+  return std::make_unique<GatherGrad>(s.node.name, g->index_type, g->outer, g->n, g->count,
+                                      g->inner, s.cpu->threads);
 }
 
-// Pad(data, pads, constant_value?, axes?) in constant mode (opset 13+ form), pads and axes
-// constant, constant_value constant or fed at run time; float32, int32 and int64 data.
+// Pad(data, pads, constant_value?, axes?) in constant mode (pad_geometry), constant_value
+// constant or fed at run time; float32, int32 and int64 data.
 std::unique_ptr<Kernel> make_pad(const KernelSpec& s) {
-  if (s.inputs.size() < 2 || s.inputs.size() > 4 || !s.has_input(0) || !s.has_input(1) ||
-      s.outputs.size() != 1 || s.outputs[0].dtype != s.inputs[0].dtype ||
-      s.outputs[0].shape.size() != s.inputs[0].shape.size() ||
-      s.node.attr_string("mode", "constant") != "constant")
-    return nullptr;
-  const auto begin = pad_begins(s);
+  const auto begin = pad_geometry(s);
   if (!begin) return nullptr;
   using PadTypes = TypeList<float, int32_t, int64_t>;
   return visit(PadTypes{}, s.inputs[0].dtype, [&]<class T>() -> std::unique_ptr<Kernel> {
     T value = T(0);
     int value_input = -1;
-    if (s.has_input(2)) {
-      if (s.inputs[2].dtype != dtype_of<T>() || s.inputs[2].numel() != 1) return nullptr;
-      const Tensor* c = s.constant(2);
-      if (c) {
-        value = c->as<T>()[0];
-      } else {
-        value_input = 2;
-      }
+    if (const Tensor* c = s.has_input(2) ? s.constant(2) : nullptr) {
+      value = c->as<T>()[0];
+    } else if (s.has_input(2)) {
+      value_input = 2;
     }
     return std::make_unique<PadKernel<T>>(s.inputs[0].shape, s.outputs[0].shape, *begin, value,
                                           value_input, s.cpu->threads);

@@ -11,22 +11,13 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/channel_stats.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/kernel_geometry.h"
 
 namespace pt::cpu {
 namespace {
 
-using Dims = std::vector<int64_t>;
-
 // Below this many elements a kernel runs on one thread: a parallel region costs microseconds.
 constexpr int64_t kParallelMin = int64_t{1} << 15;
-
-bool all_float(const KernelSpec& s) {
-  for (size_t i = 0; i < s.inputs.size(); ++i)
-    if (s.has_input(i) && s.inputs[i].dtype != DType::kFloat32) return false;
-  for (const TensorType& t : s.outputs)
-    if (t.dtype != DType::kUndefined && t.dtype != DType::kFloat32) return false;
-  return !s.outputs.empty() && s.outputs[0].dtype == DType::kFloat32;
-}
 
 // GlobalAveragePool: Y[n, c] = mean_s X[n, c, s]. X: (N, C, spatial...), Y: (N, C, 1...).
 class GlobalAveragePool final : public Kernel {
@@ -59,12 +50,11 @@ class BatchNorm final : public Kernel {
       : d_(d), training_(training), eps_(epsilon), momentum_(momentum), threads_(threads) {}
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-#pragma omp parallel for num_threads(threads_) if (d_.numel() >= kParallelMin)
-    for (int64_t c = 0; c < d_.c; ++c) normalize_channel(c, in, out);
+    for_each_channel(d_, threads_, [&](int64_t c) { normalize(c, in, out); });
   }
 
  private:
-  void normalize_channel(int64_t c, std::span<const Buffer> in, std::span<const Buffer> out) const {
+  void normalize(int64_t c, std::span<const Buffer> in, std::span<const Buffer> out) const {
     const float* x = in[0].as<const float>();
     float mean = in[3].as<const float>()[c];
     float var = in[4].as<const float>()[c];
@@ -74,12 +64,7 @@ class BatchNorm final : public Kernel {
       update_running(out, 2, c, in[4].as<const float>()[c], var);
     }
     const float a = in[1].as<const float>()[c] / std::sqrt(var + eps_);
-    const float b = in[2].as<const float>()[c];
-    float* y = out[0].as<float>();
-    for (int64_t n = 0; n < d_.n; ++n) {
-      const int64_t at = (n * d_.c + c) * d_.s;
-      for (int64_t i = 0; i < d_.s; ++i) y[at + i] = (x[at + i] - mean) * a + b;
-    }
+    normalize_channel(x, d_, c, mean, a, in[2].as<const float>()[c], out[0].as<float>());
   }
 
   void update_running(std::span<const Buffer> out, size_t k, int64_t c, float running,
@@ -99,7 +84,7 @@ class BatchNorm final : public Kernel {
 // BatchNormalization (opset 14/15 form): inference, or training_mode=1 with the batch's
 // statistics. Inputs X, scale, B, input_mean, input_var; all f32.
 std::unique_ptr<Kernel> make_batch_norm(const KernelSpec& s) {
-  if (s.inputs.size() != 5 || s.outputs.size() > 3 || !all_float(s)) return nullptr;
+  if (s.inputs.size() != 5 || s.outputs.size() > 3 || !float_io(s)) return nullptr;
   const Dims& x = s.inputs[0].shape;
   if (x.size() < 2 || channel_dims(x).numel() == 0 || !(s.outputs[0] == s.inputs[0]))
     return nullptr;
@@ -120,7 +105,7 @@ std::unique_ptr<Kernel> make_batch_norm(const KernelSpec& s) {
 
 // GlobalAveragePool over every spatial dim. X: (N, C, spatial...), Y: (N, C, 1...).
 std::unique_ptr<Kernel> make_global_average_pool(const KernelSpec& s) {
-  if (s.inputs.size() != 1 || s.outputs.size() != 1 || !all_float(s)) return nullptr;
+  if (s.inputs.size() != 1 || s.outputs.size() != 1 || !float_io(s)) return nullptr;
   const Dims& x = s.inputs[0].shape;
   const Dims& y = s.outputs[0].shape;
   if (x.size() < 3 || channel_dims(x).numel() == 0 || y.size() != x.size() || y[0] != x[0] ||

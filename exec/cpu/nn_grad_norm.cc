@@ -23,11 +23,6 @@ using Dims = std::vector<int64_t>;
 
 constexpr int64_t kParallelMin = int64_t{1} << 15;  // elements below which one thread runs
 
-// Output k is wanted.
-bool wanted(const KernelSpec& s, size_t k) {
-  return k < s.outputs.size() && s.outputs[k].dtype != DType::kUndefined;
-}
-
 bool present(std::span<const Buffer> out, size_t k) { return k < out.size() && out[k].present(); }
 
 // Inputs 0..count-1 present, and every input and wanted output float32.
@@ -142,8 +137,7 @@ class BatchNormGrad final : public Kernel {
       : d_(d), eps_(epsilon), threads_(threads) {}
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-#pragma omp parallel for num_threads(threads_) if (d_.numel() >= kParallelMin)
-    for (int64_t c = 0; c < d_.c; ++c) channel(in, out, c);
+    for_each_channel(d_, threads_, [&](int64_t c) { channel(in, out, c); });
   }
 
  private:

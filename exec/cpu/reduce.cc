@@ -16,46 +16,10 @@
 
 #include "core/error.h"
 #include "exec/cpu/cpu_kernels.h"
+#include "exec/kernel_geometry.h"
 
 namespace pt::cpu {
 namespace {
-
-// Which input dims are reduced, or nullopt when the spec is outside what is handled (axes not
-// constant, out of range or repeated).
-std::optional<std::vector<bool>> reduced_dims(const KernelSpec& s) {
-  const size_t rank = s.inputs[0].shape.size();
-  std::vector<int64_t> axes = s.node.attr_ints("axes");
-  if (!s.node.has_attr("axes") && s.has_input(1)) {
-    const Tensor* t = s.constant(1);
-    if (!t || t->type.dtype != DType::kInt64) return std::nullopt;
-    axes.assign(t->as<int64_t>(), t->as<int64_t>() + t->type.numel());
-  }
-  const bool noop = s.node.attr_int("noop_with_empty_axes", 0) != 0;
-  if (axes.empty()) return std::vector<bool>(rank, !noop);
-  std::vector<bool> reduced(rank, false);
-  const int64_t r = static_cast<int64_t>(rank);
-  for (int64_t a : axes) {
-    if (a < -r || a >= r) return std::nullopt;
-    const size_t k = static_cast<size_t>(a < 0 ? a + r : a);
-    if (reduced[k]) return std::nullopt;
-    reduced[k] = true;
-  }
-  return reduced;
-}
-
-// dst dims with the reduced ones set to 1 (keepdims) or dropped.
-std::vector<int64_t> reduced_shape(const std::vector<int64_t>& shape,
-                                   const std::vector<bool>& reduced, bool keepdims) {
-  std::vector<int64_t> out;
-  for (size_t k = 0; k < shape.size(); ++k) {
-    if (!reduced[k]) {
-      out.push_back(shape[k]);
-    } else if (keepdims) {
-      out.push_back(1);
-    }
-  }
-  return out;
-}
 
 // Sum of n contiguous floats in 8 independent lanes (so the compiler can vectorise it).
 float sum_contiguous(const float* x, int64_t n) {
@@ -203,14 +167,10 @@ class LoopReduce : public Kernel {
   float scale_ = 1.f;
 };
 
+// The reduced dims and the spec's checks are reduce_geometry's (exec/kernel_geometry.h).
 std::unique_ptr<Kernel> make_reduce(const KernelSpec& s, bool mean) {
-  if (!s.has_input(0) || s.outputs.empty() || s.inputs[0].dtype != DType::kFloat32 ||
-      s.outputs[0].dtype != DType::kFloat32)
-    return nullptr;
-  const std::optional<std::vector<bool>> reduced = reduced_dims(s);
+  const std::optional<std::vector<bool>> reduced = reduce_geometry(s);
   if (!reduced) return nullptr;
-  const bool keepdims = s.node.attr_int("keepdims", 1) != 0;
-  if (reduced_shape(s.inputs[0].shape, *reduced, keepdims) != s.outputs[0].shape) return nullptr;
   if (const auto mkn = block_view(s.inputs[0].shape, *reduced))
     return std::make_unique<BlockReduce>((*mkn)[0], (*mkn)[1], (*mkn)[2], mean,
                                          s.cpu ? std::max(1, s.cpu->threads) : 1);

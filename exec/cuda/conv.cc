@@ -98,7 +98,7 @@ std::optional<ConvPlan> plan_conv(const Node& n, const Dims& x, const Dims& w, c
     int64_t offset = 0;
     const Dims xp_strides = strides_of(xp);
     for (size_t d = 0; d < x.size(); ++d) offset += begin[d] * xp_strides[d];
-    const auto crop = make_strided_copy(x, xp_strides, strides_of(x), offset, 0, 4);
+    const auto crop = make_strided_copy({x, xp_strides, strides_of(x), offset, 0}, 4);
     if (!crop) return std::nullopt;
     p.crop = *crop;
     p.padded_bytes = static_cast<size_t>(p.pad.numel) * sizeof(float);

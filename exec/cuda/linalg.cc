@@ -50,26 +50,14 @@ void gemm(const CudaContext& ctx, const GemmCall& g, float alpha, float beta, co
 
 bool fits_int(int64_t v) { return v > 0 && v <= std::numeric_limits<int>::max(); }
 
-// Numpy matmul (as the CPU's plan_matmul): 1-D operands promoted, a 2-D B folds A's batch dims
-// into its rows, otherwise batch dims broadcast.
+// Numpy matmul (matmul_geometry, as the CPU's): a 2-D B folds A's batch dims into its rows,
+// otherwise batch dims broadcast.
 std::optional<GemmCall> plan_matmul(const Dims& a0, const Dims& b0, const Dims& y0) {
-  if (a0.empty() || b0.empty()) return std::nullopt;
-  Dims a = a0.size() == 1 ? Dims{1, a0[0]} : a0;
-  Dims b = b0.size() == 1 ? Dims{b0[0], 1} : b0;
-  const int64_t k = a.back(), m = a[a.size() - 2], n = b.back();
-  if (b[b.size() - 2] != k) return std::nullopt;
-  const size_t r = std::max(a.size(), b.size());
-  a.insert(a.begin(), r - a.size(), 1);
-  b.insert(b.begin(), r - b.size(), 1);
-  Dims batch;
-  for (size_t i = 0; i + 2 < r; ++i) {
-    if (a[i] != b[i] && a[i] != 1 && b[i] != 1) return std::nullopt;
-    batch.push_back(std::max(a[i], b[i]));
-  }
-  Dims want = batch;
-  if (a0.size() > 1) want.push_back(m);
-  if (b0.size() > 1) want.push_back(n);
-  if (want != y0) return std::nullopt;
+  const auto geometry = matmul_geometry(a0, b0, y0);
+  if (!geometry) return std::nullopt;
+  const Dims &a = geometry->a, &b = geometry->b, &batch = geometry->batch;
+  const int64_t m = geometry->m, n = geometry->n, k = geometry->k;
+  const size_t r = geometry->rank();
 
   GemmCall g;
   const int64_t rows = b0.size() <= 2 ? product(a, 0, r - 1) : m;  // A's batch folded into rows
@@ -203,38 +191,31 @@ std::unique_ptr<Kernel> make_matmul(const KernelSpec& s, CudaContext& ctx) {
 std::unique_ptr<Kernel> make_gemm(const KernelSpec& s, CudaContext& ctx) {
   if (s.inputs.size() < 2 || s.outputs.size() != 1 || !has_io(s, 2) || !float_io(s))
     return nullptr;
-  const Dims& a = s.inputs[0].shape;
-  const Dims& b = s.inputs[1].shape;
-  if (a.size() != 2 || b.size() != 2) return nullptr;
-  const bool ta = s.node.attr_int("transA", 0) != 0, tb = s.node.attr_int("transB", 0) != 0;
-  const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1], n = tb ? b[0] : b[1];
-  if ((tb ? b[1] : b[0]) != k || s.outputs[0].shape != Dims{m, n}) return nullptr;
+  const auto gg = gemm_geometry(s);
+  if (!gg) return nullptr;
+  const int64_t m = gg->m, n = gg->n, k = gg->k;
   if (!fits_int(m) || !fits_int(n) || !fits_int(k)) return nullptr;
   GemmCall g;
-  g.op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS's A is our B'
-  g.op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.op_a = gg->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLAS's A is our B'
+  g.op_b = gg->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   g.m = static_cast<int>(n);
   g.n = static_cast<int>(m);
   g.k = static_cast<int>(k);
-  g.lda = static_cast<int>(b[1]);  // row length of B as stored
-  g.ldb = static_cast<int>(a[1]);
+  g.lda = static_cast<int>(s.inputs[1].shape[1]);  // row length of B as stored
+  g.ldb = static_cast<int>(s.inputs[0].shape[1]);
   g.ldc = static_cast<int>(n);
-  const float alpha = s.node.attr_float("alpha", 1.f);
-  const float beta = s.has_input(2) ? s.node.attr_float("beta", 1.f) : 0.f;
+  const float alpha = gg->alpha, beta = gg->beta;
   const CudaContext* c = &ctx;
   if (beta == 0.f)
     return fn_kernel([c, g, alpha](Args in, Args out, void*) {
       gemm(*c, g, alpha, 0.f, in[1].as<const float>(), in[0].as<const float>(), out[0].as<float>());
     });
 
-  const Dims& cs = s.inputs[2].shape;
-  if (cs.size() > 2) return nullptr;
-  const int64_t rows = cs.size() == 2 ? cs[0] : 1, cols = cs.empty() ? 1 : cs.back();
-  if ((rows != 1 && rows != m) || (cols != 1 && cols != n)) return nullptr;
-  if (rows == 1 && cols == n && alpha == 1.f && beta == 1.f) {
+  if (gg->row_bias()) {
     auto lt = std::make_unique<LtBiasGemm>(ctx, g);
     if (lt->ok()) return lt;
   }
+  const int64_t rows = gg->c_rows, cols = gg->c_cols;
   return fn_kernel([c, g, alpha, beta, m, n, rows, cols](Args in, Args out, void*) {
     launch_broadcast_matrix(m, n, rows, cols, in[2].as<const float>(), out[0].as<float>(),
                             c->stream);

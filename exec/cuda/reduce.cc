@@ -1,6 +1,5 @@
 // exec/cuda/reduce.cc: ReduceSum and ReduceMean for float32 (reduce.cu). Axes, keepdims and
-// noop_with_empty_axes as the CPU reads them (exec/cpu/reduce.cc): opset 13 ReduceSum takes
-// constant input 1, ReduceMean the `axes` attribute (either form is read for both). The plan
+// noop_with_empty_axes as the CPU reads them (reduce_geometry, exec/kernel_geometry.h). The plan
 // merges neighbouring dims of one kind, so [B, S, D] over D is one kept and one reduced dim.
 #include <optional>
 
@@ -9,25 +8,6 @@
 
 namespace pt::cuda {
 namespace {
-
-std::optional<std::vector<bool>> reduced_dims(const KernelSpec& s) {
-  const size_t rank = s.inputs[0].shape.size();
-  Dims axes = s.node.attr_ints("axes");
-  if (!s.node.has_attr("axes") && s.has_input(1)) {
-    const Tensor* t = s.constant(1);
-    if (!t || t->type.dtype != DType::kInt64) return std::nullopt;
-    axes.assign(t->as<int64_t>(), t->as<int64_t>() + t->type.numel());
-  }
-  const bool noop = s.node.attr_int("noop_with_empty_axes", 0) != 0;
-  if (axes.empty()) return std::vector<bool>(rank, !noop);
-  std::vector<bool> reduced(rank, false);
-  for (int64_t a : axes) {
-    const int64_t k = normalize_axis(a, rank);
-    if (k < 0 || reduced[static_cast<size_t>(k)]) return std::nullopt;
-    reduced[static_cast<size_t>(k)] = true;
-  }
-  return reduced;
-}
 
 // The plan over merged dims; nullopt when more than kMaxRank dims of a kind remain.
 std::optional<ReducePlan> plan_reduce(const Dims& shape, const std::vector<bool>& reduced,
@@ -70,20 +50,9 @@ std::optional<ReducePlan> plan_reduce(const Dims& shape, const std::vector<bool>
 }
 
 std::unique_ptr<Kernel> make_reduce(const KernelSpec& s, CudaContext& ctx, bool mean) {
-  if (!s.has_input(0) || !wanted(s, 0) || s.inputs[0].dtype != DType::kFloat32 ||
-      s.outputs[0].dtype != DType::kFloat32)
-    return nullptr;
-  const auto reduced = reduced_dims(s);
+  const auto reduced = reduce_geometry(s);
   if (!reduced) return nullptr;
-  const bool keepdims = s.node.attr_int("keepdims", 1) != 0;
-  const Dims& shape = s.inputs[0].shape;
-  Dims out;
-  for (size_t k = 0; k < shape.size(); ++k) {
-    if (!(*reduced)[k]) out.push_back(shape[k]);
-    else if (keepdims) out.push_back(1);
-  }
-  if (out != s.outputs[0].shape) return nullptr;
-  const auto p = plan_reduce(shape, *reduced, mean);
+  const auto p = plan_reduce(s.inputs[0].shape, *reduced, mean);
   if (!p) return nullptr;
   const cudaStream_t stream = ctx.stream;
   return fn_kernel([p = *p, stream](Args in, Args out, void*) {

@@ -17,7 +17,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
-#include "exec/cpu/window.h"
+#include "exec/window.h"
 
 namespace pt::cpu {
 namespace {
@@ -173,24 +173,14 @@ std::unique_ptr<Kernel> make_softmax_like(const KernelSpec& s, dnnl::algorithm a
 
 }  // namespace
 
+// Conv(X, W, B?): conv_window's shape rules (exec/window.h), B of M.
 std::unique_ptr<Kernel> make_conv(const KernelSpec& s) {
   if (s.inputs.size() < 2 || !single_output(s) || !float_only(s)) return nullptr;
   const Dims& x = s.inputs[0].shape;
   const Dims& wt = s.inputs[1].shape;
-  const Dims& y = s.outputs[0].shape;
+  const auto w = conv_window(s.node, x, wt, s.outputs[0].shape, false);
+  if (!w || (s.has_input(2) && s.inputs[2].shape != Dims{wt[0]})) return nullptr;
   const int64_t group = s.node.attr_int("group", 1);
-  if (x.size() < 3 || x.size() > 5 || wt.size() != x.size() || y.size() != x.size() || group < 1)
-    return nullptr;
-  // X: (N, C, ...), W: (M, C/group, k...), Y: (N, M, ...), B: (M)
-  const int64_t c = x[1], m = wt[0];
-  if (c % group != 0 || m % group != 0 || wt[1] * group != c || y[0] != x[0] || y[1] != m)
-    return nullptr;
-  if (s.has_input(2) && s.inputs[2].shape != Dims{m}) return nullptr;
-  const Dims kernel(wt.begin() + 2, wt.end());
-  const Dims given = s.node.attr_ints("kernel_shape");
-  if (!given.empty() && given != kernel) return nullptr;
-  const auto w = resolve_window(s.node, x, y, kernel);
-  if (!w) return nullptr;
   return build_or_null(s, [&] { return build_conv(s, *w, group); });
 }
 

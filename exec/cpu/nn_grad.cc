@@ -19,7 +19,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
-#include "exec/cpu/window.h"
+#include "exec/window.h"
 
 namespace pt::cpu {
 namespace {
@@ -37,23 +37,14 @@ struct ConvGeometry {
   bool pointwise = false;  // ungrouped 1x1: runs on the plain layouts (see build_conv in nn.cc)
 };
 
-// Checks Conv's shape rules and attributes (auto_pad NOTSET only, kernel_shape if given equals
-// W's); nullopt when they do not hold. dY must have the shape Conv would give (no ceil rounding).
+// Conv's shape rules as its gradients take them (conv_window, exec/window.h); nullopt when they
+// do not hold.
 std::optional<ConvGeometry> conv_geometry(const Node& n, const Dims& x, const Dims& w,
                                           const Dims& y) {
-  ConvGeometry g{{}, n.attr_int("group", 1), x, w, y, w, false};
-  if (x.size() < 3 || x.size() > 5 || w.size() != x.size() || y.size() != x.size() ||
-      g.group < 1 || n.attr_string("auto_pad", "NOTSET") != "NOTSET")
-    return std::nullopt;
-  const int64_t c = x[1], m = w[0];
-  if (c % g.group != 0 || m % g.group != 0 || w[1] * g.group != c || y[0] != x[0] || y[1] != m)
-    return std::nullopt;
+  const auto window = conv_window(n, x, w, y, true);
+  if (!window) return std::nullopt;
+  ConvGeometry g{*window, n.attr_int("group", 1), x, w, y, w, false};
   const Dims kernel(w.begin() + 2, w.end());
-  const Dims given = n.attr_ints("kernel_shape");
-  if (!given.empty() && given != kernel) return std::nullopt;
-  const auto window = resolve_window(n, x, y, kernel);
-  if (!window || window->ceil_padded) return std::nullopt;
-  g.window = *window;
   if (g.group > 1) {
     g.w_grouped[0] /= g.group;
     g.w_grouped.insert(g.w_grouped.begin(), g.group);
@@ -119,18 +110,6 @@ bool two_to_one_float(const KernelSpec& s, const char* shape_attr) {
 // ---------------------------------------------------------------------------------------------
 // Pooling gradients
 
-// (dY) or (dY, X) -> dX, X: (N, C, spatial...) with 1 to 3 spatial dims, dY of the same rank.
-// The window is resolved from the pooling attributes; without ceil_mode, dY must have the floor
-// shape.
-std::optional<Window> pool_window(const KernelSpec& s, const Dims& x) {
-  const Dims& y = s.inputs[0].shape;
-  if (x.size() < 3 || x.size() > 5 || y.size() != x.size() || y[0] != x[0] || y[1] != x[1] ||
-      s.outputs[0].shape != x)
-    return std::nullopt;
-  const auto w = resolve_window(s.node, x, y, s.node.attr_ints("kernel_shape"));
-  if (!w || (w->ceil_padded && s.node.attr_int("ceil_mode", 0) == 0)) return std::nullopt;
-  return w;
-}
 
 // dX = AveragePoolGrad(dY) on pooling_v2 backward, plain layouts (as the forward kernel runs).
 std::unique_ptr<Kernel> build_average_pool_grad(const KernelSpec& s, dnnl::algorithm alg,
@@ -268,7 +247,7 @@ std::unique_ptr<Kernel> make_average_pool_grad(const KernelSpec& s) {
   if (s.inputs.size() != 1 || !s.has_input(0) || !single_output(s) || !float_only(s) ||
       s.outputs[0].shape != s.node.attr_ints("input_shape"))
     return nullptr;
-  const auto w = pool_window(s, s.outputs[0].shape);
+  const auto w = pool_grad_window(s, s.outputs[0].shape);
   const bool include = s.node.attr_int("count_include_pad", 0) != 0;
   if (!w || (include && w->ceil_padded)) return nullptr;
   return build_or_null(s, [&] {
@@ -285,7 +264,7 @@ std::unique_ptr<Kernel> make_max_pool_grad(const KernelSpec& s) {
       !float_only(s))
     return nullptr;
   const Dims& x = s.inputs[1].shape;
-  const auto w = pool_window(s, x);
+  const auto w = pool_grad_window(s, x);
   if (!w) return nullptr;
   const size_t r = x.size() - 2, lead = 3 - r;
   std::array<PoolDim, 3> dims;

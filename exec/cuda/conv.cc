@@ -1,6 +1,6 @@
 // exec/cuda/conv.cc: Conv, ConvGradInput and ConvGradWeight on cuDNN's convolution (legacy
 // API: cudnnConvolutionForward / BackwardData / BackwardFilter). The geometry is ONNX's,
-// resolved as the CPU kernels resolve it (exec/cpu/window.h); cuDNN wants at least two spatial
+// resolved as the CPU kernels resolve it (conv_window, exec/window.h); cuDNN wants at least two spatial
 // dims (a 1-D conv gets a leading one of size 1) and symmetric pads, so asymmetric pads are
 // split into a symmetric part for cuDNN and an explicit zero padding of X in scratch (for
 // ConvGradInput: dX of the padded X in scratch, cropped into dX). Algorithms come from cuDNN's
@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <optional>
 
-#include "exec/cpu/window.h"
 #include "exec/cuda/cuda_kernels.h"
 #include "exec/cuda/cudnn_util.h"
 #include "exec/cuda/plan.h"
+#include "exec/window.h"
 
 namespace pt::cuda {
 namespace {
@@ -35,25 +35,15 @@ bool to_int(int64_t v, int* out) {
   return true;
 }
 
-// Checks Conv's shape rules (X: (N, C, in...), W: (M, C/group, k...), Y: (N, M, out...)) and
-// resolves the window; `grad`: the gradient ops' extra rules (auto_pad NOTSET, no ceil rounding).
+// Conv's shape rules and window (conv_window, exec/window.h; `grad`: the gradient ops' rules) in
+// cuDNN's terms.
 std::optional<ConvPlan> plan_conv(const Node& n, const Dims& x, const Dims& w, const Dims& y,
                                   bool grad) {
-  const int64_t group = n.attr_int("group", 1);
-  if (x.size() < 3 || x.size() > 5 || w.size() != x.size() || y.size() != x.size() || group < 1)
-    return std::nullopt;
-  const int64_t c = x[1], m = w[0];
-  if (c % group != 0 || m % group != 0 || w[1] * group != c || y[0] != x[0] || y[1] != m)
-    return std::nullopt;
-  if (grad && n.attr_string("auto_pad", "NOTSET") != "NOTSET") return std::nullopt;
-  const Dims kernel(w.begin() + 2, w.end());
-  const Dims given = n.attr_ints("kernel_shape");
-  if (!given.empty() && given != kernel) return std::nullopt;
-  const auto win = cpu::resolve_window(n, x, y, kernel);
-  if (!win || (grad && win->ceil_padded)) return std::nullopt;
+  const auto win = conv_window(n, x, w, y, grad);
+  if (!win) return std::nullopt;
 
   ConvPlan p;
-  p.groups = static_cast<int>(group);
+  p.groups = static_cast<int>(n.attr_int("group", 1));
   const size_t r = x.size() - 2;
   const size_t lead = r == 1 ? 1 : 0;  // a 1-D conv as 2-D with height 1
   Dims xp = x;                          // X padded where pads are asymmetric
@@ -129,38 +119,69 @@ std::optional<Perf> choose(const CudaContext& ctx, ConvDesc& conv, Get get) {
   return std::nullopt;
 }
 
-// Y = conv(X, W) (+ B): inputs X, W, B?; output Y.
-class ConvForward final : public Kernel {
+// What the three convolution kernels share: the plan, cuDNN's descriptors of X (padded when
+// pre_pad), Y (dY) and W and of the convolution, and the algorithm of the kernel's direction
+// (Perf: cuDNN's *AlgoPerf_t for it) with the scratch it takes: the padded X (or dX) when
+// pre_pad, then the algorithm's workspace.
+template <class Perf>
+class ConvKernel : public Kernel {
  public:
-  ConvForward(const CudaContext& ctx, const ConvPlan& p, bool bias)
+  bool ok() const { return ok_; }
+  size_t scratch_bytes() const override { return layout_.bytes(); }
+
+ protected:
+  ConvKernel(const CudaContext& ctx, const ConvPlan& p)
       : ctx_(ctx), p_(p), x_(p.x), y_(p.y), w_(p.w),
-        conv_(p.pads, p.strides, p.dilations, p.groups, conv_math(ctx)) {
+        conv_(p.pads, p.strides, p.dilations, p.groups, conv_math(ctx)) {}
+
+  // Chooses the algorithm (get: as choose() takes it) and lays the scratch out; ok() after.
+  template <class Get>
+  void choose_algorithm(Get get) {
+    const auto perf = choose<Perf>(ctx_, conv_, get);
+    if (!perf) return;
+    algo_ = perf->algo;
+    if (p_.pre_pad) padded_ = layout_.reserve(p_.padded_bytes);
+    workspace_bytes_ = perf->memory;
+    workspace_ = layout_.reserve(perf->memory);
+    ok_ = true;
+  }
+
+  // X (input `k`), padded into scratch first when pre_pad.
+  const void* padded_x(std::span<const Buffer> in, size_t k, std::byte* base) const {
+    if (!p_.pre_pad) return in[k].data;
+    launch_pad(p_.pad, in[k].data, nullptr, 0, base + padded_, ctx_.stream);
+    return base + padded_;
+  }
+
+  const CudaContext& ctx_;
+  ConvPlan p_;
+  TensorDesc x_, y_;
+  FilterDesc w_;
+  ConvDesc conv_;
+  decltype(Perf::algo) algo_{};
+  ScratchLayout layout_;
+  size_t padded_ = 0, workspace_ = 0, workspace_bytes_ = 0;
+  bool ok_ = false;
+};
+
+// Y = conv(X, W) (+ B): inputs X, W, B?; output Y.
+class ConvForward final : public ConvKernel<cudnnConvolutionFwdAlgoPerf_t> {
+ public:
+  ConvForward(const CudaContext& ctx, const ConvPlan& p, bool bias) : ConvKernel(ctx, p) {
     if (bias) {
       IntDims b(p.y.size(), 1);  // (1, M, 1, ...): added to every output position
       b[1] = p.y[1];
       b_.emplace(b);
     }
-    const auto perf = choose<cudnnConvolutionFwdAlgoPerf_t>(ctx, conv_, [&](int max, int* n, auto* r) {
+    choose_algorithm([&](int max, int* n, auto* r) {
       return cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn, x_.get(), w_.get(), conv_.get(),
                                                     y_.get(), max, n, r);
     });
-    if (!perf) return;
-    algo_ = perf->algo;
-    if (p.pre_pad) padded_ = layout_.reserve(p.padded_bytes);
-    workspace_bytes_ = perf->memory;
-    workspace_ = layout_.reserve(perf->memory);
-    ok_ = true;
   }
-  bool ok() const { return ok_; }
-  size_t scratch_bytes() const override { return layout_.bytes(); }
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     std::byte* base = ScratchLayout::base(scratch);
-    const void* x = in[0].data;
-    if (p_.pre_pad) {
-      launch_pad(p_.pad, x, nullptr, 0, base + padded_, ctx_.stream);
-      x = base + padded_;
-    }
+    const void* x = padded_x(in, 0, base);
     const float one = 1.f, zero = 0.f;
     PT_CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn, &one, x_.get(), x, w_.get(), in[1].data,
                                            conv_.get(), algo_, base + workspace_,
@@ -171,38 +192,19 @@ class ConvForward final : public Kernel {
   }
 
  private:
-  const CudaContext& ctx_;
-  ConvPlan p_;
-  TensorDesc x_, y_;
-  FilterDesc w_;
-  ConvDesc conv_;
   std::optional<TensorDesc> b_;
-  cudnnConvolutionFwdAlgo_t algo_{};
-  ScratchLayout layout_;
-  size_t padded_ = 0, workspace_ = 0, workspace_bytes_ = 0;
-  bool ok_ = false;
 };
 
 // dX = ConvGradInput(dY, W): backward data, into the padded X's shape in scratch when pre_pad,
 // then cropped.
-class ConvGradInput final : public Kernel {
+class ConvGradInput final : public ConvKernel<cudnnConvolutionBwdDataAlgoPerf_t> {
  public:
-  ConvGradInput(const CudaContext& ctx, const ConvPlan& p)
-      : ctx_(ctx), p_(p), x_(p.x), y_(p.y), w_(p.w),
-        conv_(p.pads, p.strides, p.dilations, p.groups, conv_math(ctx)) {
-    const auto perf = choose<cudnnConvolutionBwdDataAlgoPerf_t>(ctx, conv_, [&](int max, int* n, auto* r) {
+  ConvGradInput(const CudaContext& ctx, const ConvPlan& p) : ConvKernel(ctx, p) {
+    choose_algorithm([&](int max, int* n, auto* r) {
       return cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn, w_.get(), y_.get(), conv_.get(),
                                                          x_.get(), max, n, r);
     });
-    if (!perf) return;
-    algo_ = perf->algo;
-    if (p.pre_pad) padded_ = layout_.reserve(p.padded_bytes);
-    workspace_bytes_ = perf->memory;
-    workspace_ = layout_.reserve(perf->memory);
-    ok_ = true;
   }
-  bool ok() const { return ok_; }
-  size_t scratch_bytes() const override { return layout_.bytes(); }
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     std::byte* base = ScratchLayout::base(scratch);
@@ -213,63 +215,27 @@ class ConvGradInput final : public Kernel {
                                                 workspace_bytes_, &zero, x_.get(), dx));
     if (p_.pre_pad) launch_strided_copy(p_.crop, dx, out[0].data, ctx_.stream);
   }
-
- private:
-  const CudaContext& ctx_;
-  ConvPlan p_;
-  TensorDesc x_, y_;
-  FilterDesc w_;
-  ConvDesc conv_;
-  cudnnConvolutionBwdDataAlgo_t algo_{};
-  ScratchLayout layout_;
-  size_t padded_ = 0, workspace_ = 0, workspace_bytes_ = 0;
-  bool ok_ = false;
 };
 
 // dW = ConvGradWeight(dY, X): backward filter from X (padded into scratch when pre_pad).
-class ConvGradWeight final : public Kernel {
+class ConvGradWeight final : public ConvKernel<cudnnConvolutionBwdFilterAlgoPerf_t> {
  public:
-  ConvGradWeight(const CudaContext& ctx, const ConvPlan& p)
-      : ctx_(ctx), p_(p), x_(p.x), y_(p.y), w_(p.w),
-        conv_(p.pads, p.strides, p.dilations, p.groups, conv_math(ctx)) {
-    const auto perf = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(ctx, conv_, [&](int max, int* n, auto* r) {
+  ConvGradWeight(const CudaContext& ctx, const ConvPlan& p) : ConvKernel(ctx, p) {
+    choose_algorithm([&](int max, int* n, auto* r) {
       return cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx.cudnn, x_.get(), y_.get(),
                                                            conv_.get(), w_.get(), max, n, r);
     });
-    if (!perf) return;
-    algo_ = perf->algo;
-    if (p.pre_pad) padded_ = layout_.reserve(p.padded_bytes);
-    workspace_bytes_ = perf->memory;
-    workspace_ = layout_.reserve(perf->memory);
-    ok_ = true;
   }
-  bool ok() const { return ok_; }
-  size_t scratch_bytes() const override { return layout_.bytes(); }
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     std::byte* base = ScratchLayout::base(scratch);
-    const void* x = in[1].data;
-    if (p_.pre_pad) {
-      launch_pad(p_.pad, x, nullptr, 0, base + padded_, ctx_.stream);
-      x = base + padded_;
-    }
+    const void* x = padded_x(in, 1, base);
     const float one = 1.f, zero = 0.f;
     PT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx_.cudnn, &one, x_.get(), x, y_.get(),
                                                   in[0].data, conv_.get(), algo_,
                                                   base + workspace_, workspace_bytes_, &zero,
                                                   w_.get(), out[0].data));
   }
-
- private:
-  const CudaContext& ctx_;
-  ConvPlan p_;
-  TensorDesc x_, y_;
-  FilterDesc w_;
-  ConvDesc conv_;
-  cudnnConvolutionBwdFilterAlgo_t algo_{};
-  ScratchLayout layout_;
-  size_t padded_ = 0, workspace_ = 0, workspace_bytes_ = 0;
-  bool ok_ = false;
 };
 
 template <class K>

@@ -3,19 +3,19 @@
 // window, no dilation, no ceil_mode rounding); the other geometries, and both gradients
 // (MaxPoolGrad's first-maximum rule, deterministic gathers), run as the custom kernels of
 // pool.cu. GlobalAveragePool is a mean reduction (reduce.cu). Geometry as the CPU's
-// (exec/cpu/window.h).
+// (exec/window.h).
 #include <optional>
 
-#include "exec/cpu/window.h"
 #include "exec/cuda/cuda_kernels.h"
 #include "exec/cuda/cudnn_util.h"
 #include "exec/cuda/plan.h"
+#include "exec/window.h"
 
 namespace pt::cuda {
 namespace {
 
 // The custom kernels' geometry: spatial dims right-aligned into three.
-PoolGeom pool_geom(const Dims& x, const Dims& y, const cpu::Window& w) {
+PoolGeom pool_geom(const Dims& x, const Dims& y, const Window& w) {
   PoolGeom g;
   g.planes = x[0] * x[1];
   const size_t r = x.size() - 2, lead = 3 - r;
@@ -50,7 +50,7 @@ class CudnnPool final : public Kernel {
 
 // The cuDNN form of a pool, or nullptr where cuDNN's geometry does not cover it.
 std::unique_ptr<Kernel> cudnn_pool(const CudaContext& ctx, cudnnPoolingMode_t mode, const Dims& x,
-                                   const Dims& y, const cpu::Window& w) {
+                                   const Dims& y, const Window& w) {
   const size_t r = x.size() - 2;
   if (w.ceil_padded) return nullptr;
   IntDims window, pads, strides, xd{int(x[0]), int(x[1])}, yd{int(y[0]), int(y[1])};
@@ -82,25 +82,13 @@ bool pool_shapes_ok(const KernelSpec& s) {
          s.inputs[0].numel() < (int64_t{1} << 31);
 }
 
-// (dY) or (dY, X) -> dX: the window from the pooling attributes; without ceil_mode, dY must have
-// the floor shape (as the CPU's pool_window).
-std::optional<cpu::Window> grad_window(const KernelSpec& s, const Dims& x) {
-  const Dims& y = s.inputs[0].shape;
-  if (x.size() < 3 || x.size() > 5 || y.size() != x.size() || y[0] != x[0] || y[1] != x[1] ||
-      s.outputs[0].shape != x)
-    return std::nullopt;
-  const auto w = cpu::resolve_window(s.node, x, y, s.node.attr_ints("kernel_shape"));
-  if (!w || (w->ceil_padded && s.node.attr_int("ceil_mode", 0) == 0)) return std::nullopt;
-  return w;
-}
-
 }  // namespace
 
 // MaxPool (float32; the Indices output is not made, so a node asking for it is declined).
 std::unique_ptr<Kernel> make_max_pool(const KernelSpec& s, CudaContext& ctx) {
   if (!pool_shapes_ok(s)) return nullptr;
   const Dims &x = s.inputs[0].shape, &y = s.outputs[0].shape;
-  const auto w = cpu::resolve_window(s.node, x, y, s.node.attr_ints("kernel_shape"));
+  const auto w = resolve_window(s.node, x, y, s.node.attr_ints("kernel_shape"));
   if (!w) return nullptr;
   if (auto k = cudnn_pool(ctx, CUDNN_POOLING_MAX, x, y, *w)) return k;
   const PoolGeom g = pool_geom(x, y, *w);
@@ -116,7 +104,7 @@ std::unique_ptr<Kernel> make_average_pool(const KernelSpec& s, CudaContext& ctx)
   if (!pool_shapes_ok(s)) return nullptr;
   const Dims &x = s.inputs[0].shape, &y = s.outputs[0].shape;
   const bool include = s.node.attr_int("count_include_pad", 0) != 0;
-  const auto w = cpu::resolve_window(s.node, x, y, s.node.attr_ints("kernel_shape"));
+  const auto w = resolve_window(s.node, x, y, s.node.attr_ints("kernel_shape"));
   if (!w || (include && w->ceil_padded)) return nullptr;
   if (auto k = cudnn_pool(ctx,
                           include ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
@@ -160,7 +148,7 @@ std::unique_ptr<Kernel> make_global_average_pool(const KernelSpec& s, CudaContex
 std::unique_ptr<Kernel> make_max_pool_grad(const KernelSpec& s, CudaContext& ctx) {
   if (s.inputs.size() != 2 || !has_io(s, 2) || s.outputs.size() != 1 || !float_io(s)) return nullptr;
   const Dims& x = s.inputs[1].shape;
-  const auto w = grad_window(s, x);
+  const auto w = pool_grad_window(s, x);
   if (!w) return nullptr;
   const PoolGeom g = pool_geom(x, s.inputs[0].shape, *w);
   const cudaStream_t stream = ctx.stream;
@@ -176,7 +164,7 @@ std::unique_ptr<Kernel> make_average_pool_grad(const KernelSpec& s, CudaContext&
       s.outputs[0].shape != s.node.attr_ints("input_shape"))
     return nullptr;
   const Dims& x = s.outputs[0].shape;
-  const auto w = grad_window(s, x);
+  const auto w = pool_grad_window(s, x);
   const bool include = s.node.attr_int("count_include_pad", 0) != 0;
   if (!w || (include && w->ceil_padded)) return nullptr;
   const PoolGeom g = pool_geom(x, s.inputs[0].shape, *w);

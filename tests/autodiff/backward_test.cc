@@ -13,29 +13,15 @@
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/reference_step.h"
-#include "onnx_import/import.h"
-#include "partition/cost_model.h"
+#include "tests/autodiff/sample_chunks.h"
 
 namespace pt {
 namespace {
 
 const char* const kSamples[] = {"mlp", "gpt", "bert", "vit", "resnet", "mobilenet"};
 
-Graph load(const std::string& name, int64_t batch) {
-  ImportOptions o;
-  o.batch = batch;
-  return import_model("samples/" + name + "/" + name + ".onnx", o);
-}
-
-std::vector<BackwardGraphs> chunks_of(const Graph& g, int stages, const std::string& policy) {
-  PartitionOptions po;
-  po.stages = stages;
-  const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
-  ChunkBackwardOptions o;
-  o.loss = LossSpec{};
-  o.recompute = {RecomputePolicy::parse(policy, "test")};
-  return build_chunk_backward(g, plan, o);
-}
+using testing::load_sample;
+using testing::sample_chunks;
 
 std::set<std::string> input_names(const Graph& g) {
   std::set<std::string> s;
@@ -54,8 +40,8 @@ std::set<std::string> output_names(const Graph& g) {
 TEST(Backward, GraphsReadOnlyWhatIsHandedToThem) {
   for (const char* name : kSamples) {
     SCOPED_TRACE(name);
-    const Graph g = load(name, 2);
-    for (const BackwardGraphs& b : chunks_of(g, 3, "selective")) {
+    const Graph g = load_sample(name, 2);
+    for (const BackwardGraphs& b : sample_chunks(g, 3, "selective")) {
       const std::set<std::string> f_out = output_names(b.forward), f_in = input_names(b.forward);
       const std::set<std::string> b_out = output_names(b.backward_input);
       for (const std::string& k : b.kept) EXPECT_TRUE(f_out.count(k) || f_in.count(k)) << k;
@@ -79,8 +65,8 @@ TEST(Backward, GraphsReadOnlyWhatIsHandedToThem) {
 // Token ids and images need no gradient: the first chunk's B returns none for them.
 TEST(Backward, ModelInputsGetNoGradient) {
   for (const char* name : kSamples) {
-    const Graph g = load(name, 2);
-    const std::vector<BackwardGraphs> chunks = chunks_of(g, 2, "none");
+    const Graph g = load_sample(name, 2);
+    const std::vector<BackwardGraphs> chunks = sample_chunks(g, 2, "none");
     EXPECT_TRUE(chunks.front().input_grads.empty()) << name;
     EXPECT_FALSE(chunks.back().input_grads.empty()) << name;
   }
@@ -88,8 +74,8 @@ TEST(Backward, ModelInputsGetNoGradient) {
 
 // Weight gradients of MatMul/Gemm/Conv are W's work, not B's.
 TEST(Backward, WeightGradientsOfMatMulsLiveInW) {
-  const Graph g = load("gpt", 2);
-  for (const BackwardGraphs& b : chunks_of(g, 2, "none")) {
+  const Graph g = load_sample("gpt", 2);
+  for (const BackwardGraphs& b : sample_chunks(g, 2, "none")) {
     int gemms = 0;
     for (const Node& n : b.backward_weight.nodes) gemms += n.op_type == "Gemm";
     EXPECT_GT(gemms, 0);
@@ -130,12 +116,12 @@ std::map<std::string, Tensor> random_feeds(const Graph& g, const BackwardGraphs&
 TEST(Backward, EveryRecomputePolicyIsBitIdenticalAndKeepsLess) {
   for (const char* name : kSamples) {
     SCOPED_TRACE(name);
-    const Graph g = load(name, 2);
+    const Graph g = load_sample(name, 2);
     std::map<std::string, Tensor> reference;
     std::map<std::string, int64_t> kept;
     for (const char* policy : {"none", "selective", "every:1", "every:2", "full", "budget:200KiB"}) {
       SCOPED_TRACE(policy);
-      const std::vector<BackwardGraphs> chunks = chunks_of(g, 2, policy);
+      const std::vector<BackwardGraphs> chunks = sample_chunks(g, 2, policy);
       CpuBackend backend(2);
       ReferenceStep step(chunks, backend);
       for (unsigned mb = 0; mb < 2; ++mb)
@@ -167,15 +153,15 @@ TEST(Backward, EveryRecomputePolicyIsBitIdenticalAndKeepsLess) {
 }
 
 TEST(Backward, BudgetFitsAndPrefersFewerFlops) {
-  const Graph g = load("gpt", 4);
-  const std::vector<BackwardGraphs> none = chunks_of(g, 1, "none");
-  const std::vector<BackwardGraphs> full = chunks_of(g, 1, "full");
+  const Graph g = load_sample("gpt", 4);
+  const std::vector<BackwardGraphs> none = sample_chunks(g, 1, "none");
+  const std::vector<BackwardGraphs> full = sample_chunks(g, 1, "full");
   const int64_t budget = (none[0].kept_bytes + full[0].kept_bytes) / 2;
-  const std::vector<BackwardGraphs> mid = chunks_of(g, 1, "budget:" + std::to_string(budget));
+  const std::vector<BackwardGraphs> mid = sample_chunks(g, 1, "budget:" + std::to_string(budget));
   EXPECT_LE(mid[0].kept_bytes, budget);
   EXPECT_LT(mid[0].recompute_flops, full[0].recompute_flops);
-  EXPECT_EQ(chunks_of(g, 1, "budget:" + std::to_string(none[0].kept_bytes))[0].recompute_flops, 0);
-  EXPECT_THROW(chunks_of(g, 1, "budget:" + std::to_string(full[0].kept_bytes - 1)), UserError);
+  EXPECT_EQ(sample_chunks(g, 1, "budget:" + std::to_string(none[0].kept_bytes))[0].recompute_flops, 0);
+  EXPECT_THROW(sample_chunks(g, 1, "budget:" + std::to_string(full[0].kept_bytes - 1)), UserError);
 }
 
 TEST(Backward, PolicyTextIsCheckedAndRoundTrips) {

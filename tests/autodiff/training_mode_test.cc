@@ -22,36 +22,22 @@
 #include "exec/cpu/cpu_backend.h"
 #include "exec/reference_step.h"
 #include "exec/stage_program.h"
-#include "onnx_import/import.h"
-#include "partition/cost_model.h"
+#include "tests/autodiff/sample_chunks.h"
+#include "tests/exec/test_tensors.h"
 
 namespace pt {
 namespace {
 
 using Store = std::map<std::string, Tensor>;
 
-Graph load(const std::string& name, int64_t batch) {
-  ImportOptions o;
-  o.batch = batch;
-  return import_model("samples/" + name + "/" + name + ".onnx", o);
-}
+using testing::load_sample;
+using testing::make_tensor;
 
+// The chunks of g at `stages` stages (the partitioner makes as many as asked).
 std::vector<BackwardGraphs> chunks_of(const Graph& g, int stages, const std::string& policy) {
-  PartitionOptions po;
-  po.stages = stages;
-  const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
-  EXPECT_EQ(static_cast<int>(plan.chunks.size()), stages);
-  ChunkBackwardOptions o;
-  o.loss = LossSpec{};
-  o.recompute = {RecomputePolicy::parse(policy, "test")};
-  return build_chunk_backward(g, plan, o);
-}
-
-Tensor make_tensor(DType t, const std::vector<int64_t>& shape) {
-  Tensor x;
-  x.type = TensorType{t, shape};
-  x.data.resize(static_cast<size_t>(x.type.bytes()));
-  return x;
+  std::vector<BackwardGraphs> chunks = testing::sample_chunks(g, stages, policy);
+  EXPECT_EQ(static_cast<int>(chunks.size()), stages);
+  return chunks;
 }
 
 // Normal floats for every float input of g, the key for kDropoutKey, and a target and
@@ -114,7 +100,7 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 // ---- BatchNormalization ---------------------------------------------------------------------
 
 TEST(TrainingMode, ResnetBatchNormsBecomeBatchNormTraining) {
-  const Graph before = load("resnet", 2);
+  const Graph before = load_sample("resnet", 2);
   Graph g = before;
   const TrainingForm form = to_training_mode(g, {});
   int bns = 0;
@@ -173,7 +159,7 @@ TEST(TrainingMode, ResnetBatchNormsBecomeBatchNormTraining) {
 // Every statistic is an output of the F graph of the chunk that computes it and of no other
 // chunk; it takes no gradient; the loss reads the model's output.
 TEST(TrainingMode, StatisticsStayInTheChunkThatMakesThem) {
-  Graph g = load("resnet", 2);
+  Graph g = load_sample("resnet", 2);
   const TrainingForm form = to_training_mode(g, {});
   for (int stages : {2, 3}) {
     SCOPED_TRACE(stages);
@@ -207,7 +193,7 @@ TEST(TrainingMode, StatisticsStayInTheChunkThatMakesThem) {
 // takes from the batch statistics (and which the PyTorch oracle checks): the training form gives
 // the very same bits, whole and cut into 2 and 3 stages.
 TEST(TrainingMode, ResnetGradientsBitIdenticalToTrainingModeBatchNormAtEveryStageCount) {
-  const Graph model = load("resnet", 2);
+  const Graph model = load_sample("resnet", 2);
   const auto [want, want_loss] = step_grads(model, 1, "none");
   Graph g = model;
   to_training_mode(g, {});
@@ -223,7 +209,7 @@ TEST(TrainingMode, ResnetGradientsBitIdenticalToTrainingModeBatchNormAtEveryStag
 // (double precision here, 1e-5 relative), and the chunked F graphs give the same bits as the
 // whole graph.
 TEST(TrainingMode, BatchStatisticsAreMeanAndUnbiasedVarianceOfTheInput) {
-  Graph g = load("resnet", 4);
+  Graph g = load_sample("resnet", 4);
   const TrainingForm form = to_training_mode(g, {});
   Graph whole = g;
   std::vector<std::string> bn_inputs;
@@ -288,7 +274,7 @@ TEST(TrainingMode, BatchStatisticsAreMeanAndUnbiasedVarianceOfTheInput) {
 }
 
 TEST(TrainingMode, MobilenetHasNothingToRewriteAndStillTrains) {
-  const Graph model = load("mobilenet", 2);
+  const Graph model = load_sample("mobilenet", 2);
   Graph g = model;
   const TrainingForm form = to_training_mode(g, {});
   EXPECT_TRUE(form.batch_norms.empty());

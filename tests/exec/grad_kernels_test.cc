@@ -20,21 +20,26 @@
 #include "core/pipetrain_ops.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/stage_program.h"
+#include "tests/exec/one_node.h"
 
 namespace pt {
 namespace {
 
 using Dims = std::vector<int64_t>;
+using testing::Arg;
+using testing::build;
+using testing::constant;
+using testing::fed;
+using testing::kOmitted;
+using testing::make_tensor;
+using testing::omitted;
+using testing::OneNode;
+using testing::out_f32;
+using testing::run;
+using testing::uniform;
 
 // ---------------------------------------------------------------------------------------------
 // Tensors and one-node graphs
-
-Tensor make_tensor(DType t, const Dims& shape) {
-  Tensor x;
-  x.type = {t, shape};
-  x.data.resize(static_cast<size_t>(x.type.bytes()));
-  return x;
-}
 
 Tensor f32(const Dims& shape, const std::vector<float>& v) {
   Tensor x = make_tensor(DType::kFloat32, shape);
@@ -53,15 +58,6 @@ Tensor ints(const Dims& shape, const std::vector<I>& v) {
   return x;
 }
 
-// Uniform in [lo, hi), fixed seed.
-Tensor uniform(const Dims& shape, unsigned seed, float lo = -1.f, float hi = 1.f) {
-  Tensor x = make_tensor(DType::kFloat32, shape);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < x.type.numel(); ++i) x.as<float>()[i] = u(rng);
-  return x;
-}
-
 std::vector<float> values(const Tensor& t) {
   return std::vector<float>(t.as<float>(), t.as<float>() + t.type.numel());
 }
@@ -77,89 +73,6 @@ double dot(const Tensor& a, const Tensor& b) {
   double s = 0;
   for (int64_t i = 0; i < a.type.numel(); ++i) s += double(a.as<float>()[i]) * b.as<float>()[i];
   return s;
-}
-
-// One node's argument: data fed at run time, constant data (an initializer), or omitted.
-struct Arg {
-  Tensor data;
-  bool constant = false;
-  bool omitted = false;
-};
-Arg fed(Tensor t) { return {std::move(t), false, false}; }
-Arg constant(Tensor t) { return {std::move(t), true, false}; }
-Arg omitted() { return {Tensor{}, false, true}; }
-
-// An output of this type, or omitted when the dtype is kUndefined.
-TensorType out_f32(const Dims& shape) { return {DType::kFloat32, shape}; }
-const TensorType kOmitted{};
-
-struct OneNode {
-  Graph graph;
-  std::vector<Tensor> feeds;
-};
-
-// The graph: node `op` (domain "pipetrain" unless `onnx`), its args and outputs.
-OneNode build(const std::string& op, const std::vector<Arg>& args,
-              const std::vector<TensorType>& outs, std::map<std::string, AttrValue> attrs,
-              bool onnx = false) {
-  OneNode one;
-  Graph& g = one.graph;
-  g.name = op;
-  g.opsets[""] = 18;
-  g.opsets[kPipetrainDomain] = 1;
-  Node node;
-  node.name = op + "_0";
-  node.op_type = op;
-  node.domain = onnx ? "" : kPipetrainDomain;
-  node.attrs = std::move(attrs);
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string name = "in" + std::to_string(i);
-    if (args[i].omitted) {
-      node.inputs.push_back(kNoValue);
-    } else if (args[i].constant) {
-      node.inputs.push_back(g.add_initializer(name, args[i].data, true));
-    } else {
-      node.inputs.push_back(g.add_value(name, args[i].data.type));
-      g.inputs.push_back(node.inputs.back());
-      one.feeds.push_back(args[i].data);
-    }
-  }
-  for (size_t k = 0; k < outs.size(); ++k) {
-    if (outs[k].dtype == DType::kUndefined) {
-      node.outputs.push_back(kNoValue);
-      continue;
-    }
-    node.outputs.push_back(g.add_value("out" + std::to_string(k), outs[k]));
-    g.outputs.push_back(node.outputs.back());
-  }
-  g.add_node(std::move(node));
-  g.rebuild_uses();
-  return one;
-}
-
-// Runs the node twice (as a training loop would) on `threads` threads; the present outputs of
-// the second run, in order.
-std::vector<Tensor> run(const std::string& op, const std::vector<Arg>& args,
-                        const std::vector<TensorType>& outs,
-                        std::map<std::string, AttrValue> attrs = {}, bool onnx = false,
-                        int threads = 2) {
-  OneNode one = build(op, args, outs, std::move(attrs), onnx);
-  CpuBackend backend(threads);
-  StageProgram program(one.graph, backend);
-  std::vector<Buffer> feeds;
-  for (size_t k = 0; k < one.feeds.size(); ++k)
-    feeds.push_back({one.feeds[k].data.data(), &one.graph.value(one.graph.inputs[k]).type});
-  program.run(feeds);
-  program.run(feeds);
-  backend.synchronize();
-  std::vector<Tensor> results;
-  for (size_t k = 0; k < one.graph.outputs.size(); ++k) {
-    const Buffer b = program.output(k);
-    Tensor t = make_tensor(b.type->dtype, b.type->shape);
-    std::memcpy(t.data.data(), b.data, t.data.size());
-    results.push_back(std::move(t));
-  }
-  return results;
 }
 
 Tensor run1(const std::string& op, const std::vector<Arg>& args, const TensorType& out,

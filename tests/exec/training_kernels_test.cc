@@ -1,6 +1,6 @@
 // tests/exec/training_kernels_test.cc: the CPU kernels of the training forward ops
 // (core/pipetrain_ops.h, made by autodiff/training_mode.h), each run as a one-node graph through
-// StageProgram on the CPU backend:
+// StageProgram on the CPU backend (tests/exec/one_node.h), twice, as a training loop would:
 //   - BatchNormTraining against a double-precision loop here, and bit for bit against
 //     BatchNormalization with training_mode=1 (the op it replaces; BatchNormGrad assumes its
 //     moments);
@@ -19,6 +19,7 @@
 #include "exec/cpu/cpu_backend.h"
 #include "exec/cpu/seeded_uniform.h"
 #include "exec/stage_program.h"
+#include "tests/exec/one_node.h"
 
 namespace pt {
 namespace {
@@ -26,20 +27,8 @@ namespace {
 using Dims = std::vector<int64_t>;
 using Attrs = std::map<std::string, AttrValue>;
 
-Tensor make_tensor(DType t, const Dims& shape) {
-  Tensor x;
-  x.type = {t, shape};
-  x.data.resize(static_cast<size_t>(x.type.bytes()));
-  return x;
-}
-
-Tensor uniform(const Dims& shape, unsigned seed, float lo = -1.f, float hi = 1.f) {
-  Tensor x = make_tensor(DType::kFloat32, shape);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < x.type.numel(); ++i) x.as<float>()[i] = u(rng);
-  return x;
-}
+using testing::make_tensor;
+using testing::uniform;
 
 Tensor key_tensor(int64_t key) {
   Tensor t = make_tensor(DType::kInt64, {});
@@ -47,41 +36,16 @@ Tensor key_tensor(int64_t key) {
   return t;
 }
 
-// Runs one node (inputs fed, or initializers where `constant` says) and returns its outputs.
+// Runs one node (inputs fed, or initializers where `constant` says) twice and returns the
+// outputs of the second run (tests/exec/one_node.h).
 std::vector<Tensor> run_node(const std::string& op, const std::string& domain,
                              const std::vector<Tensor>& inputs, const std::vector<bool>& constant,
                              const std::vector<TensorType>& outs, const Attrs& attrs,
                              int threads = 2) {
-  Graph g;
-  g.opsets = {{"", 17}, {kPipetrainDomain, 1}};
-  Node n{"node", op, domain, {}, {}, attrs};
-  std::vector<Buffer> feeds;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (constant[i]) {
-      n.inputs.push_back(g.add_initializer("in" + std::to_string(i), inputs[i], true));
-      continue;
-    }
-    n.inputs.push_back(g.add_value("in" + std::to_string(i), inputs[i].type));
-    g.inputs.push_back(n.inputs.back());
-    feeds.push_back({const_cast<std::byte*>(inputs[i].data.data()), &inputs[i].type});
-  }
-  for (size_t k = 0; k < outs.size(); ++k) {
-    n.outputs.push_back(g.add_value("out" + std::to_string(k), outs[k]));
-    g.outputs.push_back(n.outputs.back());
-  }
-  g.add_node(n);
-  g.rebuild_uses();
-  CpuBackend backend(threads);
-  StageProgram program(g, backend);
-  program.run(feeds);
-  std::vector<Tensor> result;
-  for (size_t k = 0; k < outs.size(); ++k) {
-    const Buffer b = program.output(k);
-    Tensor t = make_tensor(b.type->dtype, b.type->shape);
-    std::memcpy(t.data.data(), b.data, t.data.size());
-    result.push_back(std::move(t));
-  }
-  return result;
+  std::vector<testing::Arg> args;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    args.push_back(constant[i] ? testing::constant(inputs[i]) : testing::fed(inputs[i]));
+  return testing::run(op, args, outs, attrs, domain.empty(), threads);
 }
 
 // ---- BatchNormTraining ----------------------------------------------------------------------

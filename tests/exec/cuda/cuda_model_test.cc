@@ -21,8 +21,8 @@
 #include "exec/cuda/cuda_backend.h"
 #include "exec/reference_step.h"
 #include "exec/stage_program.h"
-#include "onnx_import/import.h"
-#include "partition/cost_model.h"
+#include "tests/autodiff/sample_chunks.h"
+#include "tests/exec/test_tensors.h"
 
 namespace pt {
 namespace {
@@ -30,30 +30,12 @@ namespace {
 using Store = std::map<std::string, Tensor>;
 constexpr int kMicroBatch = 2, kMicroBatches = 2;
 
-std::vector<BackwardGraphs> one_chunk(const std::string& name) {
-  ImportOptions o;
-  o.batch = kMicroBatch;
-  Graph g = import_model("samples/" + name + "/" + name + ".onnx", o);
-  to_training_mode(g, TrainingModeOptions{true});
-  PartitionOptions po;
-  po.stages = 1;
-  const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
-  ChunkBackwardOptions co;
-  co.loss = LossSpec{};
-  co.recompute = {RecomputePolicy::parse("none", "test")};
-  return build_chunk_backward(g, plan, co);
-}
+using testing::random_tensor;
 
-Tensor random_tensor(const TensorType& type, std::mt19937& rng, int64_t classes) {
-  std::normal_distribution<float> normal;
-  Tensor t;
-  t.type = type;
-  t.data.resize(static_cast<size_t>(type.bytes()));
-  for (int64_t i = 0; i < type.numel(); ++i) {
-    if (type.dtype == DType::kFloat32) t.as<float>()[i] = normal(rng);
-    if (type.dtype == DType::kInt64) t.as<int64_t>()[i] = static_cast<int64_t>(rng() % classes);
-  }
-  return t;
+std::vector<BackwardGraphs> one_chunk(const std::string& name) {
+  Graph g = testing::load_sample(name, kMicroBatch);
+  to_training_mode(g, TrainingModeOptions{true});
+  return testing::sample_chunks(g, 1);
 }
 
 // Per micro-batch: every graph input of F (model inputs, a dropout key), the target and the

@@ -29,8 +29,8 @@ Dims split_sizes(const KernelSpec& s, size_t axis) {
 }
 
 // data.shape[:axis] + indices + data.shape[axis+1:] and the [outer, n, inner] view of data.
-std::optional<GatherGeometry> gather_view(const Dims& data, int64_t axis_attr, const TensorType& idx,
-                                          const Dims& gathered) {
+std::optional<GatherGeometry> gather_view(const Dims& data, int64_t axis_attr,
+                                          const TensorType& idx, const Dims& gathered) {
   if (idx.dtype != DType::kInt64 && idx.dtype != DType::kInt32) return std::nullopt;
   const int64_t axis = normalize_axis(axis_attr, data.size());
   if (axis < 0) return std::nullopt;

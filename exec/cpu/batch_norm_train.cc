@@ -17,17 +17,12 @@ namespace {
 // X: (N, C, S); Scale, B, batch_mean, batch_var: (C); R = N * S >= 2 values per channel.
 //   mean, var = channel_moments (biased), Y = (X - mean) * Scale / sqrt(var + eps) + B
 //   batch_mean = mean, batch_var = var * R / (R - 1)
-class BatchNormTraining final : public Kernel {
+class BatchNormTraining final : public ChannelKernel {
  public:
-  BatchNormTraining(ChannelDims d, float epsilon, int threads)
-      : d_(d), eps_(epsilon), threads_(threads) {}
-
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-    for_each_channel(d_, threads_, [&](int64_t c) { channel(in, out, c); });
-  }
+  using ChannelKernel::ChannelKernel;
 
  private:
-  void channel(std::span<const Buffer> in, std::span<const Buffer> out, int64_t c) const {
+  void channel(std::span<const Buffer> in, std::span<const Buffer> out, int64_t c) const override {
     const float* x = in[0].as<const float>();
     float mean, var;
     channel_moments(x, d_, c, &mean, &var);
@@ -38,10 +33,6 @@ class BatchNormTraining final : public Kernel {
     if (out.size() > 2 && out[2].present())
       out[2].as<float>()[c] = static_cast<float>(double(var) * r / (r - 1));
   }
-
-  ChannelDims d_;
-  float eps_;
-  int threads_;
 };
 
 }  // namespace

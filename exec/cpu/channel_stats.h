@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/cpu/lane_math.h"
+#include "exec/kernel.h"
 
 namespace pt::cpu {
 
@@ -45,6 +46,25 @@ inline void normalize_channel(const float* x, const ChannelDims& d, int64_t c, f
     for (int64_t i = 0; i < d.s; ++i) y[at + i] = (x[at + i] - mean) * a + b;
   }
 }
+
+// A kernel computed channel by channel over (N, C, S) data with an epsilon (the batch-norm
+// kernels): run() calls channel(in, out, c) for every channel, through for_each_channel.
+class ChannelKernel : public Kernel {
+ public:
+  ChannelKernel(ChannelDims d, float epsilon, int threads)
+      : d_(d), eps_(epsilon), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) final {
+    for_each_channel(d_, threads_, [&](int64_t c) { channel(in, out, c); });
+  }
+
+ protected:
+  virtual void channel(std::span<const Buffer> in, std::span<const Buffer> out,
+                       int64_t c) const = 0;
+
+  ChannelDims d_;
+  float eps_;
+  int threads_;
+};
 
 // Mean and biased variance of channel c of x over (N, S), in two passes.
 inline void channel_moments(const float* x, const ChannelDims& d, int64_t c, float* mean,

@@ -55,10 +55,10 @@ void parallel_memcpy(void* dst, const void* src, int64_t bytes, int threads) {
 //   dst[out_offset + sum_k i_k * out_stride_k] = src[in_offset + sum_k i_k * in_stride_k]
 // (offsets and strides in elements of esize bytes; strides may be 0 (broadcast) or negative).
 // The constructor drops size-1 dims and merges neighbours that are contiguous on both sides
-// (merge_copy_dims), so the innermost dim ("a row") is as long as possible: a memcpy when both its strides are 1, a
-// strided loop otherwise, and tiles of up to 32x32 when the dim next to it is contiguous on the
-// input side (a transpose of the last two dims, NCHW -> NHWC, ...). [B,S,H,D] -> [B,H,S,D]
-// keeps D contiguous: rows of D floats, each a memcpy.
+// (merge_copy_dims), so the innermost dim ("a row") is as long as possible: a memcpy when both
+// its strides are 1, a strided loop otherwise, and tiles of up to 32x32 when the dim next to it
+// is contiguous on the input side (a transpose of the last two dims, NCHW -> NHWC, ...).
+// [B,S,H,D] -> [B,H,S,D] keeps D contiguous: rows of D floats, each a memcpy.
 class StridedCopy {
  public:
   StridedCopy(const CopyGeometry& g, size_t esize, int threads);

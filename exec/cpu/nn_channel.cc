@@ -44,17 +44,13 @@ class GlobalAveragePool final : public Kernel {
 // variance over (N, spatial) and writes, when asked for (opset 15):
 //   running_mean = input_mean * momentum + batch_mean * (1 - momentum)
 //   running_var  = input_var  * momentum + batch_var  * (1 - momentum)
-class BatchNorm final : public Kernel {
+class BatchNorm final : public ChannelKernel {
  public:
   BatchNorm(ChannelDims d, bool training, float epsilon, float momentum, int threads)
-      : d_(d), training_(training), eps_(epsilon), momentum_(momentum), threads_(threads) {}
-
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-    for_each_channel(d_, threads_, [&](int64_t c) { normalize(c, in, out); });
-  }
+      : ChannelKernel(d, epsilon, threads), training_(training), momentum_(momentum) {}
 
  private:
-  void normalize(int64_t c, std::span<const Buffer> in, std::span<const Buffer> out) const {
+  void channel(std::span<const Buffer> in, std::span<const Buffer> out, int64_t c) const override {
     const float* x = in[0].as<const float>();
     float mean = in[3].as<const float>()[c];
     float var = in[4].as<const float>()[c];
@@ -73,10 +69,8 @@ class BatchNorm final : public Kernel {
       out[k].as<float>()[c] = running * momentum_ + batch * (1.f - momentum_);
   }
 
-  ChannelDims d_;
   bool training_;
-  float eps_, momentum_;
-  int threads_;
+  float momentum_;
 };
 
 }  // namespace

@@ -131,17 +131,12 @@ class LayerNormGrad final : public Kernel {
 //   dBias = sum_R(dY), dScale = istd * sum_R(dY * (X - mean))
 //   dX = Scale * istd * (dY - dBias / R - xhat * dScale / R)
 // Channels run in parallel, each on one thread.
-class BatchNormGrad final : public Kernel {
+class BatchNormGrad final : public ChannelKernel {
  public:
-  BatchNormGrad(ChannelDims d, float epsilon, int threads)
-      : d_(d), eps_(epsilon), threads_(threads) {}
-
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-    for_each_channel(d_, threads_, [&](int64_t c) { channel(in, out, c); });
-  }
+  using ChannelKernel::ChannelKernel;
 
  private:
-  void channel(std::span<const Buffer> in, std::span<const Buffer> out, int64_t c) const {
+  void channel(std::span<const Buffer> in, std::span<const Buffer> out, int64_t c) const override {
     const float* dy = in[0].as<const float>();
     const float* x = in[1].as<const float>();
     float mean, var;
@@ -179,10 +174,6 @@ class BatchNormGrad final : public Kernel {
     for (float l : lane) total += l;
     return total;
   }
-
-  ChannelDims d_;
-  float eps_;
-  int threads_;
 };
 
 }  // namespace

@@ -4,6 +4,8 @@
 // what its CPU counterpart accepts (dtypes of exec/cpu/elementwise*.cc).
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_kernels.h"
@@ -23,6 +25,16 @@ std::unique_ptr<Kernel> binary(const KernelSpec& s, CudaContext& ctx, BinaryOp o
   return fn_kernel([=, bc = *bc](Args in, Args out, void*) {
     launch_binary(op, a, b, bc, in[0].data, in[1].data, out[0].data, stream);
   });
+}
+
+// Gelu's (and GeluGrad's) form from its `approximate` attribute: `erf` for "none", `tanh` for
+// "tanh"; nullopt for anything else.
+template <class Op>
+std::optional<Op> gelu_form(const KernelSpec& s, Op erf, Op tanh) {
+  const std::string approximate = s.node.attr_string("approximate", "none");
+  if (approximate == "none") return erf;
+  if (approximate == "tanh") return tanh;
+  return std::nullopt;
 }
 
 // x -> y of the same type and shape.
@@ -111,10 +123,8 @@ std::unique_ptr<Kernel> make_sigmoid(const KernelSpec& s, CudaContext& c) { retu
 
 // Gelu, approximate "none" (erf form) or "tanh".
 std::unique_ptr<Kernel> make_gelu(const KernelSpec& s, CudaContext& c) {
-  const std::string approximate = s.node.attr_string("approximate", "none");
-  if (approximate == "none") return unary(s, c, UnaryOp::kGeluErf);
-  if (approximate == "tanh") return unary(s, c, UnaryOp::kGeluTanh);
-  return nullptr;
+  const auto op = gelu_form(s, UnaryOp::kGeluErf, UnaryOp::kGeluTanh);
+  return op ? unary(s, c, *op) : nullptr;
 }
 
 // Clip(x, min?, max?): bounds constant (read now) or fed (read by the kernel).
@@ -193,10 +203,8 @@ std::unique_ptr<Kernel> make_relu_grad(const KernelSpec& s, CudaContext& c) { re
 std::unique_ptr<Kernel> make_erf_grad(const KernelSpec& s, CudaContext& c) { return unary_grad(s, c, GradOp::kErf); }
 
 std::unique_ptr<Kernel> make_gelu_grad(const KernelSpec& s, CudaContext& c) {
-  const std::string approximate = s.node.attr_string("approximate", "none");
-  if (approximate == "none") return unary_grad(s, c, GradOp::kGeluErf);
-  if (approximate == "tanh") return unary_grad(s, c, GradOp::kGeluTanh);
-  return nullptr;
+  const auto op = gelu_form(s, GradOp::kGeluErf, GradOp::kGeluTanh);
+  return op ? unary_grad(s, c, *op) : nullptr;
 }
 
 // ClipGrad(dY, X, min?, max?): dX = dY where min < X < max; bounds float32 scalars, constant,

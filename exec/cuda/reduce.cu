@@ -15,22 +15,23 @@
 namespace pt::cuda {
 namespace {
 
-__device__ inline int64_t kept_offset(const ReducePlan& p, int64_t o) {
+// Offset of flat index i (row-major over dims[0..rank)) in elements `strides` apart.
+__device__ inline int64_t offset_of(const int64_t* dims, const int64_t* strides, int rank,
+                                    int64_t i) {
   int64_t off = 0;
-  for (int d = p.kept_rank - 1; d >= 0; --d) {
-    off += (o % p.kept_dims[d]) * p.kept_strides[d];
-    o /= p.kept_dims[d];
+  for (int d = rank - 1; d >= 0; --d) {
+    off += (i % dims[d]) * strides[d];
+    i /= dims[d];
   }
   return off;
 }
 
+__device__ inline int64_t kept_offset(const ReducePlan& p, int64_t o) {
+  return offset_of(p.kept_dims, p.kept_strides, p.kept_rank, o);
+}
+
 __device__ inline int64_t reduced_offset(const ReducePlan& p, int64_t r) {
-  int64_t off = 0;
-  for (int d = p.reduced_rank - 1; d >= 0; --d) {
-    off += (r % p.reduced_dims[d]) * p.reduced_strides[d];
-    r /= p.reduced_dims[d];
-  }
-  return off;
+  return offset_of(p.reduced_dims, p.reduced_strides, p.reduced_rank, r);
 }
 
 __global__ void reduce_block_kernel(ReducePlan p, const float* x, float* y) {

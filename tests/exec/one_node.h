@@ -30,33 +30,38 @@ inline Arg omitted() { return {Tensor{}, false, true}; }
 inline TensorType out_f32(const std::vector<int64_t>& shape) { return {DType::kFloat32, shape}; }
 inline const TensorType kOmitted{};
 
+// A one-node graph and the data fed to it (graph-input order).
 struct OneNode {
   Graph graph;
   std::vector<Tensor> feeds;
 };
 
-// The graph: node `op` (domain "pipetrain" unless `onnx`), its args and outputs.
-inline OneNode build(const std::string& op, const std::vector<Arg>& args,
-                     const std::vector<TensorType>& outs, std::map<std::string, AttrValue> attrs,
-                     bool onnx = false) {
+// The one-node graph, graph and node named `name`: `op` of `domain` ("" for ONNX's) at ONNX
+// opset `opset` (pipetrain and com.microsoft opset 1), its args (the fed ones graph inputs, in
+// order, their data in feeds) and outputs (dtype kUndefined: omitted).
+inline OneNode build_node(const std::string& name, const std::string& op,
+                          const std::string& domain, const std::vector<Arg>& args,
+                          const std::vector<TensorType>& outs,
+                          std::map<std::string, AttrValue> attrs, int64_t opset) {
   OneNode one;
   Graph& g = one.graph;
-  g.name = op;
-  g.opsets[""] = 18;
+  g.name = name;
+  g.opsets[""] = opset;
   g.opsets[kPipetrainDomain] = 1;
+  g.opsets["com.microsoft"] = 1;
   Node node;
-  node.name = op + "_0";
+  node.name = name;
   node.op_type = op;
-  node.domain = onnx ? "" : kPipetrainDomain;
+  node.domain = domain;
   node.attrs = std::move(attrs);
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string name = "in" + std::to_string(i);
+    const std::string in = "in" + std::to_string(i);
     if (args[i].omitted) {
       node.inputs.push_back(kNoValue);
     } else if (args[i].constant) {
-      node.inputs.push_back(g.add_initializer(name, args[i].data, true));
+      node.inputs.push_back(g.add_initializer(in, args[i].data, true));
     } else {
-      node.inputs.push_back(g.add_value(name, args[i].data.type));
+      node.inputs.push_back(g.add_value(in, args[i].data.type));
       g.inputs.push_back(node.inputs.back());
       one.feeds.push_back(args[i].data);
     }
@@ -72,6 +77,13 @@ inline OneNode build(const std::string& op, const std::vector<Arg>& args,
   g.add_node(std::move(node));
   g.rebuild_uses();
   return one;
+}
+
+// Node `op` (domain "pipetrain" unless `onnx`) named op_0, at opset 18.
+inline OneNode build(const std::string& op, const std::vector<Arg>& args,
+                     const std::vector<TensorType>& outs, std::map<std::string, AttrValue> attrs,
+                     bool onnx = false) {
+  return build_node(op + "_0", op, onnx ? "" : kPipetrainDomain, args, outs, std::move(attrs), 18);
 }
 
 // Runs the node twice (as a training loop would) on `threads` threads; the present outputs of
@@ -90,12 +102,8 @@ inline std::vector<Tensor> run(const std::string& op, const std::vector<Arg>& ar
   program.run(feeds);
   backend.synchronize();
   std::vector<Tensor> results;
-  for (size_t k = 0; k < one.graph.outputs.size(); ++k) {
-    const Buffer b = program.output(k);
-    Tensor t = make_tensor(b.type->dtype, b.type->shape);
-    std::memcpy(t.data.data(), b.data, t.data.size());
-    results.push_back(std::move(t));
-  }
+  for (size_t k = 0; k < one.graph.outputs.size(); ++k)
+    results.push_back(download(backend, program.output(k)));
   return results;
 }
 

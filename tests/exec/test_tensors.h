@@ -1,5 +1,6 @@
 // tests/exec/test_tensors.h: the tensors kernel and model tests make: zeroed, uniform floats from
-// a fixed seed, and random model feeds (normal floats, int64 class ids). Header-only.
+// a fixed seed, random model feeds (normal floats, int64 class ids), and a backend's buffer
+// brought back to the host. Header-only.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,8 @@
 #include <vector>
 
 #include "core/ir.h"
+#include "exec/backend.h"
+#include "exec/kernel.h"
 
 namespace pt::testing {
 
@@ -37,6 +40,13 @@ inline Tensor random_tensor(const TensorType& type, std::mt19937& rng, int64_t c
     if (type.dtype == DType::kFloat32) t.as<float>()[i] = normal(rng);
     if (type.dtype == DType::kInt64) t.as<int64_t>()[i] = static_cast<int64_t>(rng() % classes);
   }
+  return t;
+}
+
+// A buffer in `backend`'s memory (a program's output) copied into a host tensor.
+inline Tensor download(Backend& backend, const Buffer& b) {
+  Tensor t = make_tensor(b.type->dtype, b.type->shape);
+  backend.copy(t.data.data(), b.data, t.data.size());
   return t;
 }
 

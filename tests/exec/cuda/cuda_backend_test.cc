@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "exec/cuda/cuda_backend.h"
 #include "exec/stage_program.h"
+#include "tests/exec/test_tensors.h"
 
 namespace pt::cuda {
 namespace {
@@ -22,15 +23,7 @@ namespace {
     if (!why.empty()) GTEST_SKIP() << why;                            \
   } while (0)
 
-Tensor f32(const std::vector<int64_t>& shape, unsigned seed, float lo = -1.f, float hi = 1.f) {
-  Tensor t;
-  t.type = {DType::kFloat32, shape};
-  t.data.resize(static_cast<size_t>(t.type.bytes()));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < t.type.numel(); ++i) t.as<float>()[i] = u(rng);
-  return t;
-}
+using testing::uniform;
 
 // y = x @ w with w an initializer: x [m, k] fed, w [k, n] constant.
 Graph matmul_graph(const Tensor& w, int64_t m) {
@@ -115,7 +108,7 @@ TEST(CudaBackend, CopyAndFillRoundTrip) {
 // measured peak (device bytes written) stays within it.
 TEST(CudaBackend, AllocatorHoldsThePlannedArenaAndConstants) {
   PT_REQUIRE_GPU();
-  const Tensor w = f32({64, 48}, 1);
+  const Tensor w = uniform({64, 48}, 1);
   const Graph g = matmul_graph(w, 32);
   CudaBackend b;
   {
@@ -123,7 +116,7 @@ TEST(CudaBackend, AllocatorHoldsThePlannedArenaAndConstants) {
     const int64_t rounded_arena = (std::max<int64_t>(p.planned_peak_bytes(), 64) + 511) / 512 * 512;
     EXPECT_EQ(b.allocator().stats().in_use, rounded_arena + b.constant_bytes());
     EXPECT_EQ(b.constant_bytes(), 64 * 48 * 4);
-    const Tensor x = f32({32, 64}, 2);
+    const Tensor x = uniform({32, 64}, 2);
     void* dx = b.allocate(x.data.size());
     b.copy(dx, x.data.data(), x.data.size());
     const Buffer in{dx, &g.value(g.inputs[0]).type};
@@ -136,12 +129,12 @@ TEST(CudaBackend, AllocatorHoldsThePlannedArenaAndConstants) {
 // Constants are uploaded once; refresh_constants() brings the optimizer's in-place update over.
 TEST(CudaBackend, RefreshConstantsAfterTheHostTensorChanged) {
   PT_REQUIRE_GPU();
-  Tensor w = f32({16, 8}, 3);
+  Tensor w = uniform({16, 8}, 3);
   Graph g = matmul_graph(w, 4);
   auto& init = const_cast<Tensor&>(*g.value(g.find("w")).init);
   CudaBackend b;
   StageProgram p(g, b);
-  const Tensor x = f32({4, 16}, 4);
+  const Tensor x = uniform({4, 16}, 4);
   const std::vector<float> before = run_host(p, b, g, x);
   for (int64_t i = 0; i < init.type.numel(); ++i) init.as<float>()[i] *= 2.f;
   EXPECT_EQ(run_host(p, b, g, x), before) << "a constant changed before refresh_constants()";
@@ -155,7 +148,7 @@ TEST(CudaBackend, RefreshConstantsAfterTheHostTensorChanged) {
 // |y - exact| <= 1e-2 * sum_k |x_ik w_kj| (2^-7 = 7.8e-3, plus the fp32 sum).
 TEST(CudaBackend, Bf16MatMulWithinItsBound) {
   PT_REQUIRE_GPU();
-  const Tensor w = f32({512, 64}, 5), x = f32({96, 512}, 6);
+  const Tensor w = uniform({512, 64}, 5), x = uniform({96, 512}, 6);
   const Graph g = matmul_graph(w, 96);
   CudaBackend b({0, Precision::kBf16});
   StageProgram p(g, b);
@@ -172,7 +165,7 @@ TEST(CudaBackend, Bf16MatMulWithinItsBound) {
 
 TEST(CudaBackend, Fp32MatMulWithin1e4) {
   PT_REQUIRE_GPU();
-  const Tensor w = f32({512, 64}, 5), x = f32({96, 512}, 6);
+  const Tensor w = uniform({512, 64}, 5), x = uniform({96, 512}, 6);
   const Graph g = matmul_graph(w, 96);
   CudaBackend b;
   StageProgram p(g, b);

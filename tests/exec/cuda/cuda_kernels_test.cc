@@ -24,6 +24,7 @@
 #include "exec/cuda/cuda_backend.h"
 #include "exec/stage_program.h"
 #include "tests/exec/cuda/kernel_cases.h"
+#include "tests/exec/test_tensors.h"
 
 namespace pt::testing {
 namespace {
@@ -53,14 +54,7 @@ const auto* const kFigures = ::testing::AddGlobalTestEnvironment(new FiguresWrit
 // Outputs of a program as host tensors (through the backend's copy).
 std::vector<Tensor> outputs(const StageProgram& p, const Graph& g, Backend& b) {
   std::vector<Tensor> out;
-  for (size_t k = 0; k < g.outputs.size(); ++k) {
-    const Buffer buf = p.output(k);
-    Tensor t;
-    t.type = *buf.type;
-    t.data.resize(static_cast<size_t>(t.type.bytes()));
-    b.copy(t.data.data(), buf.data, t.data.size());
-    out.push_back(std::move(t));
-  }
+  for (size_t k = 0; k < g.outputs.size(); ++k) out.push_back(testing::download(b, p.output(k)));
   return out;
 }
 

@@ -83,14 +83,8 @@ void run(StageProgram& p, const Graph& g, Backend& b, Store& store) {
     in.push_back({d, &g.value(v).type});
   }
   p.run(in);
-  for (size_t k = 0; k < g.outputs.size(); ++k) {
-    const Buffer out = p.output(k);
-    Tensor t;
-    t.type = *out.type;
-    t.data.resize(static_cast<size_t>(t.type.bytes()));
-    b.copy(t.data.data(), out.data, t.data.size());
-    store[g.value(g.outputs[k]).name] = std::move(t);
-  }
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    store[g.value(g.outputs[k]).name] = testing::download(b, p.output(k));
   for (void* d : mem) b.release(d);
 }
 

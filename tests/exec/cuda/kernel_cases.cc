@@ -375,45 +375,17 @@ std::vector<KernelCase> kernel_cases() {
 }
 
 OneNode build_case(const KernelCase& c, unsigned seed) {
-  OneNode one;
-  Graph& g = one.graph;
-  g.name = c.name;
-  g.opsets[""] = 17;
-  g.opsets[kPipetrainDomain] = 1;
-  g.opsets["com.microsoft"] = 1;
   std::mt19937 rng(seed);
-  Node node;
-  node.name = c.name;
-  node.op_type = c.op;
-  node.domain = c.domain;
-  node.attrs = c.attrs;
-  for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const CaseInput& in = c.inputs[i];
+  std::vector<Arg> args;
+  for (const CaseInput& in : c.inputs) {
     if (in.omitted) {
-      node.inputs.push_back(kNoValue);
+      args.push_back(omitted());
       continue;
     }
     Tensor t = generate(in, rng);
-    const std::string name = "in" + std::to_string(i);
-    if (in.constant) {
-      node.inputs.push_back(g.add_initializer(name, std::move(t), true));
-    } else {
-      node.inputs.push_back(g.add_value(name, t.type));
-      g.inputs.push_back(node.inputs.back());
-      one.feeds.push_back(std::move(t));
-    }
+    args.push_back(in.constant ? constant(std::move(t)) : fed(std::move(t)));
   }
-  for (size_t k = 0; k < c.outputs.size(); ++k) {
-    if (c.outputs[k].dtype == DType::kUndefined) {
-      node.outputs.push_back(kNoValue);
-      continue;
-    }
-    node.outputs.push_back(g.add_value("out" + std::to_string(k), c.outputs[k]));
-    g.outputs.push_back(node.outputs.back());
-  }
-  g.add_node(std::move(node));
-  g.rebuild_uses();
-  return one;
+  return build_node(c.name, c.op, c.domain, args, c.outputs, c.attrs, 17);
 }
 
 }  // namespace pt::testing

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/ir.h"
+#include "tests/exec/one_node.h"
 
 namespace pt::testing {
 
@@ -40,12 +41,8 @@ struct KernelCase {
 
 std::vector<KernelCase> kernel_cases();
 
-// The node, with its inputs, as a one-node graph (opset 17 for the ONNX domain), and the data
-// fed to it (graph-input order).
-struct OneNode {
-  Graph graph;
-  std::vector<Tensor> feeds;
-};
+// The node, with its inputs, as a one-node graph (tests/exec/one_node.h; opset 17 for the ONNX
+// domain), and the data fed to it (graph-input order).
 OneNode build_case(const KernelCase& c, unsigned seed);
 
 }  // namespace pt::testing

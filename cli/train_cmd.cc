@@ -81,17 +81,11 @@ std::string read_text(const std::string& path, const std::string& where) {
   return ss.str();
 }
 
-Tensor scalar_tensor_f32(float v) {
+// A rank-0 tensor holding v (float32 for loss_scale, int64 for dropout_key).
+template <class T>
+Tensor scalar_tensor(T v) {
   Tensor t;
-  t.type = TensorType{DType::kFloat32, {}};
-  t.data.resize(sizeof v);
-  std::memcpy(t.data.data(), &v, sizeof v);
-  return t;
-}
-
-Tensor scalar_tensor_i64(int64_t v) {
-  Tensor t;
-  t.type = TensorType{DType::kInt64, {}};
+  t.type = TensorType{dtype_of<T>(), {}};
   t.data.resize(sizeof v);
   std::memcpy(t.data.data(), &v, sizeof v);
   return t;
@@ -508,9 +502,9 @@ void Trainer::step(int64_t s) {
   for (const FeedMap& f : feeds) targets.push_back(&f.at(kLossTarget));
   const float scale = loss_scale(loss_, targets, cfg_.where("data"));
   for (int m = 0; m < M; ++m) {
-    feeds[static_cast<size_t>(m)][kLossScale] = scalar_tensor_f32(scale);
+    feeds[static_cast<size_t>(m)][kLossScale] = scalar_tensor(scale);
     if (form_.dropout_key)
-      feeds[static_cast<size_t>(m)][kDropoutKey] = scalar_tensor_i64(dropout_key_for(cfg_.seed, s, m));
+      feeds[static_cast<size_t>(m)][kDropoutKey] = scalar_tensor(dropout_key_for(cfg_.seed, s, m));
   }
   executor_->run_step(feeds);
   // BatchNorm buffers, micro-batch by micro-batch as torch updates them.

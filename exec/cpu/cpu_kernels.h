@@ -1,5 +1,5 @@
 // exec/cpu/cpu_kernels.h: every CPU kernel factory, grouped by op family (one .cc per family,
-// forward and, later, backward together). The registry list is in cpu_backend.cc.
+// forward and, later, backward together). The op list is exec/kernel_registry.h's.
 #pragma once
 
 #include "exec/kernel.h"

@@ -1,6 +1,6 @@
 // exec/cuda/cuda_kernels.h: every CUDA kernel factory, grouped by op family as the CPU's
 // (exec/cpu/cpu_kernels.h), each the counterpart of the CPU factory of the same name and
-// declining (nullptr) what it does not handle. The registry list is in cuda_backend.cc.
+// declining (nullptr) what it does not handle. The op list is exec/kernel_registry.h's.
 // Factories run on the backend's device (CudaBackend makes it current) and may create library
 // descriptors and choose algorithms there; run() only enqueues on ctx.stream.
 #pragma once

@@ -1,6 +1,6 @@
 // tests/exec/cuda/kernel_cases.h: the one-node cases every CUDA kernel is compared on against
 // the CPU kernel (cuda_kernels_test.cc), at least one per op the CUDA registry lists
-// (exec/cuda/cuda_backend.cc), covering the paths each factory takes (cuDNN or custom, strided
+// (exec/kernel_registry.h), covering the paths each factory takes (cuDNN or custom, strided
 // batch or per-batch GEMM, constant or fed operands, omitted outputs). Inputs are generated from
 // a fixed seed per case, so both backends see the same bytes.
 #pragma once

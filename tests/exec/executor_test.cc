@@ -21,6 +21,8 @@
 #include "schedule/generators.h"
 #include "schedule/lower.h"
 #include "schedule/simulate.h"
+#include "tests/autodiff/sample_chunks.h"
+#include "tests/exec/test_tensors.h"
 
 namespace pt {
 namespace {
@@ -29,35 +31,14 @@ constexpr int kMicroBatch = 2;
 constexpr int kMicroBatches = 4;
 using Feeds = std::vector<std::map<std::string, Tensor>>;
 
-Graph load(const std::string& name) {
-  ImportOptions o;
-  o.batch = kMicroBatch;
-  return import_model("samples/" + name + "/" + name + ".onnx", o);
-}
+Graph load(const std::string& name) { return testing::load_sample(name, kMicroBatch); }
 
 std::vector<BackwardGraphs> chunks_of(const Graph& g, int stages, int chunks_per_stage,
                                       const std::string& recompute = "none") {
-  PartitionOptions po;
-  po.stages = stages;
-  po.chunks_per_stage = chunks_per_stage;
-  const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
-  ChunkBackwardOptions o;
-  o.loss = LossSpec{};
-  o.recompute = {RecomputePolicy::parse(recompute, "test")};
-  return build_chunk_backward(g, plan, o);
+  return testing::sample_chunks(g, stages, recompute, chunks_per_stage);
 }
 
-Tensor random_tensor(const TensorType& type, std::mt19937& rng, int64_t classes) {
-  std::normal_distribution<float> normal;
-  Tensor t;
-  t.type = type;
-  t.data.resize(static_cast<size_t>(type.bytes()));
-  for (int64_t i = 0; i < type.numel(); ++i) {
-    if (type.dtype == DType::kFloat32) t.as<float>()[i] = normal(rng);
-    if (type.dtype == DType::kInt64) t.as<int64_t>()[i] = static_cast<int64_t>(rng() % classes);
-  }
-  return t;
-}
+using testing::random_tensor;
 
 // Per micro-batch: the model inputs, a target in range, loss_scale = 1 / (M x micro-batch).
 Feeds random_feeds(const Graph& g, const std::vector<BackwardGraphs>& chunks) {

@@ -29,6 +29,8 @@
 #include "partition/cost_model.h"
 #include "schedule/generators.h"
 #include "schedule/lower.h"
+#include "tests/autodiff/sample_chunks.h"
+#include "tests/exec/test_tensors.h"
 
 namespace pt {
 namespace {
@@ -42,9 +44,7 @@ struct Model {
 };
 
 Model load(const std::string& name) {
-  ImportOptions o;
-  o.batch = kMicroBatch;
-  Model m{import_model("samples/" + name + "/" + name + ".onnx", o), {}};
+  Model m{testing::load_sample(name, kMicroBatch), {}};
   for (const BatchNormStats& bn : to_training_mode(m.g, TrainingModeOptions{true}).batch_norms) {
     m.side.push_back(bn.batch_mean);
     m.side.push_back(bn.batch_var);
@@ -53,27 +53,10 @@ Model load(const std::string& name) {
 }
 
 std::vector<BackwardGraphs> chunks_of(const Graph& g, int stages, int chunks_per_stage) {
-  PartitionOptions po;
-  po.stages = stages;
-  po.chunks_per_stage = chunks_per_stage;
-  const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
-  ChunkBackwardOptions o;
-  o.loss = LossSpec{};
-  o.recompute = {RecomputePolicy::parse("none", "test")};
-  return build_chunk_backward(g, plan, o);
+  return testing::sample_chunks(g, stages, "none", chunks_per_stage);
 }
 
-Tensor random_tensor(const TensorType& type, std::mt19937& rng, int64_t classes) {
-  std::normal_distribution<float> normal;
-  Tensor t;
-  t.type = type;
-  t.data.resize(static_cast<size_t>(type.bytes()));
-  for (int64_t i = 0; i < type.numel(); ++i) {
-    if (type.dtype == DType::kFloat32) t.as<float>()[i] = normal(rng);
-    if (type.dtype == DType::kInt64) t.as<int64_t>()[i] = static_cast<int64_t>(rng() % classes);
-  }
-  return t;
-}
+using testing::random_tensor;
 
 // Per micro-batch: the model's inputs (the dropout key as the trainer makes it), a target in
 // range, loss_scale = 1 / (M x micro-batch).

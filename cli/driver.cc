@@ -101,4 +101,21 @@ int run_partition(const PartitionArgs& a) {
   return 0;
 }
 
+Costs plan_costs(const PartitionPlan& plan, const std::vector<NodeCost>& nodes) {
+  Costs costs;
+  costs.bytes = true;
+  for (const ChunkPlan& c : plan.chunks) {
+    ChunkCost cc;
+    cc.f = cc.b = cc.w = 0;
+    for (int n = c.begin; n < c.end; ++n) {
+      cc.f += nodes[static_cast<size_t>(n)].flops_fwd * 1e-9;
+      cc.b += nodes[static_cast<size_t>(n)].flops_bwd_input * 1e-9;
+      cc.w += nodes[static_cast<size_t>(n)].flops_bwd_weight * 1e-9;
+    }
+    cc.activation = static_cast<double>(c.activation_bytes);
+    costs.chunks.push_back(cc);
+  }
+  return costs;
+}
+
 }  // namespace pt

@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "core/ir.h"
 #include "partition/partitioner.h"
+#include "schedule/costs.h"
 
 namespace pt {
 
@@ -31,5 +32,9 @@ void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, cons
 void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
                      const PartitionArgs& a);
 ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices);
+
+// The simulator's costs of a partition, chunk by chunk: F, B and W in GFLOP summed over the
+// chunk's nodes, and its kept activations in bytes.
+Costs plan_costs(const PartitionPlan& plan, const std::vector<NodeCost>& nodes);
 
 }  // namespace pt

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/args.h"
+#include "cli/driver.h"
 #include "cli/schedule_args.h"
 #include "core/bytes.h"
 #include "core/error.h"
@@ -55,14 +56,6 @@ void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path, "cannot be read", "check the path given to --from-csv");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Per-chunk costs from the model: F, B, W in GFLOP and kept activations in bytes, chunk by
 // chunk of the partition into stages x chunks.
 Costs model_costs(const ScheduleArgs& a, int v) {
@@ -74,21 +67,7 @@ Costs model_costs(const ScheduleArgs& a, int v) {
   PartitionOptions po;
   po.stages = a.stages;
   po.chunks_per_stage = v;
-  const PartitionPlan plan = plan_partition(g, nodes, po);
-  Costs costs;
-  costs.bytes = true;
-  for (const ChunkPlan& c : plan.chunks) {
-    ChunkCost cc;
-    cc.f = cc.b = cc.w = 0;
-    for (int n = c.begin; n < c.end; ++n) {
-      cc.f += nodes[static_cast<size_t>(n)].flops_fwd * 1e-9;
-      cc.b += nodes[static_cast<size_t>(n)].flops_bwd_input * 1e-9;
-      cc.w += nodes[static_cast<size_t>(n)].flops_bwd_weight * 1e-9;
-    }
-    cc.activation = static_cast<double>(c.activation_bytes);
-    costs.chunks.push_back(cc);
-  }
-  return costs;
+  return plan_costs(plan_partition(g, nodes, po), nodes);
 }
 
 Costs costs_for(const ScheduleArgs& a, int stages, int v) {
@@ -144,7 +123,7 @@ Planned plan(const ScheduleArgs& a) {
   if (!a.from_csv.empty()) {
     if (!a.kind.empty())
       throw UserError("--from-csv", "takes the schedule from the file", "drop --kind");
-    p.schedule = parse_csv(read_text(a.from_csv), a.from_csv);
+    p.schedule = parse_csv(read_file(a.from_csv, "check the path given to --from-csv"), a.from_csv);
     p.costs = costs_for(a, p.schedule.stages, p.schedule.chunks);
     return p;
   }

@@ -73,14 +73,6 @@ auto at_key(const TrainConfig& cfg, const std::string& key, F&& f) -> decltype(f
   }
 }
 
-std::string read_text(const std::string& path, const std::string& where) {
-  std::ifstream in(path);
-  if (!in) throw UserError(where, "cannot read '" + path + "'", "check the path");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A rank-0 tensor holding v (float32 for loss_scale, int64 for dropout_key).
 template <class T>
 Tensor scalar_tensor(T v) {
@@ -361,7 +353,7 @@ void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
   const TrainConfig::Pipeline& p = cfg_.pipeline;
   const std::string key = "pipeline.schedule";
   if (p.schedule.size() > 4 && p.schedule.substr(p.schedule.size() - 4) == ".csv") {
-    schedule_ = at_key(cfg_, key, [&] { return parse_csv(read_text(p.schedule, "csv"), p.schedule); });
+    schedule_ = at_key(cfg_, key, [&] { return parse_csv(read_file(p.schedule, "check the path of the CSV schedule"), p.schedule); });
     if (schedule_.stages != p.stages || schedule_.micro_batches != p.micro_batches ||
         (p.chunks && schedule_.chunks != p.chunks))
       throw UserError(cfg_.where(key), "the schedule in '" + p.schedule + "' has " +
@@ -377,17 +369,7 @@ void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
       po.stages = p.stages;
       po.chunks_per_stage = v;
       try {
-        const PartitionPlan plan = plan_partition(train_, costs, po);
-        Costs c;
-        c.bytes = true;
-        for (const ChunkPlan& ch : plan.chunks) {
-          ChunkCost cc;
-          cc.f = static_cast<double>(ch.flops_fwd);
-          cc.b = cc.w = static_cast<double>(ch.flops_bwd) / 2;
-          cc.activation = static_cast<double>(ch.activation_bytes);
-          c.chunks.push_back(cc);
-        }
-        o.chunkings.push_back(c);
+        o.chunkings.push_back(plan_costs(plan_partition(train_, costs, po), costs));
       } catch (const UserError&) {
         if (v == 1) throw;  // the model cannot be cut even once per stage: say so
       }

@@ -1,30 +1,59 @@
 #include "core/files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
 namespace pt {
 
-void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo) {
+std::string read_file(const std::string& path, const std::string& todo) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path, "cannot be read", todo);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
+                       const std::string& todo) {
   namespace fs = std::filesystem;
   const std::string tmp = path + ".tmp";
-  std::error_code ec;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      fs::remove(tmp, ec);
-      throw UserError(path, "cannot be written", todo);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw UserError(path, "cannot be written", todo);
+  bool ok = true;
+  for (std::string_view part : parts)
+    for (const char* p = part.data(); ok && p < part.data() + part.size();) {
+      const ssize_t w = ::write(fd, p, static_cast<size_t>(part.data() + part.size() - p));
+      ok = w > 0;
+      if (ok) p += w;
     }
+  ok = ::fsync(fd) == 0 && ok;
+  ::close(fd);
+  std::error_code ec;
+  if (!ok) {
+    fs::remove(tmp, ec);
+    throw UserError(path, "writing failed (disk full?)", todo);
   }
   fs::rename(tmp, path, ec);
   if (ec) {
     fs::remove(tmp, ec);
     throw UserError(path, "cannot be written: " + ec.message(), todo);
   }
+  const fs::path folder = fs::path(path).parent_path();
+  const int dfd = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo) {
+  write_file_atomic(path, std::span<const std::string_view>(&text, 1), todo);
 }
 
 }  // namespace pt

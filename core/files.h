@@ -1,13 +1,21 @@
-// core/files.h: writing a whole file so that no reader ever sees half of it.
+// core/files.h: reading a whole file, and writing one so that no reader ever sees half of it.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace pt {
 
-// Writes `text` to `path` through a temporary file renamed into place. On failure nothing is left
-// behind and a UserError names the path, ending with `todo` (e.g. "choose another --csv").
+// The file's bytes. UserError naming the path, ending with `todo`, when it cannot be read.
+std::string read_file(const std::string& path, const std::string& todo);
+
+// Writes the parts, one after the other, to `path` through a temporary file that is flushed to
+// disk (fsync) and renamed into place, then syncs the folder: the name holds the old content or
+// all of the new, even if the process is killed. On failure nothing is left behind and a
+// UserError names the path, ending with `todo` (e.g. "choose another --csv").
+void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
+                       const std::string& todo);
 void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo);
 
 }  // namespace pt

@@ -1,8 +1,5 @@
 #include "exec/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -12,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace pt {
 namespace fs = std::filesystem;
@@ -23,43 +21,6 @@ std::string step_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld.ckpt", static_cast<long long>(step));
   return buf;
-}
-
-// Writes `bytes` to path through a temporary file, fsyncs it, renames it into place and fsyncs
-// the folder, so the name holds either the old content or all of the new.
-void write_durably(const fs::path& path, const std::string& head, const std::vector<const Tensor*>& body) {
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw UserError(path.parent_path().string(), "cannot write a checkpoint there", "check the folder's permissions");
-  bool ok = true;
-  const auto put = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (ok && n > 0) {
-      const ssize_t w = ::write(fd, c, n);
-      if (w <= 0) {
-        ok = false;
-        break;
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  put(head.data(), head.size());
-  for (const Tensor* t : body) put(t->data.data(), t->data.size());
-  ok = ok && ::fsync(fd) == 0;
-  ::close(fd);
-  std::error_code ec;
-  if (!ok) {
-    fs::remove(tmp, ec);
-    throw UserError(path.string(), "writing the checkpoint failed (disk full?)", "free space and run again");
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) throw UserError(path.string(), "cannot be replaced: " + ec.message(), "check the folder's permissions");
-  const int dfd = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 }  // namespace
@@ -80,18 +41,19 @@ void write_checkpoint(const std::string& dir, const Checkpoint& c) {
   h["meta"] = c.meta;
   nlohmann::json list = nlohmann::json::array();
   size_t offset = 0;
-  std::vector<const Tensor*> body;
+  std::vector<std::string_view> parts(1);  // the header, then every tensor's bytes
   for (const auto& [name, t] : c.tensors) {
     list.push_back({{"name", name}, {"dtype", static_cast<int>(t.type.dtype)}, {"shape", t.type.shape},
                     {"offset", offset}, {"bytes", t.data.size()}});
     offset += t.data.size();
-    body.push_back(&t);
+    parts.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
   }
   h["tensors"] = list;
   const std::string head = std::string(kMagic) + "\n" + h.dump() + "\n";
-  const fs::path file = fs::path(dir) / step_name(c.step);
-  write_durably(file, head, body);
-  write_durably(fs::path(dir) / "latest", step_name(c.step) + "\n", {});
+  parts[0] = head;
+  const std::string todo = "check the free space and permissions of checkpoint.dir";
+  write_file_atomic((fs::path(dir) / step_name(c.step)).string(), parts, todo);
+  write_file_atomic((fs::path(dir) / "latest").string(), step_name(c.step) + "\n", todo);
   // Keep the two newest.
   std::vector<fs::path> old;
   for (const auto& e : fs::directory_iterator(dir, ec)) {

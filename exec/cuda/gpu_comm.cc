@@ -276,18 +276,22 @@ void GpuComm::recv(std::string_view name, int micro_batch, int from, int to, voi
   m->full = false;
 }
 
+void GpuComm::abort_nccl() {
+  for (auto& [key, l] : links_) {
+    if (!l->nccl || !l->comm_send) continue;
+    ncclCommAbort(l->comm_send);
+    ncclCommAbort(l->comm_recv);
+    l->comm_send = l->comm_recv = nullptr;
+    broken_ = true;
+  }
+}
+
 void GpuComm::abort() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = true;
     // A send waiting in NCCL for a receive that will never come would hang its stream.
-    for (auto& [key, l] : links_) {
-      if (!l->nccl || !l->comm_send) continue;
-      ncclCommAbort(l->comm_send);
-      ncclCommAbort(l->comm_recv);
-      l->comm_send = l->comm_recv = nullptr;
-      broken_ = true;
-    }
+    abort_nccl();
   }
   arrived_.notify_all();
 }
@@ -296,15 +300,7 @@ void GpuComm::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   bool undelivered = false;
   for (auto& [key, l] : links_) undelivered = undelivered || (l->nccl && !l->in_flight.empty());
-  if (undelivered && !broken_) {  // the link's NCCL order is lost: start it afresh
-    for (auto& [key, l] : links_) {
-      if (!l->nccl || !l->comm_send) continue;
-      ncclCommAbort(l->comm_send);
-      ncclCommAbort(l->comm_recv);
-      l->comm_send = l->comm_recv = nullptr;
-    }
-    broken_ = true;
-  }
+  if (undelivered && !broken_) abort_nccl();  // the link's NCCL order is lost: start it afresh
   for (auto& [key, l] : links_) {
     cudaStreamSynchronize(l->send_stream);
     cudaStreamSynchronize(l->recv_stream);

@@ -63,6 +63,7 @@ class GpuComm : public Comm {
   Message& entry(std::string_view name, int micro_batch, int to);  // caller holds mu_
   void make_links(const std::vector<std::pair<int, int>>& links);
   void destroy_nccl();
+  void abort_nccl();  // caller holds mu_: aborts every live NCCL link, sets broken_
   void init_nccl(Link& l);
   void receive_into(Link& l, Message& m, void* dst);  // `to`'s thread
 

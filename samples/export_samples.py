@@ -10,8 +10,8 @@ With no names every sample is exported. Each model is written to
 one output named "output", and a symbolic batch dimension named "batch"
 (dim 0 of both). torch is seeded so re-running produces identical files.
 
-If the `onnx` / `onnxruntime` packages are importable (e.g. run with
-/tmp/venvtest/bin/python), every export is also checked with
+If the `onnx` / `onnxruntime` packages are importable (e.g. run with the
+project's .venv/bin/python, made by scripts/setup.sh), every export is also checked with
 onnx.checker.check_model and run in onnxruntime at batch 2 and batch 3
 against the torch output. Pass --no-check to skip that.
 """

@@ -219,7 +219,7 @@ class Progress {
   bool open_ = false;
 };
 
-OptimizerConfig optimizer_config(const TrainConfig& cfg) {
+OptimizerConfig optimizer_config(const TrainConfig& cfg, bool quiet) {
   const TrainConfig::Optimizer& o = cfg.optimizer;
   OptimizerConfig c;
   c.kind = parse_optimizer_kind(o.kind);
@@ -234,6 +234,15 @@ OptimizerConfig optimizer_config(const TrainConfig& cfg) {
   c.warmup_steps = o.warmup_steps;
   c.schedule = parse_lr_schedule(o.schedule);
   c.total_steps = cfg.steps;
+  // A run shorter than the configured warm-up (a quick try with --set steps=N) keeps a tenth of
+  // its steps for warm-up, so that the cosine schedule still spans it.
+  if (c.schedule == OptimizerConfig::Schedule::kCosine && cfg.steps >= 1 && c.warmup_steps >= cfg.steps) {
+    const int64_t shortened = cfg.steps / 10;
+    if (!quiet)
+      std::cout << "optimizer: warm-up shortened from " << c.warmup_steps << " to " << shortened
+                << " steps to fit steps: " << cfg.steps << "\n";
+    c.warmup_steps = shortened;
+  }
   c.min_lr = o.min_lr;
   at_key(cfg, "optimizer", [&] { validate(c); });
   return c;
@@ -336,7 +345,7 @@ void Trainer::build() {
                                                  lowered_, side_);
 
   // One optimizer per device over the parameters whose first reader lives there.
-  const OptimizerConfig oc = optimizer_config(cfg_);
+  const OptimizerConfig oc = optimizer_config(cfg_, args_.quiet);
   std::vector<std::vector<OptimizerParam>> per_device(static_cast<size_t>(schedule_.stages));
   for (size_t c = 0; c < chunks_.size(); ++c)
     for (const std::string& p : chunks_[c].params) {

@@ -207,4 +207,16 @@ TEST(Train, BadConfigsNameTheYamlLine) {
   EXPECT_FALSE(fs::exists("out/trained.onnx.tmp"));
 }
 
+// A quick try shorter than the configured warm-up runs, with one line saying how the warm-up was
+// shortened (the main job's own config has 20 warm-up steps; `--set steps=3` must still train).
+TEST(Train, ShortRunShortensTheWarmUp) {
+  const fs::path d = scratch("short");
+  write(d / "c.yaml", mlp_config(d, 40, 100));
+  const Result r = run("train " + (d / "c.yaml").string() + " --set steps=3 --set optimizer.warmup_steps=20");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("optimizer: warm-up shortened from 20 to 0 steps to fit steps: 3\n"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(metric_lines(d / "metrics.jsonl").size(), 3u + 2u);  // 3 steps, the final eval, the summary
+}
+
 }  // namespace

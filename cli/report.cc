@@ -114,6 +114,7 @@ std::vector<InitializerRole> initializer_roles(const Graph& g) {
     }
     out.push_back(r);
   }
+  for (const auto& [name, why] : g.buffers) out.push_back({name, false, why});
   return out;
 }
 
@@ -133,7 +134,9 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
   std::map<std::string, int> histogram;
   for (const Node& n : g.nodes) histogram[n.op_type]++;
   const NodeCost total = total_cost(costs);
-  os << model_path << ": opset " << g.opset() << ", " << g.nodes.size() << " nodes (after folding), "
+  os << model_path << ": opset " << g.opset()
+     << (g.source_opset && g.source_opset != g.opset() ? " (the file's " + std::to_string(g.source_opset) + ", adapted)" : "")
+     << ", " << g.nodes.size() << " nodes (after folding), "
      << format_count(double(g.parameter_count())) << " parameters ("
      << format_bytes(g.parameter_bytes()) << ")\n";
   for (ValueId v : g.inputs) os << "input  " << g.value(v).name << " " << g.value(v).type.str() << "\n";
@@ -186,8 +189,8 @@ void print_op_table(std::ostream& os) {
   for (const OpEntry& e : op_table()) {
     std::string name = std::string(e.domain).empty() ? e.op_type : std::string(e.domain) + "::" + e.op_type;
     char line[256];
-    std::snprintf(line, sizeof line, "%-28s %-9s %s\n", name.c_str(),
-                  e.support == OpSupport::kRun ? "run" : "fold-only", e.note);
+    std::snprintf(line, sizeof line, "%-28s %-9s %-7s %s\n", name.c_str(),
+                  e.support == OpSupport::kRun ? "run" : "fold-only", opset_range(e).c_str(), e.note);
     os << line;
   }
 }

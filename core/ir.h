@@ -118,7 +118,10 @@ class Graph {
   std::string name;
   std::map<std::string, int64_t> opsets;  // domain -> version; "" is the ONNX domain
   int64_t ir_version = 8;
+  int64_t source_opset = 0;  // the file's default opset, before import adapted it to opset()
   std::string producer_name;
+  // Float initializers import keeps out of training (constant), each with the reason.
+  std::map<std::string, std::string> buffers;
 
   std::vector<Value> values;
   std::vector<Node> nodes;          // topological order

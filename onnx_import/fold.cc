@@ -520,6 +520,16 @@ Folded fold_trilu(const Node& node, const Inputs& in, int64_t) {
 // ---- Numeric folders, defined in fold_ops.cc ----
 
 Folded fold_cast(const Node&, const Inputs&, int64_t);
+Folded fold_reciprocal(const Node&, const Inputs&, int64_t);
+Folded fold_sin(const Node&, const Inputs&, int64_t);
+Folded fold_cos(const Node&, const Inputs&, int64_t);
+Folded fold_exp(const Node&, const Inputs&, int64_t);
+Folded fold_is_nan(const Node&, const Inputs&, int64_t);
+Folded fold_mod(const Node&, const Inputs&, int64_t);
+// Index-driven folders, defined in fold_index.cc.
+Folded fold_gather_elements(const Node&, const Inputs&, int64_t);
+Folded fold_gather_nd(const Node&, const Inputs&, int64_t);
+Folded fold_cumsum(const Node&, const Inputs&, int64_t);
 Folded fold_cast_like(const Node&, const Inputs&, int64_t);
 Folded fold_range(const Node&, const Inputs&, int64_t);
 Folded fold_add(const Node&, const Inputs&, int64_t);
@@ -564,6 +574,9 @@ const std::map<std::string, Folder>& folders() {
       {"Concat", {1, fold_concat}},
       {"Expand", {2, fold_expand}},
       {"Gather", {2, fold_gather}},
+      {"GatherElements", {2, fold_gather_elements}},
+      {"GatherND", {2, fold_gather_nd}},
+      {"CumSum", {2, fold_cumsum}},
       {"Identity", {1, fold_identity}},
       {"Reshape", {2, fold_reshape}},
       {"Shape", {1, fold_shape}},
@@ -602,6 +615,12 @@ const std::map<std::string, Folder>& folders() {
       {"Sqrt", {1, fold_sqrt}},
       {"Floor", {1, fold_floor}},
       {"Ceil", {1, fold_ceil}},
+      {"Reciprocal", {1, fold_reciprocal}},
+      {"Sin", {1, fold_sin}},
+      {"Cos", {1, fold_cos}},
+      {"Exp", {1, fold_exp}},
+      {"IsNaN", {1, fold_is_nan}},
+      {"Mod", {2, fold_mod}},
       // Reductions.
       {"ReduceSum", {1, fold_reduce_sum}},
       {"ReduceProd", {1, fold_reduce_prod}},

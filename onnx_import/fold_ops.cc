@@ -317,6 +317,27 @@ Folded fold_xor(const Node& node, const Inputs& in, int64_t) {
   return binary<Kinds::kBool, false>(node, in[0], in[1], std::not_equal_to<>());
 }
 
+// Mod: fmod=1 is C's fmod (the dividend's sign); fmod=0, integers only, takes the divisor's sign.
+Folded fold_mod(const Node& node, const Inputs& in, int64_t) {
+  const bool c_fmod = node.attr_int("fmod", 0) != 0;
+  return binary<Kinds::kNumeric, false>(node, in[0], in[1], [&](auto x, auto y) {
+    using T = decltype(x);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!c_fmod) fail(node, "fmod=0 on floating-point inputs is not allowed by ONNX");
+      return std::fmod(x, y);
+    } else {
+      if (y == 0) fail(node, "integer modulo by zero");
+      if constexpr (std::is_signed_v<T>) {
+        if (y == -1) return T{0};
+        const T r = static_cast<T>(x % y);
+        return c_fmod || r == 0 || ((r < 0) == (y < 0)) ? r : static_cast<T>(r + y);
+      } else {
+        return static_cast<T>(x % y);
+      }
+    }
+  });
+}
+
 namespace {
 
 // ---- Unary family ----
@@ -362,6 +383,31 @@ Folded fold_floor(const Node&, const Inputs& in, int64_t) {
 }
 Folded fold_ceil(const Node&, const Inputs& in, int64_t) {
   return unary<Kinds::kFloat>(*in[0], [](auto x) { return std::ceil(x); });
+}
+Folded fold_reciprocal(const Node&, const Inputs& in, int64_t) {
+  return unary<Kinds::kFloat>(*in[0], [](auto x) { return decltype(x){1} / x; });
+}
+Folded fold_sin(const Node&, const Inputs& in, int64_t) {
+  return unary<Kinds::kFloat>(*in[0], [](auto x) { return std::sin(x); });
+}
+Folded fold_cos(const Node&, const Inputs& in, int64_t) {
+  return unary<Kinds::kFloat>(*in[0], [](auto x) { return std::cos(x); });
+}
+Folded fold_exp(const Node&, const Inputs& in, int64_t) {
+  return unary<Kinds::kFloat>(*in[0], [](auto x) { return std::exp(x); });
+}
+Folded fold_is_nan(const Node&, const Inputs& in, int64_t) {
+  const Tensor& x = *in[0];
+  return dispatch(x.type.dtype, [&](auto tag) -> Folded {
+    using T = decltype(tag);
+    if constexpr (!accepts<T>(Kinds::kFloat)) {
+      return std::nullopt;
+    } else {
+      Tensor out = new_tensor(DType::kBool, x.type.shape);
+      for (int64_t i = 0; i < x.type.numel(); ++i) out.as<bool>()[i] = std::isnan(x.as<T>()[i]);
+      return one(std::move(out));
+    }
+  });
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "onnx_import/fold.h"
 #include "onnx_import/load.h"
 #include "onnx_import/op_table.h"
+#include "onnx_import/opset_adapt.h"
 #include "onnx_import/proto_convert.h"
 
 namespace pt {
@@ -76,6 +77,7 @@ void bind_dims(onnx::ModelProto* m, const ImportOptions& opts, const std::string
 // dropped first: ONNX lets a value info override an initializer's own type.
 void infer_shapes(onnx::ModelProto* m, const std::string& path) {
   m->mutable_graph()->clear_value_info();
+  NewerOpsHidden hidden(m->mutable_graph());
   try {
     onnx::ShapeInferenceOptions options(/*check_type=*/false, /*strict_mode=*/1,
                                         /*data_prop=*/true);
@@ -144,7 +146,8 @@ Node node_shell(const onnx::NodeProto& n, const std::string& where) {
   Node node;
   node.name = n.name();
   node.op_type = n.op_type();
-  node.domain = n.domain();
+  // Ops newer than the canonical opset went through the onnx library in their own domain.
+  node.domain = n.domain() == kNewerOpsDomain ? "" : n.domain();
   for (const auto& a : n.attribute()) node.attrs[a.name()] = attr_from_proto(a, where);
   node.outputs.assign(static_cast<size_t>(n.output_size()), kNoValue);
   node.inputs.assign(static_cast<size_t>(n.input_size()), kNoValue);
@@ -221,20 +224,41 @@ void check_folded(const onnx::GraphProto& g, const std::string& path, int64_t op
   }
 }
 
-Graph convert(const onnx::ModelProto& m, const Known& known, const std::string& path) {
+// The module parameters the file declares (torch.export-based exports mark each one); empty when
+// it declares none.
+std::set<std::string> declared_parameters(const onnx::GraphProto& g) {
+  std::set<std::string> out;
+  auto take = [&](const onnx::ValueInfoProto& vi) {
+    const auto props = metadata_props(vi);
+    auto it = props.find("pkg.torch.export.graph_signature.InputSpec.kind");
+    if (it != props.end() && it->second == "PARAMETER") out.insert(vi.name());
+  };
+  for (const auto& v : g.input()) take(v);
+  for (const auto& v : g.value_info()) take(v);
+  return out;
+}
+
+Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std::string>& declared,
+              int64_t source_opset, const std::string& path) {
   const auto& g = m.graph();
   const int64_t opset = default_opset(m);
   Graph graph;
   graph.name = g.name();
   graph.ir_version = m.ir_version();
   graph.producer_name = m.producer_name();
+  graph.source_opset = source_opset;
   for (const auto& o : m.opset_import())
-    graph.opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
+    if (o.domain() != kNewerOpsDomain) graph.opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
 
   std::set<std::string> init_names;
   for (const auto& t : g.initializer()) {
     init_names.insert(t.name());
-    const bool constant = known.constants.count(t.name()) != 0;
+    bool constant = known.constants.count(t.name()) != 0;
+    if (!constant && !declared.empty() && !declared.count(t.name()) &&
+        is_floating(static_cast<DType>(t.data_type()))) {
+      constant = true;
+      graph.buffers[t.name()] = "not a parameter of the exported module (the file's graph signature)";
+    }
     graph.add_initializer(t.name(), tensor_from_proto(t, path), constant);
   }
   for (const auto& in : g.input()) {
@@ -270,7 +294,9 @@ Graph convert(const onnx::ModelProto& m, const Known& known, const std::string& 
 Graph import_model(const std::string& path, const ImportOptions& opts) {
   if (opts.batch < 1)
     throw UserError("micro-batch", "must be at least 1, got " + std::to_string(opts.batch), "");
-  onnx::ModelProto m = load_model(path);
+  int64_t source_opset = 0;
+  onnx::ModelProto m = load_model(path, &source_opset);
+  const std::set<std::string> declared = declared_parameters(m.graph());
   name_unnamed_nodes(m.mutable_graph());
   bind_dims(&m, opts, path);
   Known known;
@@ -285,7 +311,7 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   }
   drop_unused_initializers(m.mutable_graph());
   check_folded(m.graph(), path, default_opset(m));
-  return convert(m, known, path);
+  return convert(m, known, declared, source_opset, path);
 }
 
 }  // namespace pt

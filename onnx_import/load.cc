@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "onnx_import/op_table.h"
+#include "onnx_import/opset_adapt.h"
 
 namespace pt {
 namespace {
@@ -90,7 +91,7 @@ void check_opsets(const onnx::ModelProto& m, const std::string& path) {
   if (opset < kMinOpset || opset > kMaxOpset)
     throw UserError(path, "opset " + std::to_string(opset) + " is outside the supported range " +
                               std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset),
-                    "export again with torch.onnx.export(..., opset_version=17)");
+                    "export again with torch.onnx.export(..., opset_version=20)");
 }
 
 void check_ops(const onnx::ModelProto& m, const std::string& path) {
@@ -131,15 +132,19 @@ std::vector<std::string> unsupported_ops(const onnx::ModelProto& m) {
   return out;
 }
 
-onnx::ModelProto load_model(const std::string& path) {
+onnx::ModelProto load_model(const std::string& path, int64_t* source_opset) {
   onnx::ModelProto m = read_model(path);
   check_opsets(m, path);
+  if (source_opset) *source_opset = default_opset(m);
   check_ops(m, path);
+  adapt_to_canonical_opset(&m, path);
   // Newer exporters write IR versions past what this onnx library knows (9 adds float8 types,
-  // 10 4-bit ones and function overloads); none of that changes an opset-13..17 graph of
-  // supported ops, so such a model is checked as the newest IR version known here.
+  // 10 4-bit ones and function overloads, up to 14 for opset 28); adapt_to_canonical_opset has
+  // refused the new types, and nothing else changes a graph of supported ops, so such a model is
+  // checked as the newest IR version known here.
   if (m.ir_version() > onnx::Version::IR_VERSION) m.set_ir_version(onnx::Version::IR_VERSION);
   try {
+    NewerOpsHidden hidden(m.mutable_graph());
     onnx::checker::check_model(m);
   } catch (const std::exception& e) {
     throw UserError(path, "fails the onnx checker: " + first_line(e.what()),

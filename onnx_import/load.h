@@ -10,7 +10,9 @@
 namespace pt {
 
 constexpr int64_t kMinOpset = 13;
-constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kMaxOpset = 28;
+// The form every later link reads: opset 18+ models are adapted to it (onnx_import/opset_adapt.h).
+constexpr int64_t kCanonicalOpset = 17;
 
 // Reads and parses `path` and inlines external data; no other check. Throws UserError naming the
 // file when it is missing, not a model, or its external data is missing or short.
@@ -22,7 +24,9 @@ std::vector<std::string> unsupported_ops(const onnx::ModelProto& m);
 // read_model, then (paths relative to the model's folder), runs the onnx
 // checker, checks the opset range and that every op is in the op table. Throws UserError naming
 // the file (and node, op, opset where one is at fault).
-onnx::ModelProto load_model(const std::string& path);
+// The model comes back adapted to kCanonicalOpset; *source_opset, when given, receives the
+// file's own default opset.
+onnx::ModelProto load_model(const std::string& path, int64_t* source_opset = nullptr);
 
 // The opset of the default domain; 0 when the model imports none.
 int64_t default_opset(const onnx::ModelProto& m);

@@ -1,5 +1,7 @@
 #include "onnx_import/op_table.h"
 
+#include "onnx_import/load.h"
+
 namespace pt {
 
 const std::vector<OpEntry>& op_table() {
@@ -16,9 +18,11 @@ const std::vector<OpEntry>& op_table() {
       {"", "Pow", S::kRun, "float base and exponent"},
       {"", "Sqrt", S::kRun, ""},
       {"", "Neg", S::kRun, ""},
+      {"", "Reciprocal", S::kRun, "RMSNorm's rsqrt as exported at opset 18+"},
+      {"", "IsNaN", S::kRun, "float32 -> bool; not differentiable (NaN guards after Softmax)"},
       {"", "Relu", S::kRun, ""},
       {"", "Erf", S::kRun, "GELU as exported by torch at opset <= 17"},
-      {"", "Gelu", S::kRun, "opset 20 form, approximate none|tanh"},
+      {"", "Gelu", S::kRun, "approximate none|tanh", 20},
       {"com.microsoft", "Gelu", S::kRun, "onnxruntime contrib form"},
       {"", "Tanh", S::kRun, ""},
       {"", "Sigmoid", S::kRun, ""},
@@ -29,12 +33,12 @@ const std::vector<OpEntry>& op_table() {
       // Normalisation and activations over an axis
       {"", "Softmax", S::kRun, "any axis"},
       {"", "LogSoftmax", S::kRun, "any axis"},
-      {"", "LayerNormalization", S::kRun, "opset 17; axis, epsilon"},
+      {"", "LayerNormalization", S::kRun, "axis, epsilon", 17},
       {"", "BatchNormalization", S::kRun, "inference and training_mode=1"},
       // Convolution and pooling
       {"", "Conv", S::kRun, "2-D, groups, strides, pads, dilations"},
       {"", "MaxPool", S::kRun, "2-D"},
-      {"", "AveragePool", S::kRun, "2-D, count_include_pad"},
+      {"", "AveragePool", S::kRun, "2-D, count_include_pad; 19+: dilations 1 only"},
       {"", "GlobalAveragePool", S::kRun, ""},
       // Shape and data movement
       {"", "Flatten", S::kRun, ""},
@@ -43,14 +47,14 @@ const std::vector<OpEntry>& op_table() {
       {"", "Squeeze", S::kRun, "axes constant"},
       {"", "Unsqueeze", S::kRun, "axes constant"},
       {"", "Concat", S::kRun, ""},
-      {"", "Split", S::kRun, "split sizes constant"},
+      {"", "Split", S::kRun, "split sizes constant; 18+: num_outputs"},
       {"", "Slice", S::kRun, "starts/ends/axes/steps constant"},
-      {"", "Pad", S::kRun, "constant mode, pads constant"},
+      {"", "Pad", S::kRun, "constant mode, pads constant; 18+: axes constant; 19+: not wrap"},
       {"", "Gather", S::kRun, "embeddings; indices not differentiable"},
       {"", "Expand", S::kRun, "shape constant"},
       {"", "Identity", S::kRun, ""},
       {"", "Dropout", S::kRun, "ratio and training_mode constant"},
-      {"", "ReduceMean", S::kRun, "axes constant"},
+      {"", "ReduceMean", S::kRun, "axes constant (18+: an input)"},
       {"", "ReduceSum", S::kRun, "axes constant"},
       // Shape computations, folded at import once dimensions are bound
       {"", "Shape", S::kFoldOnly, "input shape known once dims are bound"},
@@ -58,7 +62,7 @@ const std::vector<OpEntry>& op_table() {
       {"", "ConstantOfShape", S::kFoldOnly, "shape constant after folding"},
       {"", "Range", S::kFoldOnly, ""},
       {"", "Size", S::kFoldOnly, ""},
-      {"", "Trilu", S::kFoldOnly, "causal masks"},
+      {"", "Trilu", S::kFoldOnly, "causal masks", 14},
       {"", "Less", S::kFoldOnly, ""},
       {"", "Greater", S::kFoldOnly, ""},
       {"", "Not", S::kFoldOnly, ""},
@@ -73,8 +77,25 @@ const std::vector<OpEntry>& op_table() {
       {"", "ReduceProd", S::kFoldOnly, ""},
       {"", "ReduceMax", S::kFoldOnly, ""},
       {"", "ReduceMin", S::kFoldOnly, ""},
+      // Position ids and attention masks as today's exporters build them
+      {"", "CumSum", S::kFoldOnly, "exclusive, reverse"},
+      {"", "GatherND", S::kFoldOnly, "batch_dims"},
+      {"", "GatherElements", S::kFoldOnly, ""},
+      {"", "LessOrEqual", S::kFoldOnly, ""},
+      {"", "GreaterOrEqual", S::kFoldOnly, ""},
+      {"", "Xor", S::kFoldOnly, ""},
+      {"", "Mod", S::kFoldOnly, "fmod 0 (integers) and 1"},
+      {"", "CastLike", S::kFoldOnly, "", 15},
+      {"", "Sin", S::kFoldOnly, "rotary tables"},
+      {"", "Cos", S::kFoldOnly, "rotary tables"},
+      {"", "Exp", S::kFoldOnly, ""},
   };
   return table;
+}
+
+std::string opset_range(const OpEntry& e) {
+  const int64_t first = e.since > kMinOpset ? e.since : kMinOpset;
+  return std::string(e.domain).empty() ? std::to_string(first) + "-" + std::to_string(kMaxOpset) : "any";
 }
 
 const OpEntry* find_op(const std::string& domain, const std::string& op_type) {

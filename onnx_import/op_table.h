@@ -17,7 +17,11 @@ struct OpEntry {
   const char* op_type;
   OpSupport support;
   const char* note;     // what the entry covers, for `pipetrain ops`
+  int since = 0;        // the first opset of the default domain that has the op; 0: kMinOpset
 };
+
+// The opsets an entry is taken at, as "13-28".
+std::string opset_range(const OpEntry& e);
 
 const std::vector<OpEntry>& op_table();
 // nullptr when (domain, op_type) is not in the table. "ai.onnx" counts as "".

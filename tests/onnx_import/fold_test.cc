@@ -27,10 +27,11 @@ const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
 // The ops evaluate_constant folds (its registry in fold.cc).
 const std::set<std::string> kFoldedOps = {
     "Abs", "Add", "And", "Cast", "CastLike", "Ceil", "Concat", "Constant", "ConstantOfShape",
-    "Div", "Equal", "Expand", "Floor", "Gather", "Greater", "GreaterOrEqual", "Identity", "Less",
-    "LessOrEqual", "Max", "Min", "Mul", "Neg", "Not", "Or", "Pow", "Range", "ReduceMax",
-    "ReduceMin", "ReduceProd", "ReduceSum", "Reshape", "Shape", "Size", "Slice", "Sqrt", "Squeeze",
-    "Sub", "Tile", "Transpose", "Trilu", "Unsqueeze", "Where", "Xor"};
+    "Cos", "CumSum", "Div", "Equal", "Exp", "Expand", "Floor", "Gather", "GatherElements",
+    "GatherND", "Greater", "GreaterOrEqual", "Identity", "IsNaN", "Less", "LessOrEqual", "Max",
+    "Min", "Mod", "Mul", "Neg", "Not", "Or", "Pow", "Range", "Reciprocal", "ReduceMax",
+    "ReduceMin", "ReduceProd", "ReduceSum", "Reshape", "Shape", "Size", "Sin", "Slice", "Sqrt",
+    "Squeeze", "Sub", "Tile", "Transpose", "Trilu", "Unsqueeze", "Where", "Xor"};
 
 // Dtypes folding computes on; a conformance case with another may fold to nullopt and is skipped.
 const std::set<DType> kFoldedDtypes = {DType::kFloat32, DType::kFloat64, DType::kInt64,

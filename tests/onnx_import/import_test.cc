@@ -174,8 +174,12 @@ TEST(ImportErrors, OpsetOutOfRange) {
   fs::path p = scratch("old_opset.onnx");
   save_model(tiny_model("Relu", "", 11), p.string());
   EXPECT_EQ(import_error(p.string()),
-            p.string() + ": opset 11 is outside the supported range 13..17; "
-                         "export again with torch.onnx.export(..., opset_version=17)");
+            p.string() + ": opset 11 is outside the supported range 13..28; "
+                         "export again with torch.onnx.export(..., opset_version=20)");
+  save_model(tiny_model("Relu", "", 29), p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": opset 29 is outside the supported range 13..28; "
+                         "export again with torch.onnx.export(..., opset_version=20)");
 }
 
 TEST(ImportErrors, SymbolicDimNeedsBinding) {

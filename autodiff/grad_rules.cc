@@ -93,6 +93,9 @@ void grad_sqrt(GradContext& c) {
 // Y = -X  =>  dX = -dY
 void grad_neg(GradContext& c) { c.give(0, c.neg(c.dy())); }
 
+// Y = 1 / X  =>  dX = -dY * Y^2
+void grad_reciprocal(GradContext& c) { c.give(0, c.neg(c.mul(c.dy(), c.mul(c.y(0), c.y(0))))); }
+
 // Y = max(X, 0)  =>  dX = dY where Y > 0
 void grad_relu(GradContext& c) {
   c.give(0, c.emit("ReluGrad", {c.dy(), c.y(0)}, c.type(c.dy()), {}, kPipetrainDomain));
@@ -501,6 +504,7 @@ const RuleEntry kRules[] = {
     {"", "Pow", grad_pow},
     {"", "Sqrt", grad_sqrt},
     {"", "Neg", grad_neg},
+    {"", "Reciprocal", grad_reciprocal},
     {"", "Relu", grad_relu},
     {"", "Erf", grad_erf},
     {"", "Gelu", grad_gelu},

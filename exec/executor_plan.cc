@@ -58,13 +58,15 @@ void plan_forward(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c, bool 
       c.f_dst.push_back({static_cast<int>(k), false, kOut, c.groups[kOut].add(val.name, val.type)});
     keep(val, false, k);
   }
-  for (size_t i = 0; i < f.inputs.size(); ++i) keep(f.value(f.inputs[i]), true, i);
+  // A tensor F passes on (an input that is also an output) was kept with the outputs already.
+  for (size_t i = 0; i < f.inputs.size(); ++i)
+    if (!std::count(f.outputs.begin(), f.outputs.end(), f.inputs[i])) keep(f.value(f.inputs[i]), true, i);
   int kept = 0;
   for (int g : {kKeptB, kKeptW}) kept += static_cast<int>(c.groups[g].entries.size());
   PT_CHECK(kept == static_cast<int>(c.g.kept.size()), "F neither makes nor reads a kept tensor");
 }
 
-// Inputs of B: grad.<y> (chunk c+1's kIGrad on the same device, else our kOGrad slot; feeds
+// Inputs of B: grad.<y> or grad.<y>@next (chunk c+1's grad.<y> in its kIGrad on the same device, else our kOGrad slot; feeds
 // for the last chunk), kept tensors. Outputs: grad.<x> to kIGrad, then passed to kPassed.
 template <class ChunkT>
 void plan_backward_input(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c) {
@@ -85,13 +87,14 @@ void plan_backward_input(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c
   for (ValueId v : b.inputs) {
     const Value& val = b.value(v);
     Source s;
-    if (index_of(c.g.output_grads, val.name) >= 0) {
+    if (const int i = index_of(c.g.output_grads, val.name); i >= 0) {
       if (!next) {
         s = {Source::kFeed, -1, -1, c.feed(val.name, val.type)};
         c.b_reads_feed = true;
       } else {
-        const int e = next->groups[kIGrad].find(val.name);
-        PT_CHECK(e >= 0, "chunk " + std::to_string(next->index) + " returns no " + val.name);
+        const std::string from = grad_name(c.g.output_grad_of[static_cast<size_t>(i)]);
+        const int e = next->groups[kIGrad].find(from);
+        PT_CHECK(e >= 0, "chunk " + std::to_string(next->index) + " returns no " + from);
         if (next->device == c.device) {
           s = {Source::kSlot, next->index, kIGrad, e};
         } else {

@@ -29,6 +29,8 @@
   X("Where", where)                                                                        \
   X("Sqrt", sqrt)                                                                          \
   X("Neg", neg)                                                                            \
+  X("Reciprocal", reciprocal)                                                              \
+  X("IsNaN", is_nan)                                                                       \
   X("Relu", relu)                                                                          \
   X("Erf", erf)                                                                            \
   X("Gelu", gelu)                                                                          \

@@ -77,6 +77,11 @@ void ReferenceStep::run_micro_batch(const std::map<std::string, Tensor>& feeds) 
     loss_ += static_cast<double>(*store.at(kLossOutput).as<float>());
   for (size_t c = chunks_.size(); c-- > 0;) {
     Chunk& ch = *chunks_[c];
+    // The next chunk's grad.<y> feeds this chunk's grad.<y>@next (a tensor passed through).
+    for (size_t i = 0; i < ch.graphs.output_grads.size(); ++i) {
+      const std::string from = grad_name(ch.graphs.output_grad_of[i]);
+      if (ch.graphs.output_grads[i] != from && store.count(from)) store[ch.graphs.output_grads[i]] = store.at(from);
+    }
     run(ch.b, ch.graphs.backward_input, store);
     for (const std::string& p : ch.graphs.params) store[grad_acc_name(p)] = grads_.at(p);
     run(ch.w, ch.graphs.backward_weight, store);

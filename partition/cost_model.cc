@@ -20,6 +20,7 @@ const std::map<std::string, Elementwise>& elementwise_table() {
       {"Pow", {10, 12}}, {"Sqrt", {1, 2}},   {"Neg", {1, 1}},   {"Relu", {1, 1}},
       {"Erf", {8, 6}},  {"Gelu", {12, 16}},  {"Tanh", {8, 2}},  {"Sigmoid", {4, 3}},
       {"Clip", {2, 2}}, {"Where", {1, 1}},   {"Dropout", {2, 1}},
+      {"Reciprocal", {1, 3}}, {"IsNaN", {1, 0}},
       {"SeededDropout", {12, 2}},  // a 64-bit hash per element
   };
   return t;
@@ -147,7 +148,7 @@ std::vector<int> saved_for_backward(const Node& n) {
 
 // Ops through which no gradient flows to any input.
 static bool is_non_differentiable(const std::string& op) {
-  return op == "Equal" || op == "Shape" || op == "Size";
+  return op == "Equal" || op == "IsNaN" || op == "Shape" || op == "Size";
 }
 
 // Inputs (by index) that carry a gradient when their value needs one. Index inputs, masks,

@@ -66,15 +66,18 @@ struct ErfOp {
 struct NegOp {
   template <class T> T operator()(T x) const { return -x; }
 };
+struct IsNaNOp {
+  bool operator()(float x) const { return x != x; }
+};
 
-// y[i] = Op(x[i]) over n elements.
-template <class T, class Op>
+// y[i] = Op(x[i]) over n elements; y is of type Out (T unless the op says otherwise).
+template <class T, class Op, class Out = T>
 class PlainUnary final : public Kernel {
  public:
   PlainUnary(int64_t n, int threads) : n_(n), threads_(threads) {}
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const T* x = in[0].as<const T>();
-    T* y = out[0].as<T>();
+    Out* y = out[0].as<Out>();
 #pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
     for (int64_t i = 0; i < n_; ++i) y[i] = Op{}(x[i]);
   }
@@ -229,6 +232,19 @@ std::unique_ptr<Kernel> make_neg(const KernelSpec& s) {
   return visit(NegTypes{}, s.inputs[0].dtype, [&]<class T>() -> std::unique_ptr<Kernel> {
     return std::make_unique<PlainUnary<T, NegOp>>(s.inputs[0].numel(), s.cpu->threads);
   });
+}
+
+// Reciprocal: fp32 as oneDNN pow, y = 1 * x^-1.
+std::unique_ptr<Kernel> make_reciprocal(const KernelSpec& s) {
+  return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_pow, 1.f, -1.f);
+}
+
+// IsNaN: fp32 -> bool.
+std::unique_ptr<Kernel> make_is_nan(const KernelSpec& s) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || s.outputs[0].dtype != DType::kBool ||
+      s.outputs[0].shape != s.inputs[0].shape)
+    return nullptr;
+  return std::make_unique<PlainUnary<float, IsNaNOp, bool>>(s.inputs[0].numel(), s.cpu->threads);
 }
 
 // Clip(x, min?, max?) on ClipTypes; min and max are scalars, constant or read in run(). fp32

@@ -24,6 +24,8 @@ std::unique_ptr<Kernel> make_equal(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_where(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_sqrt(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_neg(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_reciprocal(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_is_nan(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_relu(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_erf(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_gelu(const KernelSpec& s, CudaContext& ctx);

@@ -116,6 +116,21 @@ std::unique_ptr<Kernel> make_where(const KernelSpec& s, CudaContext& ctx) {
 
 std::unique_ptr<Kernel> make_sqrt(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kSqrt); }
 std::unique_ptr<Kernel> make_neg(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kNeg); }
+std::unique_ptr<Kernel> make_reciprocal(const KernelSpec& s, CudaContext& c) {
+  return unary(s, c, UnaryOp::kReciprocal);
+}
+
+// IsNaN: fp32 -> bool, as the CPU's.
+std::unique_ptr<Kernel> make_is_nan(const KernelSpec& s, CudaContext& ctx) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || s.outputs[0].dtype != DType::kBool ||
+      s.outputs[0].shape != s.inputs[0].shape)
+    return nullptr;
+  const int64_t n = s.inputs[0].numel();
+  const cudaStream_t stream = ctx.stream;
+  return fn_kernel([=](Args in, Args out, void*) {
+    launch_is_nan(n, in[0].as<const float>(), out[0].as<bool>(), stream);
+  });
+}
 std::unique_ptr<Kernel> make_relu(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kRelu); }
 std::unique_ptr<Kernel> make_erf(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kErf); }
 std::unique_ptr<Kernel> make_tanh(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kTanh); }

@@ -121,6 +121,7 @@ __device__ T apply_unary(UnaryOp op, T x) {
     switch (op) {
       case UnaryOp::kSqrt: return sqrtf(x);
       case UnaryOp::kNeg: return -x;
+      case UnaryOp::kReciprocal: return 1.f / x;
       case UnaryOp::kRelu: return x > 0.f ? x : 0.f;
       case UnaryOp::kErf: return erff(x);
       case UnaryOp::kGeluErf: return 0.5f * x * (1.f + erff(x * kInvSqrt2));
@@ -138,6 +139,10 @@ __device__ T apply_unary(UnaryOp op, T x) {
 template <class T>
 __global__ void unary_kernel(UnaryOp op, int64_t n, const T* x, T* y) {
   PT_GRID_STRIDE(i, n) y[i] = apply_unary<T>(op, x[i]);
+}
+
+__global__ void is_nan_kernel(int64_t n, const float* x, bool* y) {
+  PT_GRID_STRIDE(i, n) y[i] = isnan(x[i]);
 }
 
 template <class T>
@@ -298,6 +303,12 @@ void launch_unary(UnaryOp op, DType t, int64_t n, const void* x, void* y, cudaSt
     PT_CUDA_LAUNCH_CHECK();
   });
   PT_CHECK(done, "no CUDA unary kernel for this dtype");
+}
+
+void launch_is_nan(int64_t n, const float* x, bool* y, cudaStream_t s) {
+  if (n == 0) return;
+  is_nan_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+  PT_CUDA_LAUNCH_CHECK();
 }
 
 bool clip_supported(DType t) { return allowed(t, kArith); }

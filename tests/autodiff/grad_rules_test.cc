@@ -70,6 +70,7 @@ void Unary() {
   };
   const std::vector<U> ops = {
       {"Sqrt", uniform(0.5f, 2), {}},         {"Neg", {}, {}},
+      {"Reciprocal", uniform(0.5f, 2), {}},
       {"Relu", uniform(-1, 1, 0.05f), {}},    {"Erf", {}, {}},
       {"Tanh", {}, {}},                       {"Sigmoid", {}, {}},
       {"Identity", {}, {}},                   {"Gelu", uniform(-2, 2), {}},

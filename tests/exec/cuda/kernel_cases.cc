@@ -89,6 +89,8 @@ void elementwise(Cases& c) {
   c.add("Sqrt", "Sqrt", {f32({3, 17}, 0, 4)}, {F({3, 17})});
   c.add("Neg_Float", "Neg", {f32({3, 17})}, {F({3, 17})});
   c.add("Neg_Int32", "Neg", {ints(kI32, {9}, -100, 100)}, {T(kI32, {9})});
+  c.add("Reciprocal", "Reciprocal", {f32({3, 17}, 0.5, 4)}, {F({3, 17})});
+  c.add("IsNaN", "IsNaN", {vals(kF32, {6}, {1, NAN, -0.0, INFINITY, -NAN, 3})}, {T(kBool, {6})});
   c.add("Relu", "Relu", {f32({3, 17})}, {F({3, 17})});
   c.add("Erf", "Erf", {f32({5, 41}, -4, 4)}, {F({5, 41})});
   c.add("Gelu_Erf", "Gelu", {f32({2, 3, 33}, -5, 5)}, {F({2, 3, 33})});

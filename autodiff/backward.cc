@@ -14,6 +14,7 @@ namespace pt {
 
 std::string grad_name(const std::string& value) { return "grad." + value; }
 std::string grad_acc_name(const std::string& param) { return "grad_acc." + param; }
+std::string next_grad_name(const std::string& value) { return grad_name(value) + "@next"; }
 
 namespace {
 
@@ -265,7 +266,10 @@ BackwardGraphs build_backward(const Graph& chunk, const BackwardOptions& options
   } else {
     for (ValueId o : w.g.outputs) {
       if (!needs[static_cast<size_t>(o)]) continue;
-      const ValueId d = w.g.add_value(grad_name(w.g.value(o).name), w.g.value(o).type);
+      const std::string name = w.g.value(o).name;  // a copy: add_value may move the values
+      const bool passes_on = std::count(w.g.inputs.begin(), w.g.inputs.end(), o) != 0;
+      const ValueId d = w.g.add_value(passes_on ? next_grad_name(name) : grad_name(name), w.g.value(o).type);
+      out.output_grad_of.push_back(name);
       w.bwd_values.insert(d);
       w.contributions[o].push_back(d);
       b_inputs.push_back(d);

@@ -34,7 +34,8 @@ struct BackwardGraphs {
   std::vector<std::string> kept;             // F -> B and W, in F's output order
   std::vector<std::string> kept_for_weight;  // the part of `kept` W reads
   std::vector<std::string> passed;           // B -> W
-  std::vector<std::string> output_grads;     // B's gradient inputs
+  std::vector<std::string> output_grads;     // B's gradient inputs (names: see next_grad_name)
+  std::vector<std::string> output_grad_of;   // the chunk output each output_grads entry is for
   std::vector<std::string> input_grads;      // B's gradient outputs
   std::vector<std::string> params;           // parameters with a gradient, W's order
   std::vector<std::string> recomputed;       // names of the forward nodes B re-runs
@@ -49,5 +50,10 @@ BackwardGraphs build_backward(const Graph& chunk, const BackwardOptions& options
 // "grad.<name>" and "grad_acc.<name>": the names every stage and the executor agree on.
 std::string grad_name(const std::string& value);
 std::string grad_acc_name(const std::string& param);
+// "grad.<name>@next": B's input for the gradient of a tensor that the chunk both reads and passes
+// on to later chunks (a residual, a mask). The next chunk returns it as grad.<name>; this chunk's
+// own grad.<name> output adds what its nodes contribute. Every other output gradient comes in as
+// grad.<name>.
+std::string next_grad_name(const std::string& value);
 
 }  // namespace pt

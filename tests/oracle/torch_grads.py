@@ -144,7 +144,9 @@ def portable(args, path, inputs, target, stages, recompute, micro_batches, tmp):
 
 
 def run_into(s, env):
-    outs = s.run(None, {i.name: env[i.name] for i in s.get_inputs()})
+    # grad.<y>@next (a tensor the stage reads and passes on) is the next stage's grad.<y>.
+    outs = s.run(None, {i.name: env[i.name[:-len("@next")] if i.name.endswith("@next") else i.name]
+                        for i in s.get_inputs()})
     for o, v in zip(s.get_outputs(), outs):
         env[o.name] = v
 

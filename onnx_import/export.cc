@@ -1,5 +1,6 @@
 #include "onnx_import/export.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -9,6 +10,44 @@
 #include "onnx_import/proto_convert.h"
 
 namespace pt {
+namespace {
+
+// Gelu (opset 20) written with opset-17 ops, so that an exported graph stays at the canonical
+// opset (the form every runtime reads and the onnx library here checks):
+//   none: Y = X * 0.5 * (1 + Erf(X / sqrt 2))
+//   tanh: Y = X * 0.5 * (1 + Tanh(sqrt(2/pi) * (X + 0.044715 X^3)))
+void write_gelu_as_opset17(const Node& n, const Graph& g, onnx::GraphProto* gp) {
+  const std::string x = g.value(n.inputs[0]).name, y = g.value(n.outputs[0]).name;
+  const std::string p = n.name + "/gelu17/";
+  auto scalar = [&](const std::string& name, float v) {
+    Tensor t;
+    t.type = TensorType{DType::kFloat32, {}};
+    t.data.resize(sizeof(float));
+    std::memcpy(t.data.data(), &v, sizeof v);
+    tensor_to_proto(t, p + name, gp->add_initializer());
+    return p + name;
+  };
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    auto* np = gp->add_node();
+    np->set_name(p + out);
+    np->set_op_type(op);
+    for (const std::string& i : in) np->add_input(i);
+    np->add_output(out == y ? y : p + out);
+    return out == y ? y : p + out;
+  };
+  std::string inner;
+  if (n.attr_string("approximate", "none") == "tanh") {
+    const std::string cube = node("Mul", {x, node("Mul", {x, x}, "x2")}, "x3");
+    const std::string sum = node("Add", {x, node("Mul", {cube, scalar("c", 0.044715f)}, "cx3")}, "sum");
+    inner = node("Tanh", {node("Mul", {sum, scalar("k", 0.7978845608028654f)}, "arg")}, "t");
+  } else {
+    inner = node("Erf", {node("Mul", {x, scalar("r", 0.7071067811865476f)}, "arg")}, "t");
+  }
+  const std::string half_x = node("Mul", {x, scalar("half", 0.5f)}, "half_x");
+  node("Mul", {half_x, node("Add", {inner, scalar("one", 1.0f)}, "one_plus")}, y);
+}
+
+}  // namespace
 
 onnx::ModelProto to_model_proto(const Graph& g) {
   onnx::ModelProto m;
@@ -46,6 +85,12 @@ onnx::ModelProto to_model_proto(const Graph& g) {
     io.insert(v);
   }
   for (const Node& n : g.nodes) {
+    if (n.domain.empty() && n.op_type == "Gelu" && g.opset() < 20) {
+      write_gelu_as_opset17(n, g, gp);
+      if (!io.count(n.outputs[0]))
+        type_to_value_info(g.value(n.outputs[0]).type, g.value(n.outputs[0]).name, gp->add_value_info());
+      continue;
+    }
     auto* np = gp->add_node();
     np->set_name(n.name);
     np->set_op_type(n.op_type);

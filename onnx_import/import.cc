@@ -238,6 +238,23 @@ std::set<std::string> declared_parameters(const onnx::GraphProto& g) {
   return out;
 }
 
+// Whether a node reads `name` where a module keeps its weights: the weight or bias of
+// MatMul/Gemm/Conv, the scale or bias of a normalisation, the table of a Gather. An exporter's
+// copies of parameters (weights stored pre-transposed under names such as val_N) are read there;
+// its scalars, rotary tables and folded position slices are not.
+bool read_at_parameter_site(const std::string& name, const onnx::GraphProto& g) {
+  for (const auto& n : g.node()) {
+    const std::string& op = n.op_type();
+    for (int i = 0; i < n.input_size(); ++i) {
+      if (n.input(i) != name) continue;
+      if ((op == "MatMul" || op == "Gemm") || (op == "Conv" && i >= 1) || (op == "Gather" && i == 0) ||
+          ((op == "LayerNormalization" || op == "BatchNormalization") && (i == 1 || i == 2)))
+        return true;
+    }
+  }
+  return false;
+}
+
 Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std::string>& declared,
               int64_t source_opset, const std::string& path) {
   const auto& g = m.graph();
@@ -255,9 +272,10 @@ Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std:
     init_names.insert(t.name());
     bool constant = known.constants.count(t.name()) != 0;
     if (!constant && !declared.empty() && !declared.count(t.name()) &&
-        is_floating(static_cast<DType>(t.data_type()))) {
+        is_floating(static_cast<DType>(t.data_type())) && !read_at_parameter_site(t.name(), g)) {
       constant = true;
-      graph.buffers[t.name()] = "not a parameter of the exported module (the file's graph signature)";
+      graph.buffers[t.name()] = "the file's graph signature does not name it a parameter, and no "
+                                "weight or bias input reads it";
     }
     graph.add_initializer(t.name(), tensor_from_proto(t, path), constant);
   }

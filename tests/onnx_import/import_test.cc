@@ -170,6 +170,83 @@ TEST(Import, NewerIrVersionWithASupportedOpsetIsTaken) {
   EXPECT_EQ(g.value(g.outputs[0]).type.shape, (std::vector<int64_t>{3, 4}));
 }
 
+// Opset-18+ forms come in as their opset-17 equivalents: ReduceMean-18's axes input becomes the
+// attribute (a misread would reduce every axis), Split-18's num_outputs splits unevenly.
+TEST(Import, Opset20FormsReadAsTheirOpset17Equivalents) {
+  fs::path p = scratch("opset20.onnx");
+  onnx::ModelProto m = tiny_model("ReduceMean", "", 20);
+  m.set_ir_version(10);
+  auto* g = m.mutable_graph();
+  g->mutable_node(0)->add_input("axes");
+  auto* axes = g->add_initializer();
+  axes->set_name("axes");
+  axes->set_data_type(onnx::TensorProto::INT64);
+  axes->add_dims(1);
+  axes->add_int64_data(1);
+  save_model(m, p.string());
+  ImportOptions o;
+  o.batch = 3;
+  Graph r = import_model(p.string(), o);
+  EXPECT_EQ(r.value(r.outputs[0]).type.shape, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(r.nodes[0].attr_ints("axes"), (std::vector<int64_t>{1}));
+  EXPECT_EQ(r.source_opset, 20);
+  EXPECT_EQ(r.opset(), 17);
+
+  onnx::ModelProto s = tiny_model("Split", "", 20);
+  auto* n = s.mutable_graph()->mutable_node(0);
+  n->add_output("z");
+  auto* num = n->add_attribute();
+  num->set_name("num_outputs");
+  num->set_type(onnx::AttributeProto::INT);
+  num->set_i(2);
+  auto* axis = n->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  auto* shape = s.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shape->mutable_dim(1)->set_dim_value(5);  // 5 = 3 + 2
+  auto* z = s.mutable_graph()->add_output();
+  *z = s.graph().output(0);
+  z->set_name("z");
+  save_model(s, p.string());
+  Graph split = import_model(p.string(), o);
+  EXPECT_EQ(split.value(split.outputs[0]).type.shape, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(split.value(split.outputs[1]).type.shape, (std::vector<int64_t>{3, 2}));
+}
+
+// What has no opset-17 form is refused in one line naming node, op and opset.
+TEST(ImportErrors, NewerFormsWithoutAnEquivalentNameTheNode) {
+  fs::path p = scratch("wrap.onnx");
+  onnx::ModelProto m = tiny_model("Pad", "", 19);
+  auto* n = m.mutable_graph()->mutable_node(0);
+  n->add_input("pads");
+  auto* mode = n->add_attribute();
+  mode->set_name("mode");
+  mode->set_type(onnx::AttributeProto::STRING);
+  mode->set_s("wrap");
+  auto* pads = m.mutable_graph()->add_initializer();
+  pads->set_name("pads");
+  pads->set_data_type(onnx::TensorProto::INT64);
+  pads->add_dims(4);
+  for (int i = 0; i < 4; ++i) pads->add_int64_data(1);
+  save_model(m, p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": node 'the_node' (Pad, opset 19): mode 'wrap' is not supported (constant, "
+                         "reflect and edge are); pad in another mode, or before export");
+
+  onnx::ModelProto f8 = tiny_model("Relu", "", 20);
+  f8.set_ir_version(10);
+  auto* w = f8.mutable_graph()->add_initializer();
+  w->set_name("scale");
+  w->set_data_type(17);  // FLOAT8E4M3FN
+  w->add_dims(1);
+  w->set_raw_data(std::string(1, '\0'));
+  save_model(f8, p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": initializer 'scale': has data type 17 (float8, 4-bit or newer), which "
+                         "pipetrain does not take; export in float32 (or float16/bfloat16), without quantization");
+}
+
 TEST(ImportErrors, OpsetOutOfRange) {
   fs::path p = scratch("old_opset.onnx");
   save_model(tiny_model("Relu", "", 11), p.string());

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Fixtures from today's exporter: small random-init models as PyTorch 2.9+ exports them.
+
+Run once, in a separate venv with PyTorch and transformers from PyPI (CI does not need them; the
+files it makes are committed):
+
+    python3 -m venv .venv-export
+    .venv-export/bin/pip install torch transformers onnx onnxscript onnxruntime numpy
+    .venv-export/bin/python samples/exports/make_exports.py [names...] --out samples/exports
+
+For each model NAME it writes, under --out:
+  NAME.onnx (+ NAME.onnx.data)   torch.onnx.export's default (torch.export-based) exporter:
+                                 opset 20, IR 10, external data, its optimizer on
+  NAME_legacy.onnx               the legacy TorchScript exporter at opset 17, where it still works
+  NAME.npz, NAME_legacy.npz      the reference for each file (see below)
+
+The reference, made in float64 from the same module: `x` (inputs for the training steps, first axis
+samples), `y` (targets), `probe` (a held-out input) and `probe_out` (the module's output on it
+before training, in eval mode), `losses` (per step), `module_params` (the module's parameter
+names) and `param.<initializer name>` / `buffer.<initializer name>` (every parameter and
+BatchNorm buffer after STEPS steps of SGD with momentum, lr LR, over MICRO micro-batches of BATCH
+samples, the loss the mean cross-entropy over the global batch, gradients accumulated micro-batch
+by micro-batch, BatchNorm on each micro-batch's statistics). Parameters the exported file does
+not hold under their own name (folded by the exporter into a constant, such as GPT-2's position
+table or a pre-transposed weight) are frozen in the reference too, so the reference is the
+training of what the file carries. The legacy exporter also stores some weights pre-transposed
+under generated names (`onnx::MatMul_N`); such a file trains its own copies, which no module
+parameter matches. BatchNorm nets are exported in training mode: an eval-mode export folds
+BatchNorm into the convolutions, and what it holds is then not the module PyTorch trains.
+
+Random init leaves many parameters equal (every LayerNorm weight is ones, every bias zero), and
+the exporter merges initializers of equal value into one. Until pipetrain unties such merges,
+every parameter here is jittered (seeded) so that none equals another; `tie_word_embeddings` is
+off for the same reason. Dropout is 0.
+"""
+
+import argparse
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+warnings.filterwarnings("ignore")
+
+STEPS, MICRO, BATCH, LR, MOMENTUM = 3, 2, 2, 0.1, 0.9
+SEQ, VOCAB = 8, 64
+
+
+def lm(cls, config_cls, **kw):
+    return lambda: cls(config_cls(vocab_size=VOCAB, tie_word_embeddings=False, **kw))
+
+
+def build(name):
+    import transformers as t
+    if name == "gpt2":
+        return lm(t.GPT2LMHeadModel, t.GPT2Config, n_layer=2, n_embd=32, n_head=2, n_positions=16,
+                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)(), "tokens"
+    if name == "llama":
+        return lm(t.LlamaForCausalLM, t.LlamaConfig, num_hidden_layers=2, hidden_size=32,
+                  intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+                  max_position_embeddings=16)(), "tokens"
+    if name == "qwen2":
+        return lm(t.Qwen2ForCausalLM, t.Qwen2Config, num_hidden_layers=2, hidden_size=32,
+                  intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+                  max_position_embeddings=16)(), "tokens"
+    if name == "bert":
+        return t.BertForSequenceClassification(t.BertConfig(
+            vocab_size=VOCAB, num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+            num_attention_heads=2, max_position_embeddings=16, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, num_labels=3)), "tokens_to_class"
+    if name == "vit":
+        return t.ViTForImageClassification(t.ViTConfig(
+            image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=2, intermediate_size=64, num_labels=5, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)), "image"
+    if name == "convnext":
+        return t.ConvNextForImageClassification(t.ConvNextConfig(
+            num_channels=3, patch_size=2, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1],
+            num_labels=5, image_size=16)), "image"
+    if name == "resnet":
+        return t.ResNetForImageClassification(t.ResNetConfig(
+            num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+            layer_type="basic", num_labels=5)), "image"
+    if name == "bnconv":
+        return BnConv(), "image"
+    raise SystemExit(f"unknown model {name}")
+
+
+class BnConv(nn.Module):
+    """A small BatchNorm convnet."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+NAMES = ["gpt2", "llama", "qwen2", "bert", "vit", "convnext", "resnet", "bnconv"]
+TRAINING_MODE_EXPORT = {"resnet", "bnconv"}
+
+
+class Logits(nn.Module):
+    """The module with one tensor input and its logits as the one output."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        out = self.model(x)
+        return out if torch.is_tensor(out) else out.logits
+
+
+def jitter(module, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+
+
+def data(kind, n, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "image":
+        return rng.standard_normal((n, 3, 16, 16)).astype(np.float32)
+    return rng.integers(0, VOCAB, (n, SEQ)).astype(np.int64)
+
+
+def targets(kind, logits_shape, n, seed):
+    rng = np.random.default_rng(seed + 1)
+    shape = (n, SEQ) if kind == "tokens" else (n,)
+    return rng.integers(0, logits_shape[-1], shape).astype(np.int64)
+
+
+def export_default(model, example, path, training):
+    model.train(training)
+    torch.onnx.export(model, (example,), path, input_names=["input"], output_names=["output"],
+                      dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True)
+
+
+def export_legacy(model, example, path, training):
+    model.train(training)
+    try:
+        torch.onnx.export(model, (example,), path, input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+                          opset_version=17, dynamo=False,
+                          training=torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL,
+                          do_constant_folding=not training)
+        return True
+    except Exception as e:  # the legacy exporter no longer takes transformers' decoders
+        print(f"  legacy export failed: {str(e).splitlines()[0][:120]}")
+        if os.path.exists(path):
+            os.remove(path)
+        return False
+
+
+def file_parameters(path, module):
+    """{initializer name: (module parameter name, transposed)} for every initializer that holds a
+    module parameter: under its own name, or (legacy exporter) pre-transposed under a generated
+    name such as onnx::MatMul_N, found by value."""
+    import onnx
+    from onnx import numpy_helper
+    params = {n: p.detach().numpy() for n, p in module.named_parameters()}
+    out = {}
+    for t in onnx.load(path).graph.initializer:
+        if t.name in params:
+            out[t.name] = (t.name, False)
+            continue
+        v = numpy_helper.to_array(t)
+        for n, p in params.items():
+            if p.ndim == 2 and v.shape == p.T.shape and np.array_equal(v, p.T):
+                out[t.name] = (n, True)
+                break
+    return out
+
+
+def reference(model, held, x, y):
+    """float64 SGD with momentum over micro-batches; returns losses, the trained parameters (under
+    the file's initializer names) and buffers."""
+    m = Logits(model).double().train()
+    wanted = {param for param, _ in held.values()}
+    trained = {n: p for n, p in m.named_parameters() if n in wanted}
+    for n, p in m.named_parameters():
+        p.requires_grad_(n in trained)
+    opt = torch.optim.SGD(list(trained.values()), lr=LR, momentum=MOMENTUM)
+    losses = []
+    per_step = MICRO * BATCH
+    for s in range(STEPS):
+        opt.zero_grad()
+        xs, ys = x[s * per_step:(s + 1) * per_step], y[s * per_step:(s + 1) * per_step]
+        total = 0.0
+        for mb in range(MICRO):
+            xm = torch.from_numpy(xs[mb * BATCH:(mb + 1) * BATCH])
+            if xm.is_floating_point():
+                xm = xm.double()
+            ym = torch.from_numpy(ys[mb * BATCH:(mb + 1) * BATCH])
+            logits = m(xm)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ym.reshape(-1),
+                                               reduction="sum") / ym.numel() / MICRO
+            loss.backward()
+            total += float(loss)
+        opt.step()
+        losses.append(total)
+    params = {}
+    for name, (param, transposed) in held.items():
+        v = trained[param].detach().numpy().astype(np.float32)
+        params[name] = v.T.copy() if transposed else v
+    buffers = {n: b.detach().numpy().astype(np.float32)
+               for n, b in m.named_buffers() if b.is_floating_point() and n in held}
+    return losses, params, buffers
+
+
+def make(name, out):
+    torch.manual_seed(0)
+    model, kind = build(name)
+    jitter(model, 1)
+    wrapped = Logits(model)
+    training = name in TRAINING_MODE_EXPORT
+    n = STEPS * MICRO * BATCH
+    x = data(kind, n, 2)
+    probe = data(kind, BATCH, 3)
+    example = torch.from_numpy(x[:BATCH])
+    files = {"": os.path.join(out, f"{name}.onnx")}
+    export_default(wrapped, example, files[""], training)
+    if export_legacy(wrapped, example, os.path.join(out, f"{name}_legacy.onnx"), training):
+        files["_legacy"] = os.path.join(out, f"{name}_legacy.onnx")
+    start = {k: v.detach().clone() for k, v in wrapped.state_dict().items()}
+    with torch.no_grad():
+        ref = Logits(model).double().eval()
+        xp = torch.from_numpy(probe)
+        probe_out = ref(xp.double() if xp.is_floating_point() else xp).numpy()
+    y = targets(kind, probe_out.shape, n, 2)
+    module_params = [k for k, _ in wrapped.named_parameters()]
+    for variant, path in files.items():
+        model.float()
+        wrapped.load_state_dict(start)
+        held = file_parameters(path, wrapped)
+        losses, params, buffers = reference(model, held, x, y)
+        arrays = {"x": x, "y": y, "probe": probe, "probe_out": probe_out.astype(np.float32),
+                  "losses": np.array(losses), "module_params": np.array(module_params)}
+        arrays.update({f"param.{k}": v for k, v in params.items()})
+        arrays.update({f"buffer.{k}": v for k, v in buffers.items()})
+        np.savez_compressed(os.path.join(out, f"{name}{variant}.npz"), **arrays)
+        frozen = [k for k in module_params if k not in {param for param, _ in held.values()}]
+        print(f"{name}{variant}: {len(params)} parameters trained, {len(frozen)} frozen (not in the file "
+              f"by name); losses {', '.join(f'{v:.4f}' for v in losses)}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("names", nargs="*", default=NAMES)
+    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    print(f"torch {torch.__version__}")
+    for name in args.names:
+        make(name, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

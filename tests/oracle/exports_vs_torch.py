@@ -1,0 +1,150 @@
+"""Today's exports (samples/exports, made by PyTorch 2.15's torch.onnx.export) against PyTorch.
+
+For every fixture NAME (NAME.onnx from the default exporter, NAME_legacy.onnx from the opset-17
+legacy exporter where it still works) and its reference NAME.npz (samples/exports/make_exports.py):
+  - `pipetrain run` on the held-out probe equals the PyTorch module's output (float64) within
+    --tol relative to the output's largest value (a training-mode export, whose BatchNorm uses
+    the batch's statistics, is held to onnxruntime's output on the same file instead);
+  - `pipetrain train` for the reference's 3 SGD steps (momentum 0.9, lr 0.1, 2 micro-batches of 2)
+    gives the reference's losses and, for every parameter and BatchNorm buffer the reference
+    trained, its values within --tol relative to each tensor's largest value; at 1 stage and at
+    4 stages under gpipe, 1f1b, zb-h1 and zb-v, the trained initializers bit-identical across all.
+Prints one line per case and closes with 'N passed, M failed'.
+
+Usage: exports_vs_torch.py --pipetrain BIN --dir samples/exports [--names gpt2 ...] [--tol 1e-4]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+NAMES = ["gpt2", "llama", "qwen2", "bert", "vit", "convnext", "resnet", "bnconv"]
+TRAINING_MODE_EXPORTS = {"resnet", "bnconv"}
+# The default exporter drops BatchNorm from a training-mode export (fused into the convolution
+# before it), so those files do not hold the module PyTorch trains: trained, but not compared.
+NOT_THE_MODULE = {"resnet", "bnconv"}
+RUNS = [(1, "1f1b"), (4, "gpipe"), (4, "1f1b"), (4, "zb-h1"), (4, "zb-v")]
+
+
+def pipetrain(args, *argv):
+    res = subprocess.run([args.pipetrain, *argv], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"pipetrain {argv[0]} failed: {(res.stderr or res.stdout).strip()[:400]}")
+    return res.stdout
+
+
+def relative_error(have, want):
+    scale = max(float(np.max(np.abs(want))), 1e-12) if want.size else 1.0
+    return float(np.max(np.abs(have.astype(np.float64) - want.astype(np.float64)))) / scale
+
+
+def check_run(args, name, path, ref, tmp):
+    np.save(os.path.join(tmp, "probe.npy"), ref["probe"])
+    out = os.path.join(tmp, "run")
+    pipetrain(args, "run", path, "--input", f"input={os.path.join(tmp, 'probe.npy')}", "--output", out)
+    have = np.load(os.path.join(out, "output.npy"))
+    if name in TRAINING_MODE_EXPORTS:
+        want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": ref["probe"]})[0]
+    else:
+        want = ref["probe_out"]
+    err = relative_error(have, want)
+    return None if err <= args.tol else f"output differs by {err:.3g} > {args.tol}"
+
+
+def write_config(tmp, path, stages, schedule, trained):
+    cfg = os.path.join(tmp, f"t_{stages}_{schedule}.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"""model: {path}
+dims: {{batch: 2}}
+loss: {{kind: cross_entropy}}
+data: {{kind: npy, inputs: {{input: {tmp}/x.npy}}, targets: {tmp}/y.npy, shuffle: false, eval_fraction: 0}}
+optimizer: {{kind: sgd, lr: 0.1, momentum: 0.9}}
+pipeline: {{stages: {stages}, micro_batches: 2, schedule: {schedule}}}
+steps: 3
+eval_every: 0
+checkpoint: {{dir: {tmp}/ckpt_{stages}_{schedule}, every: 0}}
+output: {{model: {trained}, metrics: {trained}.jsonl, trace: "", timeline: ""}}
+""")
+    return cfg
+
+
+def initializers(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def check_train(args, path, ref, tmp, compare):
+    np.save(os.path.join(tmp, "x.npy"), ref["x"])
+    np.save(os.path.join(tmp, "y.npy"), ref["y"])
+    results = {}
+    for stages, schedule in RUNS:
+        trained = os.path.join(tmp, f"trained_{stages}_{schedule}.onnx")
+        pipetrain(args, "train", write_config(tmp, path, stages, schedule, trained), "-q")
+        results[(stages, schedule)] = trained
+    first = initializers(results[RUNS[0]])
+    for run, trained in results.items():
+        other = initializers(trained)
+        for k, v in first.items():
+            if v.tobytes() != other[k].tobytes():
+                return f"{run[0]} stages {run[1]}: '{k}' differs from the 1-stage run"
+    if not compare:
+        return None
+    with open(results[RUNS[0]] + ".jsonl") as f:
+        losses = [json.loads(line)["loss"] for line in f if '"step"' in line and '"loss"' in line]
+    for s, (have, want) in enumerate(zip(losses, ref["losses"])):
+        if abs(have - want) > args.tol * max(1.0, abs(want)):
+            return f"step {s + 1}: loss {have:.6f}, PyTorch {want:.6f}"
+    worst, where = 0.0, ""
+    for key in ref.files:
+        if not key.startswith(("param.", "buffer.")):
+            continue
+        name = key.split(".", 1)[1]
+        if name not in first:
+            return f"'{name}' is not in the trained model"
+        err = relative_error(first[name], ref[key])
+        if err > worst:
+            worst, where = err, name
+    return None if worst <= args.tol else f"'{where}' differs from PyTorch's by {worst:.3g} > {args.tol}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipetrain", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--names", nargs="+", default=NAMES)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    args = ap.parse_args()
+    passed = failed = 0
+    for name in args.names:
+        for variant in ("", "_legacy"):
+            path = os.path.join(args.dir, f"{name}{variant}.onnx")
+            if not os.path.exists(path):
+                continue
+            ref = np.load(os.path.join(args.dir, f"{name}{variant}.npz"))
+            compare = not (variant == "" and name in NOT_THE_MODULE)
+            for what, check in (("run", check_run), ("train", None)):
+                label = f"{name}{variant} {what}" + ("" if check or compare else " (schedules only: BatchNorm dropped by the exporter)")
+                with tempfile.TemporaryDirectory() as tmp:
+                    try:
+                        err = check_run(args, name, path, ref, tmp) if check else check_train(args, path, ref, tmp, compare)
+                    except RuntimeError as e:
+                        err = str(e)
+                if err:
+                    failed += 1
+                    print(f"FAIL {label}: {err}")
+                else:
+                    passed += 1
+                    print(f"ok   {label}")
+                sys.stdout.flush()
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -317,14 +317,15 @@ Folded fold_xor(const Node& node, const Inputs& in, int64_t) {
   return binary<Kinds::kBool, false>(node, in[0], in[1], std::not_equal_to<>());
 }
 
-// Mod: fmod=1 is C's fmod (the dividend's sign); fmod=0, integers only, takes the divisor's sign.
+// Mod: fmod=1 is C's fmod (the dividend's sign); fmod=0 takes the divisor's sign (floats too
+// since opset 28).
 Folded fold_mod(const Node& node, const Inputs& in, int64_t) {
   const bool c_fmod = node.attr_int("fmod", 0) != 0;
   return binary<Kinds::kNumeric, false>(node, in[0], in[1], [&](auto x, auto y) {
     using T = decltype(x);
     if constexpr (std::is_floating_point_v<T>) {
-      if (!c_fmod) fail(node, "fmod=0 on floating-point inputs is not allowed by ONNX");
-      return std::fmod(x, y);
+      const T r = std::fmod(x, y);
+      return c_fmod || r == 0 || std::isnan(r) || ((r < 0) == (y < 0)) ? r : static_cast<T>(r + y);
     } else {
       if (y == 0) fail(node, "integer modulo by zero");
       if constexpr (std::is_signed_v<T>) {
@@ -443,17 +444,32 @@ std::optional<ReducePlan> plan_reduce(const Node& node, const Inputs& in) {
   return plan;
 }
 
-// out[j] = fn-fold of the inputs x[i] that land on j; `empty` fills outputs no element lands on
-// (a reduced dim of size 0), nullopt where the op has no identity (Max, Min).
-template <class Fn>
-Folded reduce(const Node& node, const Inputs& in, std::optional<int> empty, Fn fn) {
+// What an output no element lands on (a reduced dim of size 0) holds: the op's identity; for Max
+// and Min (opset 18+) the lowest and highest value of the type (-inf and +inf for floats).
+enum class Empty { kZero, kOne, kLowest, kHighest };
+
+template <class T>
+T empty_value(Empty e) {
+  using L = std::numeric_limits<T>;
+  switch (e) {
+    case Empty::kZero: return T(0);
+    case Empty::kOne: return T(1);
+    case Empty::kLowest: return L::has_infinity ? -L::infinity() : L::lowest();
+    case Empty::kHighest: return L::has_infinity ? L::infinity() : L::max();
+  }
+  return T(0);
+}
+
+// out[j] = fn-fold of the inputs x[i] that land on j, over element types of kind K.
+template <Kinds K, class Fn>
+Folded reduce(const Node& node, const Inputs& in, Empty empty, Fn fn) {
   std::optional<ReducePlan> plan = plan_reduce(node, in);
   if (!plan) return std::nullopt;
   if (plan->noop) return one(*in[0]);
   const Tensor& x = *in[0];
   return dispatch(x.type.dtype, [&](auto tag) -> Folded {
     using T = decltype(tag);
-    if constexpr (!accepts<T>(Kinds::kNumeric)) {
+    if constexpr (!accepts<T>(K)) {
       return std::nullopt;
     } else {
       const std::vector<int64_t> dst = broadcast_offsets(plan->kept_shape, x.type.shape);
@@ -464,11 +480,8 @@ Folded reduce(const Node& node, const Inputs& in, std::optional<int> empty, Fn f
         o = seen[static_cast<size_t>(dst[i])] ? static_cast<T>(fn(o, x.as<T>()[i])) : x.as<T>()[i];
         seen[static_cast<size_t>(dst[i])] = true;
       }
-      for (size_t j = 0; j < seen.size(); ++j) {
-        if (seen[j]) continue;
-        if (!empty) return std::nullopt;
-        out.as<T>()[j] = static_cast<T>(*empty);
-      }
+      for (size_t j = 0; j < seen.size(); ++j)
+        if (!seen[j]) out.as<T>()[j] = empty_value<T>(empty);
       return one(std::move(out));
     }
   });
@@ -477,16 +490,19 @@ Folded reduce(const Node& node, const Inputs& in, std::optional<int> empty, Fn f
 }  // namespace
 
 Folded fold_reduce_sum(const Node& node, const Inputs& in, int64_t) {
-  return reduce(node, in, 0, [](auto a, auto b) { return wrapping(a, b, std::plus<>()); });
+  return reduce<Kinds::kNumeric>(node, in, Empty::kZero,
+                                 [](auto a, auto b) { return wrapping(a, b, std::plus<>()); });
 }
 Folded fold_reduce_prod(const Node& node, const Inputs& in, int64_t) {
-  return reduce(node, in, 1, [](auto a, auto b) { return wrapping(a, b, std::multiplies<>()); });
+  return reduce<Kinds::kNumeric>(node, in, Empty::kOne,
+                                 [](auto a, auto b) { return wrapping(a, b, std::multiplies<>()); });
 }
+// Max and Min take bool too (opset 20).
 Folded fold_reduce_max(const Node& node, const Inputs& in, int64_t) {
-  return reduce(node, in, std::nullopt, kMax);
+  return reduce<Kinds::kAny>(node, in, Empty::kLowest, kMax);
 }
 Folded fold_reduce_min(const Node& node, const Inputs& in, int64_t) {
-  return reduce(node, in, std::nullopt, kMin);
+  return reduce<Kinds::kAny>(node, in, Empty::kHighest, kMin);
 }
 
 }  // namespace pt::fold_detail

@@ -73,6 +73,48 @@ void bind_dims(onnx::ModelProto* m, const ImportOptions& opts, const std::string
     out.mutable_type()->mutable_tensor_type()->clear_shape();
 }
 
+// Pooling with ceil_mode: a last window that would start past the input and its left padding is
+// dropped (the rule of PyTorch and of onnx since 1.15). The onnx library here (1.12) infers one
+// more element there; the corrected dims replace its own.
+//   out = ceil((in + pad_l + pad_r - dk) / s) + 1, less one when (out - 1) * s >= in + pad_l
+void correct_ceil_mode_pools(onnx::GraphProto* g) {
+  std::map<std::string, onnx::ValueInfoProto*> infos;
+  for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
+    for (auto& vi : *list) infos[vi.name()] = &vi;
+  auto ints = [](const onnx::NodeProto& n, const std::string& name, size_t size, int64_t fill) {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    return std::vector<int64_t>(size, fill);
+  };
+  for (const auto& n : g->node()) {
+    if ((n.op_type() != "MaxPool" && n.op_type() != "AveragePool") || n.output_size() < 1) continue;
+    bool ceil = false, explicit_pads = true;
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "ceil_mode") ceil = a.i() != 0;
+      if (a.name() == "auto_pad") explicit_pads = a.s() == "NOTSET" || a.s().empty();
+    }
+    auto in = infos.find(n.input(0));
+    auto out = infos.find(n.output(0));
+    if (!ceil || !explicit_pads || in == infos.end() || out == infos.end()) continue;
+    const auto& ishape = in->second->type().tensor_type().shape();
+    auto* oshape = out->second->mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (ishape.dim_size() < 3 || oshape->dim_size() != ishape.dim_size()) continue;
+    const size_t r = static_cast<size_t>(ishape.dim_size() - 2);
+    const std::vector<int64_t> k = ints(n, "kernel_shape", r, 1), st = ints(n, "strides", r, 1),
+                               dil = ints(n, "dilations", r, 1), pads = ints(n, "pads", 2 * r, 0);
+    if (k.size() != r || st.size() != r || dil.size() != r || pads.size() != 2 * r) continue;
+    for (size_t i = 0; i < r; ++i) {
+      const auto& d = ishape.dim(static_cast<int>(i + 2));
+      if (!d.has_dim_value() || st[i] < 1) continue;
+      const int64_t dk = (k[i] - 1) * dil[i] + 1, span = d.dim_value() + pads[i] + pads[i + r] - dk;
+      if (span < 0) continue;
+      int64_t o = (span + st[i] - 1) / st[i] + 1;
+      if ((o - 1) * st[i] >= d.dim_value() + pads[i]) --o;
+      oshape->mutable_dim(static_cast<int>(i + 2))->set_dim_value(o);
+    }
+  }
+}
+
 // Re-infers every intermediate type from the inputs and initializers. Stale value infos are
 // dropped first: ONNX lets a value info override an initializer's own type.
 void infer_shapes(onnx::ModelProto* m, const std::string& path) {
@@ -82,6 +124,7 @@ void infer_shapes(onnx::ModelProto* m, const std::string& path) {
     onnx::ShapeInferenceOptions options(/*check_type=*/false, /*strict_mode=*/1,
                                         /*data_prop=*/true);
     onnx::shape_inference::InferShapes(*m, onnx::OpSchemaRegistry::Instance(), options);
+    correct_ceil_mode_pools(m->mutable_graph());
   } catch (const std::exception& e) {
     std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));

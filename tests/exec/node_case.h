@@ -12,6 +12,9 @@
 namespace pt::testing {
 
 constexpr const char* kNodeTestRoot = "/usr/share/libonnx-testdata/data/node";
+// The folder of node cases to run: $PT_NODE_TEST_ROOT (e.g. the newer cases that
+// tests/oracle/make_node_cases.py writes from the onnx package) or kNodeTestRoot.
+std::string node_test_root();
 
 struct NodeCaseResult {
   enum Kind { kPassed, kFailed, kSkipped } kind = kSkipped;

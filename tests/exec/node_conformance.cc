@@ -16,7 +16,7 @@ namespace {
 
 std::string op_key_of(const std::string& case_name) {
   onnx::ModelProto m;
-  std::ifstream in(std::string(pt::testing::kNodeTestRoot) + "/" + case_name + "/model.onnx",
+  std::ifstream in(pt::testing::node_test_root() + "/" + case_name + "/model.onnx",
                    std::ios::binary);
   if (!in || !m.ParseFromIstream(&in) || m.graph().node_size() != 1) return "";
   const auto& n = m.graph().node(0);

@@ -8,6 +8,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,7 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
+// Debian's conformance data, or $PT_NODE_TEST_ROOT (the newer cases tests/oracle/make_node_cases.py
+// writes from the onnx package).
+const fs::path kNodeTests = std::getenv("PT_NODE_TEST_ROOT") && *std::getenv("PT_NODE_TEST_ROOT")
+                                ? fs::path(std::getenv("PT_NODE_TEST_ROOT"))
+                                : fs::path("/usr/share/libonnx-testdata/data/node");
 
 // The ops evaluate_constant folds (its registry in fold.cc).
 const std::set<std::string> kFoldedOps = {

@@ -190,7 +190,7 @@ void print_op_table(std::ostream& os) {
     std::string name = std::string(e.domain).empty() ? e.op_type : std::string(e.domain) + "::" + e.op_type;
     char line[256];
     std::snprintf(line, sizeof line, "%-28s %-9s %-7s %s\n", name.c_str(),
-                  e.support == OpSupport::kRun ? "run" : "fold-only", opset_range(e).c_str(), e.note);
+                  e.support == OpSupport::kRun ? "run" : e.support == OpSupport::kFoldOnly ? "fold-only" : "rewritten", opset_range(e).c_str(), e.note);
     os << line;
   }
 }

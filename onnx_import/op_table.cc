@@ -56,6 +56,9 @@ const std::vector<OpEntry>& op_table() {
       {"", "Dropout", S::kRun, "ratio and training_mode constant"},
       {"", "ReduceMean", S::kRun, "axes constant (18+: an input)"},
       {"", "ReduceSum", S::kRun, "axes constant"},
+      // Fused ops of opset 23, rewritten at import as ops above
+      {"", "RMSNormalization", S::kRewritten, "as Mul, ReduceMean, Add, Sqrt, Reciprocal", 23},
+      {"", "Attention", S::kRewritten, "4-D, no KV cache, no softcap; as MatMul, Softmax, masks", 23},
       // Shape computations, folded at import once dimensions are bound
       {"", "Shape", S::kFoldOnly, "input shape known once dims are bound"},
       {"", "Constant", S::kFoldOnly, ""},

@@ -10,6 +10,7 @@ namespace pt {
 enum class OpSupport {
   kRun,       // run by the backends, differentiated by autodiff
   kFoldOnly,  // accepted only on constant inputs: folded away at import
+  kRewritten, // rewritten at import as ops of the table (onnx_import/fused_ops.h)
 };
 
 struct OpEntry {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "onnx_import/fused_ops.h"
 #include "onnx_import/load.h"
 #include "onnx_import/proto_convert.h"
 
@@ -32,6 +33,8 @@ class ModelFacts {
           if (a.name() == "value_int") const_ints_[n.output(0)] = {a.i()};
         }
     auto take = [&](const onnx::ValueInfoProto& vi) {
+      if (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type() != 0)
+        dtypes_[vi.name()] = vi.type().tensor_type().elem_type();
       if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) return;
       std::vector<int64_t> dims;
       for (const auto& d : vi.type().tensor_type().shape().dim())
@@ -41,7 +44,10 @@ class ModelFacts {
     for (const auto& v : g.input()) take(v);
     for (const auto& v : g.value_info()) take(v);
     for (const auto& v : g.output()) take(v);
-    for (const auto& t : g.initializer()) shapes_[t.name()] = {t.dims().begin(), t.dims().end()};
+    for (const auto& t : g.initializer()) {
+      shapes_[t.name()] = {t.dims().begin(), t.dims().end()};
+      dtypes_[t.name()] = t.data_type();
+    }
   }
 
   // The int64/int32 values of a constant tensor; nullopt when `name` is not a constant.
@@ -57,6 +63,12 @@ class ModelFacts {
     return out;
   }
 
+  // The element type a value info or initializer states; 0 when none does.
+  int dtype(const std::string& name) const {
+    auto it = dtypes_.find(name);
+    return it == dtypes_.end() ? 0 : it->second;
+  }
+
   // The shape a value info states (unknown dims -1); nullopt when none states its rank.
   std::optional<std::vector<int64_t>> shape(const std::string& name) const {
     auto it = shapes_.find(name);
@@ -68,6 +80,7 @@ class ModelFacts {
   std::map<std::string, const onnx::TensorProto*> constants_;
   std::map<std::string, std::vector<int64_t>> const_ints_;  // Constant value_ints / value_int
   std::map<std::string, std::vector<int64_t>> shapes_;
+  std::map<std::string, int> dtypes_;
 };
 
 std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset) {
@@ -122,13 +135,21 @@ class Adapter {
     check_dtypes();
     auto* g = m_->mutable_graph();
     bool newer_ops = false;
+    std::vector<onnx::NodeProto> nodes;
     for (int i = 0; i < g->node_size(); ++i) {
       onnx::NodeProto* n = g->mutable_node(i);
-      if (!n->domain().empty() && n->domain() != "ai.onnx") continue;
+      if (!n->domain().empty() && n->domain() != "ai.onnx") {
+        nodes.push_back(std::move(*n));
+        continue;
+      }
       where_ = node_where(path_, *n, opset_);
+      if (decompose_fused(*n, fused_facts(), g, &nodes)) continue;
       adapt_node(n);
       newer_ops = newer_ops || n->domain() == kNewerOpsDomain;
+      nodes.push_back(std::move(*n));
     }
+    g->clear_node();
+    for (auto& n : nodes) *g->add_node() = std::move(n);
     for (auto& o : *m_->mutable_opset_import())
       if (o.domain().empty() || o.domain() == "ai.onnx") o.set_version(kCanonicalOpset);
     if (newer_ops) {
@@ -139,6 +160,11 @@ class Adapter {
   }
 
  private:
+  FusedFacts fused_facts() const {
+    return {where_, [this](const std::string& v) { return facts_.shape(v); },
+            [this](const std::string& v) { return facts_.dtype(v); }};
+  }
+
   [[noreturn]] void refuse(const std::string& what, const std::string& todo) const {
     throw UserError(where_, what, todo);
   }

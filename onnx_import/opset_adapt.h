@@ -13,6 +13,7 @@
 //   Cast/CastLike 19, 24         saturate, round_mode: float8/float4 targets only
 //   Range 27                     stash_type: float16/bfloat16 only
 //   Gelu 20                      new op: kept, in kNewerOpsDomain until convert()
+//   RMSNormalization, Attention 23  new fused ops: rewritten as opset-17 subgraphs (fused_ops.h)
 // Every other version step of the table's ops only adds dtypes.
 #pragma once
 

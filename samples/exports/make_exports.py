@@ -12,7 +12,9 @@ For each model NAME it writes, under --out:
   NAME.onnx (+ NAME.onnx.data)   torch.onnx.export's default (torch.export-based) exporter:
                                  opset 20, IR 10, external data, its optimizer on
   NAME_legacy.onnx               the legacy TorchScript exporter at opset 17, where it still works
-  NAME.npz, NAME_legacy.npz      the reference for each file (see below)
+  NAME_opset23.onnx              the default exporter asked for opset 23 (Llama: RMSNormalization
+                                 and Attention as fused ops)
+  NAME[_VARIANT].npz             the reference for each file (see below)
 
 The reference, made in float64 from the same module: `x` (inputs for the training steps, first axis
 samples), `y` (targets), `probe` (a held-out input) and `probe_out` (the module's output on it
@@ -105,6 +107,7 @@ class BnConv(nn.Module):
 
 NAMES = ["gpt2", "llama", "qwen2", "bert", "vit", "convnext", "resnet", "bnconv"]
 TRAINING_MODE_EXPORT = {"resnet", "bnconv"}
+OPSET23_EXPORT = {"llama"}
 
 
 class Logits(nn.Module):
@@ -139,10 +142,11 @@ def targets(kind, logits_shape, n, seed):
     return rng.integers(0, logits_shape[-1], shape).astype(np.int64)
 
 
-def export_default(model, example, path, training):
+def export_default(model, example, path, training, opset=None):
     model.train(training)
     torch.onnx.export(model, (example,), path, input_names=["input"], output_names=["output"],
-                      dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True)
+                      dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True,
+                      **({"opset_version": opset} if opset else {}))
 
 
 def export_legacy(model, example, path, training):
@@ -231,6 +235,9 @@ def make(name, out):
     export_default(wrapped, example, files[""], training)
     if export_legacy(wrapped, example, os.path.join(out, f"{name}_legacy.onnx"), training):
         files["_legacy"] = os.path.join(out, f"{name}_legacy.onnx")
+    if name in OPSET23_EXPORT:  # the fused RMSNormalization and Attention of opset 23
+        files["_opset23"] = os.path.join(out, f"{name}_opset23.onnx")
+        export_default(wrapped, example, files["_opset23"], training, opset=23)
     start = {k: v.detach().clone() for k, v in wrapped.state_dict().items()}
     with torch.no_grad():
         ref = Logits(model).double().eval()

@@ -1,7 +1,7 @@
 """Today's exports (samples/exports, made by PyTorch 2.15's torch.onnx.export) against PyTorch.
 
 For every fixture NAME (NAME.onnx from the default exporter, NAME_legacy.onnx from the opset-17
-legacy exporter where it still works) and its reference NAME.npz (samples/exports/make_exports.py):
+legacy exporter where it still works, NAME_opset23.onnx from the default exporter at opset 23) and its reference NAME.npz (samples/exports/make_exports.py):
   - `pipetrain run` on the held-out probe equals the PyTorch module's output (float64) within
     --tol relative to the output's largest value (a training-mode export, whose BatchNorm uses
     the batch's statistics, is held to onnxruntime's output on the same file instead);
@@ -122,7 +122,7 @@ def main():
     args = ap.parse_args()
     passed = failed = 0
     for name in args.names:
-        for variant in ("", "_legacy"):
+        for variant in ("", "_legacy", "_opset23"):
             path = os.path.join(args.dir, f"{name}{variant}.onnx")
             if not os.path.exists(path):
                 continue

@@ -16,10 +16,10 @@ The export (about 500 MB) is made once under out/bench/gpt2_small/.
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -51,15 +51,17 @@ def export(path, context):
 
 
 def timed(cmd):
-    """Runs cmd; returns (seconds, peak RSS of the child in MiB, stdout)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {res.stderr.strip()[:500]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return seconds, max(peak, before) / 1024, res.stdout
+    """Runs cmd; returns (seconds, the command's own peak RSS in MiB, stdout)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage
+        seconds = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed: {err.read().strip()[:500]}")
+        return seconds, usage.ru_maxrss / 1024, out.read()
 
 
 def main():
@@ -125,11 +127,13 @@ checkpoint: {{dir: "", every: 0}}
 output: {{model: "", metrics: {metrics}, trace: "", timeline: ""}}
 """)
     t_train, rss_train, _ = timed([args.pipetrain, "train", cfg, "-q"])
-    summary = [json.loads(line) for line in open(metrics)][-1]
-    step = summary.get("step_ms_measured", summary.get("measured_step_ms"))
+    s = [json.loads(line) for line in open(metrics)][-1]["summary"]
+    kept = ", ".join(f"{b / 2**30:.2f}" for b in s["peak_kept_bytes_measured"])
     print(f"training step, 4 stages (1f1b, {args.micro_batches} micro-batches of 1 x {args.context}, 1 thread "
-          f"each): {json.dumps({k: v for k, v in summary.items() if 'ms' in k or 'bubble' in k})}; "
-          f"whole command {t_train:.1f} s, peak RSS {rss_train:.0f} MiB")
+          f"each): {s['measured_makespan_s']:.1f} s (simulated on the measured chunk costs "
+          f"{s['simulated_makespan_s']:.1f} s), bubble measured {100 * s['measured_bubble']:.0f}% / simulated "
+          f"{100 * s['simulated_bubble']:.0f}%; kept activations per stage {kept} GiB; whole command "
+          f"{t_train:.1f} s, peak RSS {rss_train / 1024:.1f} GiB")
     return 0
 
 

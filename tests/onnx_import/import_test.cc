@@ -247,6 +247,18 @@ TEST(ImportErrors, NewerFormsWithoutAnEquivalentNameTheNode) {
                          "pipetrain does not take; export in float32 (or float16/bfloat16), without quantization");
 }
 
+TEST(ImportErrors, FusedAttentionWithACacheIsRefused) {
+  fs::path p = scratch("attention.onnx");
+  onnx::ModelProto m = tiny_model("Attention", "", 23);
+  m.set_ir_version(10);
+  auto* n = m.mutable_graph()->mutable_node(0);
+  for (const char* in : {"x", "x", "", "", "x"}) n->add_input(in);  // q k v (no mask) past_key
+  save_model(m, p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": node 'the_node' (Attention, opset 23): a KV cache (past_key, past_value) "
+                         "is not supported; export without a cache (use_cache=False)");
+}
+
 TEST(ImportErrors, OpsetOutOfRange) {
   fs::path p = scratch("old_opset.onnx");
   save_model(tiny_model("Relu", "", 11), p.string());

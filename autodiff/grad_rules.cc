@@ -96,6 +96,18 @@ void grad_neg(GradContext& c) { c.give(0, c.neg(c.dy())); }
 // Y = 1 / X  =>  dX = -dY * Y^2
 void grad_reciprocal(GradContext& c) { c.give(0, c.neg(c.mul(c.dy(), c.mul(c.y(0), c.y(0))))); }
 
+// Y = sin(X)  =>  dX = dY * cos(X);   Y = cos(X)  =>  dX = -dY * sin(X)
+void grad_sin(GradContext& c) { c.give(0, c.mul(c.dy(), c.emit("Cos", {c.x(0)}, c.type(c.x(0))))); }
+void grad_cos(GradContext& c) { c.give(0, c.neg(c.mul(c.dy(), c.emit("Sin", {c.x(0)}, c.type(c.x(0)))))); }
+
+// Y[k] = sum of X[j] over j <= k along the axis  =>  dX[j] = sum of dY[k] over k >= j: the same
+// scan in the other direction (exclusive stays exclusive).
+void grad_cumsum(GradContext& c) {
+  GradContext::Attrs attrs = {{"reverse", int64_t{c.node().attr_int("reverse", 0) == 0}},
+                              {"exclusive", c.node().attr_int("exclusive", 0)}};
+  c.give(0, c.emit("CumSum", {c.dy(), c.x(1)}, c.type(c.dy()), attrs));
+}
+
 // Y = max(X, 0)  =>  dX = dY where Y > 0
 void grad_relu(GradContext& c) {
   c.give(0, c.emit("ReluGrad", {c.dy(), c.y(0)}, c.type(c.dy()), {}, kPipetrainDomain));
@@ -505,6 +517,9 @@ const RuleEntry kRules[] = {
     {"", "Sqrt", grad_sqrt},
     {"", "Neg", grad_neg},
     {"", "Reciprocal", grad_reciprocal},
+    {"", "Sin", grad_sin},
+    {"", "Cos", grad_cos},
+    {"", "CumSum", grad_cumsum},
     {"", "Relu", grad_relu},
     {"", "Erf", grad_erf},
     {"", "Gelu", grad_gelu},

@@ -31,6 +31,9 @@
   X("Neg", neg)                                                                            \
   X("Reciprocal", reciprocal)                                                              \
   X("IsNaN", is_nan)                                                                       \
+  X("Sin", sin)                                                                            \
+  X("Cos", cos)                                                                            \
+  X("CumSum", cumsum)                                                                      \
   X("Relu", relu)                                                                          \
   X("Erf", erf)                                                                            \
   X("Gelu", gelu)                                                                          \

@@ -20,6 +20,9 @@ const std::vector<OpEntry>& op_table() {
       {"", "Neg", S::kRun, ""},
       {"", "Reciprocal", S::kRun, "RMSNorm's rsqrt as exported at opset 18+"},
       {"", "IsNaN", S::kRun, "float32 -> bool; not differentiable (NaN guards after Softmax)"},
+      {"", "Sin", S::kRun, "rotary tables computed at run time"},
+      {"", "Cos", S::kRun, "rotary tables computed at run time"},
+      {"", "CumSum", S::kRun, "axis constant; exclusive, reverse"},
       {"", "Relu", S::kRun, ""},
       {"", "Erf", S::kRun, "GELU as exported by torch at opset <= 17"},
       {"", "Gelu", S::kRun, "approximate none|tanh", 20},
@@ -81,7 +84,6 @@ const std::vector<OpEntry>& op_table() {
       {"", "ReduceMax", S::kFoldOnly, ""},
       {"", "ReduceMin", S::kFoldOnly, ""},
       // Position ids and attention masks as today's exporters build them
-      {"", "CumSum", S::kFoldOnly, "exclusive, reverse"},
       {"", "GatherND", S::kFoldOnly, "batch_dims"},
       {"", "GatherElements", S::kFoldOnly, ""},
       {"", "LessOrEqual", S::kFoldOnly, ""},
@@ -89,8 +91,6 @@ const std::vector<OpEntry>& op_table() {
       {"", "Xor", S::kFoldOnly, ""},
       {"", "Mod", S::kFoldOnly, "fmod 0 (integers) and 1"},
       {"", "CastLike", S::kFoldOnly, "", 15},
-      {"", "Sin", S::kFoldOnly, "rotary tables"},
-      {"", "Cos", S::kFoldOnly, "rotary tables"},
       {"", "Exp", S::kFoldOnly, ""},
   };
   return table;

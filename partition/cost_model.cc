@@ -20,7 +20,8 @@ const std::map<std::string, Elementwise>& elementwise_table() {
       {"Pow", {10, 12}}, {"Sqrt", {1, 2}},   {"Neg", {1, 1}},   {"Relu", {1, 1}},
       {"Erf", {8, 6}},  {"Gelu", {12, 16}},  {"Tanh", {8, 2}},  {"Sigmoid", {4, 3}},
       {"Clip", {2, 2}}, {"Where", {1, 1}},   {"Dropout", {2, 1}},
-      {"Reciprocal", {1, 3}}, {"IsNaN", {1, 0}},
+      {"Reciprocal", {1, 3}}, {"IsNaN", {1, 0}}, {"Sin", {10, 11}}, {"Cos", {10, 11}},
+      {"CumSum", {1, 1}},
       {"SeededDropout", {12, 2}},  // a 64-bit hash per element
   };
   return t;
@@ -162,7 +163,7 @@ bool input_differentiable(const Node& n, size_t i) {
       op == "Dropout" || op == "SeededDropout" || op == "Split" || op == "ReduceSum" ||
       op == "ReduceMean" || op == "Pad" || op == "SoftmaxCrossEntropy")
     return i == 0;
-  if (op == "Slice") return i == 0;
+  if (op == "Slice" || op == "CumSum") return i == 0;
   if (op == "Clip") return i == 0;
   if (op == "BatchNormalization") return i <= 2;  // running mean and variance are buffers
   return true;

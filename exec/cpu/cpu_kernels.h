@@ -19,6 +19,10 @@ std::unique_ptr<Kernel> make_sqrt(const KernelSpec& s);
 std::unique_ptr<Kernel> make_neg(const KernelSpec& s);
 std::unique_ptr<Kernel> make_reciprocal(const KernelSpec& s);
 std::unique_ptr<Kernel> make_is_nan(const KernelSpec& s);
+std::unique_ptr<Kernel> make_sin(const KernelSpec& s);
+std::unique_ptr<Kernel> make_cos(const KernelSpec& s);
+// scan.cc: CumSum (axis constant input 1; exclusive, reverse), float32, float64 and int64.
+std::unique_ptr<Kernel> make_cumsum(const KernelSpec& s);
 std::unique_ptr<Kernel> make_relu(const KernelSpec& s);
 std::unique_ptr<Kernel> make_erf(const KernelSpec& s);
 std::unique_ptr<Kernel> make_gelu(const KernelSpec& s);

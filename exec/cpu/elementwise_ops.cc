@@ -69,6 +69,12 @@ struct NegOp {
 struct IsNaNOp {
   bool operator()(float x) const { return x != x; }
 };
+struct SinOp {
+  float operator()(float x) const { return std::sin(x); }
+};
+struct CosOp {
+  float operator()(float x) const { return std::cos(x); }
+};
 
 // y[i] = Op(x[i]) over n elements; y is of type Out (T unless the op says otherwise).
 template <class T, class Op, class Out = T>
@@ -245,6 +251,16 @@ std::unique_ptr<Kernel> make_is_nan(const KernelSpec& s) {
       s.outputs[0].shape != s.inputs[0].shape)
     return nullptr;
   return std::make_unique<PlainUnary<float, IsNaNOp, bool>>(s.inputs[0].numel(), s.cpu->threads);
+}
+
+// Sin, Cos: fp32 (rotary tables computed at run time).
+std::unique_ptr<Kernel> make_sin(const KernelSpec& s) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0])) return nullptr;
+  return std::make_unique<PlainUnary<float, SinOp>>(s.inputs[0].numel(), s.cpu->threads);
+}
+std::unique_ptr<Kernel> make_cos(const KernelSpec& s) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0])) return nullptr;
+  return std::make_unique<PlainUnary<float, CosOp>>(s.inputs[0].numel(), s.cpu->threads);
 }
 
 // Clip(x, min?, max?) on ClipTypes; min and max are scalars, constant or read in run(). fp32

@@ -122,6 +122,8 @@ __device__ T apply_unary(UnaryOp op, T x) {
       case UnaryOp::kSqrt: return sqrtf(x);
       case UnaryOp::kNeg: return -x;
       case UnaryOp::kReciprocal: return 1.f / x;
+      case UnaryOp::kSin: return sinf(x);
+      case UnaryOp::kCos: return cosf(x);
       case UnaryOp::kRelu: return x > 0.f ? x : 0.f;
       case UnaryOp::kErf: return erff(x);
       case UnaryOp::kGeluErf: return 0.5f * x * (1.f + erff(x * kInvSqrt2));

@@ -37,11 +37,14 @@ bool where_supported(DType t);
 void launch_where(DType t, const Broadcast& bc, const void* cond, const void* x, const void* z,
                   void* y, cudaStream_t stream);
 
-enum class UnaryOp { kSqrt, kNeg, kReciprocal, kRelu, kErf, kGeluErf, kGeluTanh, kTanh, kSigmoid };
+enum class UnaryOp { kSqrt, kNeg, kReciprocal, kRelu, kErf, kGeluErf, kGeluTanh, kTanh, kSigmoid, kSin, kCos };
 bool unary_supported(UnaryOp op, DType t);
 void launch_unary(UnaryOp op, DType t, int64_t n, const void* x, void* y, cudaStream_t stream);
 // y[i] = isnan(x[i]), fp32 -> bool.
 void launch_is_nan(int64_t n, const float* x, bool* y, cudaStream_t stream);
+// CumSum over x viewed as [outer, n, inner] (scan.cu): one thread per line, summed in order.
+void launch_cumsum(int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse,
+                   const float* x, float* y, cudaStream_t stream);
 
 // A Clip bound: none (no bound), a value fixed at creation, or a device scalar read by the
 // kernel (ptr != null).

@@ -70,7 +70,8 @@ void Unary() {
   };
   const std::vector<U> ops = {
       {"Sqrt", uniform(0.5f, 2), {}},         {"Neg", {}, {}},
-      {"Reciprocal", uniform(0.5f, 2), {}},
+      {"Reciprocal", uniform(0.5f, 2), {}},  {"Sin", {}, {}},
+      {"Cos", {}, {}},
       {"Relu", uniform(-1, 1, 0.05f), {}},    {"Erf", {}, {}},
       {"Tanh", {}, {}},                       {"Sigmoid", {}, {}},
       {"Identity", {}, {}},                   {"Gelu", uniform(-2, 2), {}},
@@ -343,6 +344,19 @@ void CrossEntropyLossWithIgnoredTargets() {
   check(m, kLossOutput);
 }
 
+// CumSum in every direction, with the axis a constant input.
+void CumSumDirections() {
+  for (int64_t exclusive : {0, 1})
+    for (int64_t reverse : {0, 1}) {
+      SCOPED_TRACE("exclusive " + std::to_string(exclusive) + " reverse " + std::to_string(reverse));
+      GraphMaker m;
+      const ValueId x = m.input("x", {2, 5, 3});
+      m.output(m.op("CumSum", {x, m.ints({-2})}, {2, 5, 3},
+                    {{"exclusive", exclusive}, {"reverse", reverse}}));
+      check(m);
+    }
+}
+
 void MseLoss() {
   GraphMaker m;
   const ValueId x = m.input("x", {3, 2});
@@ -385,6 +399,7 @@ const Case kCases[] = {
     {"GatherEmbeddingExpandReduce", GatherEmbeddingExpandReduce},
     {"CrossEntropyLossWithIgnoredTargets", CrossEntropyLossWithIgnoredTargets},
     {"MseLoss", MseLoss},
+    {"CumSumDirections", CumSumDirections},
 };
 
 class GradRule : public ::testing::TestWithParam<Case> {};

@@ -31,7 +31,7 @@ const std::map<std::string, std::set<int>>& compile_time_inputs() {
   static const std::map<std::string, std::set<int>> m = {
       {"Reshape", {1}},   {"Expand", {1}},         {"Squeeze", {1}},    {"Unsqueeze", {1}},
       {"Slice", {1, 2, 3, 4}}, {"Split", {1}},     {"ReduceSum", {1}},  {"ReduceMean", {1}},
-      {"Pad", {1, 2, 3}},
+      {"Pad", {1, 2, 3}}, {"CumSum", {1}},
       {"Dropout", {1, 2}}, {"Clip", {1, 2}},
   };
   return m;

@@ -90,6 +90,11 @@ void elementwise(Cases& c) {
   c.add("Neg_Float", "Neg", {f32({3, 17})}, {F({3, 17})});
   c.add("Neg_Int32", "Neg", {ints(kI32, {9}, -100, 100)}, {T(kI32, {9})});
   c.add("Reciprocal", "Reciprocal", {f32({3, 17}, 0.5, 4)}, {F({3, 17})});
+  c.add("Sin", "Sin", {f32({3, 17}, -6, 6)}, {F({3, 17})});
+  c.add("Cos", "Cos", {f32({3, 17}, -6, 6)}, {F({3, 17})});
+  c.add("CumSum_MiddleAxis", "CumSum", {f32({4, 33, 5}), cst(i64s({1}))}, {F({4, 33, 5})});
+  c.add("CumSum_ExclusiveReverse", "CumSum", {f32({3, 40}), cst(i64s({-1}))}, {F({3, 40})},
+        {{"exclusive", int64_t{1}}, {"reverse", int64_t{1}}});
   c.add("IsNaN", "IsNaN", {vals(kF32, {6}, {1, NAN, -0.0, INFINITY, -NAN, 3})}, {T(kBool, {6})});
   c.add("Relu", "Relu", {f32({3, 17})}, {F({3, 17})});
   c.add("Erf", "Erf", {f32({5, 41}, -4, 4)}, {F({5, 41})});

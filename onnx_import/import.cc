@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "onnx_import/buffers.h"
 #include "onnx_import/fold.h"
 #include "onnx_import/load.h"
 #include "onnx_import/op_table.h"
@@ -281,23 +282,6 @@ std::set<std::string> declared_parameters(const onnx::GraphProto& g) {
   return out;
 }
 
-// Whether a node reads `name` where a module keeps its weights: the weight or bias of
-// MatMul/Gemm/Conv, the scale or bias of a normalisation, the table of a Gather. An exporter's
-// copies of parameters (weights stored pre-transposed under names such as val_N) are read there;
-// its scalars, rotary tables and folded position slices are not.
-bool read_at_parameter_site(const std::string& name, const onnx::GraphProto& g) {
-  for (const auto& n : g.node()) {
-    const std::string& op = n.op_type();
-    for (int i = 0; i < n.input_size(); ++i) {
-      if (n.input(i) != name) continue;
-      if ((op == "MatMul" || op == "Gemm") || (op == "Conv" && i >= 1) || (op == "Gather" && i == 0) ||
-          ((op == "LayerNormalization" || op == "BatchNormalization") && (i == 1 || i == 2)))
-        return true;
-    }
-  }
-  return false;
-}
-
 Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std::string>& declared,
               int64_t source_opset, const std::string& path) {
   const auto& g = m.graph();
@@ -310,15 +294,14 @@ Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std:
   for (const auto& o : m.opset_import())
     if (o.domain() != kNewerOpsDomain) graph.opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
 
+  const std::map<std::string, std::string> buffers = find_buffers(g, declared);
   std::set<std::string> init_names;
   for (const auto& t : g.initializer()) {
     init_names.insert(t.name());
     bool constant = known.constants.count(t.name()) != 0;
-    if (!constant && !declared.empty() && !declared.count(t.name()) &&
-        is_floating(static_cast<DType>(t.data_type())) && !read_at_parameter_site(t.name(), g)) {
+    if (auto b = buffers.find(t.name()); !constant && b != buffers.end()) {
       constant = true;
-      graph.buffers[t.name()] = "the file's graph signature does not name it a parameter, and no "
-                                "weight or bias input reads it";
+      graph.buffers[t.name()] = b->second;
     }
     graph.add_initializer(t.name(), tensor_from_proto(t, path), constant);
   }

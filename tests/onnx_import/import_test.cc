@@ -247,6 +247,52 @@ TEST(ImportErrors, NewerFormsWithoutAnEquivalentNameTheNode) {
                          "pipetrain does not take; export in float32 (or float16/bfloat16), without quantization");
 }
 
+// A file without parameter marks (the legacy exporter) trains every float initializer a gradient
+// reaches, but for what it shows to be a buffer: an additive attention mask, a rotary table.
+TEST(Import, AdditiveMasksAndRotaryTablesAreBuffers) {
+  fs::path p = scratch("buffers.onnx");
+  onnx::ModelProto m = tiny_model("MatMul", "", 17);
+  auto* g = m.mutable_graph();
+  auto* shape = g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shape->add_dim()->set_dim_value(4);  // x: [batch, 4, 4]
+  *g->mutable_output(0)->mutable_type() = g->input(0).type();
+  auto* mm = g->mutable_node(0);
+  mm->set_input(0, "x");
+  mm->add_input("w");
+  mm->set_output(0, "scores");
+  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    auto* n = g->add_node();
+    n->set_name(out);
+    n->set_op_type(op);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+  };
+  add("Add", {"scores", "causal_mask"}, "masked");
+  add("Mul", {"masked", "rotary.inv_freq"}, "y");
+  auto init = [&](const std::string& name, std::vector<int64_t> dims) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    int64_t n = 1;
+    for (int64_t d : dims) t->add_dims(d), n *= d;
+    for (int64_t i = 0; i < n; ++i) t->add_float_data(0.5f);
+  };
+  init("w", {4, 4});
+  init("causal_mask", {1, 4, 4});
+  init("rotary.inv_freq", {4});
+  save_model(m, p.string());
+  ImportOptions o;
+  o.batch = 2;
+  Graph r = import_model(p.string(), o);
+  EXPECT_TRUE(r.value(r.find("w")).is_parameter());
+  EXPECT_FALSE(r.value(r.find("causal_mask")).is_parameter());
+  EXPECT_FALSE(r.value(r.find("rotary.inv_freq")).is_parameter());
+  EXPECT_EQ(r.buffers.at("causal_mask"),
+            "an additive attention mask: square in its last two dims and only added to scores");
+  EXPECT_EQ(r.buffers.at("rotary.inv_freq"), "a rotary table (PyTorch's rotary modules keep it as a buffer)");
+  EXPECT_EQ(r.buffers.count("w"), 0u);
+}
+
 TEST(ImportErrors, FusedAttentionWithACacheIsRefused) {
   fs::path p = scratch("attention.onnx");
   onnx::ModelProto m = tiny_model("Attention", "", 23);

@@ -68,6 +68,15 @@ def build(name):
         return lm(t.Qwen2ForCausalLM, t.Qwen2Config, num_hidden_layers=2, hidden_size=32,
                   intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
                   max_position_embeddings=16)(), "tokens"
+    if name == "mistral":
+        return lm(t.MistralForCausalLM, t.MistralConfig, num_hidden_layers=2, hidden_size=32,
+                  intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+                  max_position_embeddings=16, sliding_window=None)(), "tokens"
+    if name == "phi3":
+        return lm(t.Phi3ForCausalLM, t.Phi3Config, num_hidden_layers=2, hidden_size=32,
+                  intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+                  max_position_embeddings=16, pad_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
+                  attention_dropout=0.0)(), "tokens"
     if name == "bert":
         return t.BertForSequenceClassification(t.BertConfig(
             vocab_size=VOCAB, num_hidden_layers=2, hidden_size=32, intermediate_size=64,
@@ -105,7 +114,7 @@ class BnConv(nn.Module):
         return self.body(x)
 
 
-NAMES = ["gpt2", "llama", "qwen2", "bert", "vit", "convnext", "resnet", "bnconv"]
+NAMES = ["gpt2", "llama", "qwen2", "mistral", "phi3", "bert", "vit", "convnext", "resnet", "bnconv"]
 TRAINING_MODE_EXPORT = {"resnet", "bnconv"}
 OPSET23_EXPORT = {"llama"}
 

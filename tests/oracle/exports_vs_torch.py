@@ -25,7 +25,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-NAMES = ["gpt2", "llama", "qwen2", "bert", "vit", "convnext", "resnet", "bnconv"]
+NAMES = ["gpt2", "llama", "qwen2", "mistral", "phi3", "bert", "vit", "convnext", "resnet", "bnconv"]
 TRAINING_MODE_EXPORTS = {"resnet", "bnconv"}
 # The default exporter drops BatchNorm from a training-mode export (fused into the convolution
 # before it), so those files do not hold the module PyTorch trains: trained, but not compared.

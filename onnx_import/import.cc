@@ -1,7 +1,6 @@
 #include "onnx_import/import.h"
 
 #include <onnx/defs/schema.h>
-#include <onnx/shape_inference/implementation.h>
 
 #include <map>
 #include <set>
@@ -9,6 +8,7 @@
 #include "core/error.h"
 #include "onnx_import/buffers.h"
 #include "onnx_import/fold.h"
+#include "onnx_import/infer.h"
 #include "onnx_import/load.h"
 #include "onnx_import/op_table.h"
 #include "onnx_import/opset_adapt.h"
@@ -74,80 +74,17 @@ void bind_dims(onnx::ModelProto* m, const ImportOptions& opts, const std::string
     out.mutable_type()->mutable_tensor_type()->clear_shape();
 }
 
-// Pooling with ceil_mode: a last window that would start past the input and its left padding is
-// dropped (the rule of PyTorch and of onnx since 1.15). The onnx library here (1.12) infers one
-// more element there; the corrected dims replace its own.
-//   out = ceil((in + pad_l + pad_r - dk) / s) + 1, less one when (out - 1) * s >= in + pad_l
-void correct_ceil_mode_pools(onnx::GraphProto* g) {
-  std::map<std::string, onnx::ValueInfoProto*> infos;
-  for (auto* list : {g->mutable_input(), g->mutable_value_info(), g->mutable_output()})
-    for (auto& vi : *list) infos[vi.name()] = &vi;
-  auto ints = [](const onnx::NodeProto& n, const std::string& name, size_t size, int64_t fill) {
-    for (const auto& a : n.attribute())
-      if (a.name() == name) return std::vector<int64_t>(a.ints().begin(), a.ints().end());
-    return std::vector<int64_t>(size, fill);
-  };
-  for (const auto& n : g->node()) {
-    if ((n.op_type() != "MaxPool" && n.op_type() != "AveragePool") || n.output_size() < 1) continue;
-    bool ceil = false, explicit_pads = true;
-    for (const auto& a : n.attribute()) {
-      if (a.name() == "ceil_mode") ceil = a.i() != 0;
-      if (a.name() == "auto_pad") explicit_pads = a.s() == "NOTSET" || a.s().empty();
-    }
-    auto in = infos.find(n.input(0));
-    auto out = infos.find(n.output(0));
-    if (!ceil || !explicit_pads || in == infos.end() || out == infos.end()) continue;
-    const auto& ishape = in->second->type().tensor_type().shape();
-    auto* oshape = out->second->mutable_type()->mutable_tensor_type()->mutable_shape();
-    if (ishape.dim_size() < 3 || oshape->dim_size() != ishape.dim_size()) continue;
-    const size_t r = static_cast<size_t>(ishape.dim_size() - 2);
-    const std::vector<int64_t> k = ints(n, "kernel_shape", r, 1), st = ints(n, "strides", r, 1),
-                               dil = ints(n, "dilations", r, 1), pads = ints(n, "pads", 2 * r, 0);
-    if (k.size() != r || st.size() != r || dil.size() != r || pads.size() != 2 * r) continue;
-    for (size_t i = 0; i < r; ++i) {
-      const auto& d = ishape.dim(static_cast<int>(i + 2));
-      if (!d.has_dim_value() || st[i] < 1) continue;
-      const int64_t dk = (k[i] - 1) * dil[i] + 1, span = d.dim_value() + pads[i] + pads[i + r] - dk;
-      if (span < 0) continue;
-      int64_t o = (span + st[i] - 1) / st[i] + 1;
-      if ((o - 1) * st[i] >= d.dim_value() + pads[i]) --o;
-      oshape->mutable_dim(static_cast<int>(i + 2))->set_dim_value(o);
-    }
-  }
-}
-
-// Re-infers every intermediate type from the inputs and initializers. Stale value infos are
-// dropped first: ONNX lets a value info override an initializer's own type.
-void infer_shapes(onnx::ModelProto* m, const std::string& path) {
-  m->mutable_graph()->clear_value_info();
-  NewerOpsHidden hidden(m->mutable_graph());
-  try {
-    onnx::ShapeInferenceOptions options(/*check_type=*/false, /*strict_mode=*/1,
-                                        /*data_prop=*/true);
-    onnx::shape_inference::InferShapes(*m, onnx::OpSchemaRegistry::Instance(), options);
-    correct_ceil_mode_pools(m->mutable_graph());
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    msg = msg.substr(0, msg.find('\n'));
-    throw UserError(path, "shape inference failed: " + msg,
-                    "check the bound dimensions (--micro-batch, --dim) against the model");
-  }
-}
-
 // Everything known about each tensor name: its type (when concrete) and constant data.
 struct Known {
   std::map<std::string, TensorType> types;
   std::map<std::string, Tensor> constants;        // folded, non-parameter initializers
 
+  // The graph's inputs (dims bound) and initializers; every other type is inferred.
   void read(const onnx::GraphProto& g) {
-    types.clear();
-    auto take = [&](const onnx::ValueInfoProto& vi) {
+    for (const auto& v : g.input()) {
       TensorType t;
-      if (concrete_type(vi, &t)) types[vi.name()] = t;
-    };
-    for (const auto& v : g.input()) take(v);
-    for (const auto& v : g.value_info()) take(v);
-    for (const auto& v : g.output()) take(v);
+      if (concrete_type(v, &t)) types[v.name()] = t;
+    }
     for (const auto& t : g.initializer()) {
       TensorType tt{static_cast<DType>(t.data_type()), {t.dims().begin(), t.dims().end()}};
       types[t.name()] = tt;
@@ -246,14 +183,29 @@ void drop_unused_initializers(onnx::GraphProto* g) {
   g->mutable_initializer()->Swap(&kept);
 }
 
-// Ops ONNX shape inference does not know (custom domains): output = input's type.
-void infer_custom(const onnx::GraphProto& g, Known& known) {
+// One pass of pipetrain's own inference (onnx_import/infer.h) over the nodes in order: types
+// every output whose node's inputs are typed (and whose shape inputs are constant).
+void infer_pass(const onnx::GraphProto& g, Known& known, const std::string& path, int64_t opset) {
+  std::vector<const TensorType*> types;
+  std::vector<const Tensor*> constants;
   for (const auto& n : g.node()) {
-    if (n.domain().empty() || n.domain() == "ai.onnx" || n.input_size() == 0) continue;
-    auto t = known.types.find(n.input(0));
-    if (t == known.types.end()) continue;
-    for (const auto& o : n.output())
-      if (!o.empty() && !known.types.count(o)) known.types[o] = t->second;
+    bool done = true;
+    for (const auto& o : n.output()) done = done && (o.empty() || known.types.count(o));
+    if (done) continue;
+    types.clear();
+    constants.clear();
+    for (const std::string& name : n.input()) {
+      auto t = name.empty() ? known.types.end() : known.types.find(name);
+      types.push_back(t == known.types.end() ? nullptr : &t->second);
+      auto c = name.empty() ? known.constants.end() : known.constants.find(name);
+      constants.push_back(c == known.constants.end() ? nullptr : &c->second);
+    }
+    const std::string where = node_where(path, n, opset);
+    const std::optional<std::vector<TensorType>> out = infer_types(node_shell(n, where), types, constants, where);
+    if (!out) continue;
+    for (int k = 0; k < n.output_size(); ++k)
+      if (!n.output(k).empty() && (*out)[static_cast<size_t>(k)].dtype != DType::kUndefined)
+        known.types[n.output(k)] = (*out)[static_cast<size_t>(k)];
   }
 }
 
@@ -347,10 +299,10 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   for (const auto& t : m.graph().initializer())
     if (!is_floating(static_cast<DType>(t.data_type())))
       known.constants[t.name()] = tensor_from_proto(t, path);
+  m.mutable_graph()->clear_value_info();  // stale: every type is inferred from the bound inputs
+  known.read(m.graph());
   for (int round = 0; round < 32; ++round) {
-    infer_shapes(&m, path);
-    known.read(m.graph());
-    infer_custom(m.graph(), known);
+    infer_pass(m.graph(), known, path, default_opset(m));
     if (fold_pass(&m, known, opts, path) == 0) break;
   }
   drop_unused_initializers(m.mutable_graph());

@@ -293,6 +293,25 @@ TEST(Import, AdditiveMasksAndRotaryTablesAreBuffers) {
   EXPECT_EQ(r.buffers.count("w"), 0u);
 }
 
+// pipetrain's own inference (onnx_import/infer.h) names the node whose shapes contradict its op.
+TEST(ImportErrors, ShapesThatContradictTheOpNameTheNode) {
+  fs::path p = scratch("bad_matmul.onnx");
+  onnx::ModelProto m = tiny_model("MatMul", "", 17);
+  m.mutable_graph()->mutable_node(0)->add_input("w");
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(3);
+  w->add_dims(2);
+  for (int i = 0; i < 6; ++i) w->add_float_data(1.f);
+  save_model(m, p.string());
+  ImportOptions o;
+  o.batch = 2;
+  EXPECT_EQ(import_error(p.string(), o),
+            p.string() + ": node 'the_node' (MatMul, opset 17): inner dims differ: [2,4] @ [3,2]; check "
+                         "the bound dimensions (--micro-batch, --dim) against the model");
+}
+
 TEST(ImportErrors, FusedAttentionWithACacheIsRefused) {
   fs::path p = scratch("attention.onnx");
   onnx::ModelProto m = tiny_model("Attention", "", 23);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "onnx_import/buffers.h"
 #include "onnx_import/fold.h"
+#include "onnx_import/gather_rewrite.h"
 #include "onnx_import/infer.h"
 #include "onnx_import/load.h"
 #include "onnx_import/op_table.h"
@@ -217,6 +218,11 @@ void check_folded(const onnx::GraphProto& g, const std::string& path, int64_t op
                       "op " + n.op_type() + " is supported only on constant inputs, and these "
                       "are computed at run time",
                       "compute it in the exporting script, or bind more dims with --dim");
+    if (e && e->support == OpSupport::kRewritten)  // what opset_adapt and gather_rewrite leave
+      throw UserError(node_where(path, n, opset),
+                      "op " + n.op_type() + " is supported with constant indices (rewritten as Gather), "
+                      "and these are computed at run time",
+                      "compute the indices in the exporting script, or bind more dims with --dim");
   }
 }
 
@@ -303,7 +309,8 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   known.read(m.graph());
   for (int round = 0; round < 32; ++round) {
     infer_pass(m.graph(), known, path, default_opset(m));
-    if (fold_pass(&m, known, opts, path) == 0) break;
+    const int folded = fold_pass(&m, known, opts, path);
+    if (folded + rewrite_constant_gathers(m.mutable_graph(), &known.types, &known.constants, path) == 0) break;
   }
   drop_unused_initializers(m.mutable_graph());
   check_folded(m.graph(), path, default_opset(m));

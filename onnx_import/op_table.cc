@@ -84,8 +84,8 @@ const std::vector<OpEntry>& op_table() {
       {"", "ReduceMax", S::kFoldOnly, ""},
       {"", "ReduceMin", S::kFoldOnly, ""},
       // Position ids and attention masks as today's exporters build them
-      {"", "GatherND", S::kFoldOnly, "batch_dims"},
-      {"", "GatherElements", S::kFoldOnly, ""},
+      {"", "GatherND", S::kRewritten, "batch_dims; constant indices: folded, or rewritten as Gather"},
+      {"", "GatherElements", S::kRewritten, "constant indices: folded, or rewritten as Gather"},
       {"", "LessOrEqual", S::kFoldOnly, ""},
       {"", "GreaterOrEqual", S::kFoldOnly, ""},
       {"", "Xor", S::kFoldOnly, ""},

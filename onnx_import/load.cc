@@ -101,6 +101,13 @@ void check_ops(const onnx::ModelProto& m, const std::string& path) {
     if (find_op(n.domain(), n.op_type())) continue;
     const std::string name = n.name().empty() ? "#" + std::to_string(i) : n.name();
     const std::string op = n.domain().empty() ? n.op_type() : n.domain() + "::" + n.op_type();
+    // Ops of opset 23+ that PyTorch does not write and import does not rewrite yet.
+    if (n.domain().empty() && n.op_type() == "RotaryEmbedding")
+      throw UserError(path + ": node '" + name + "' (" + op + ", opset " + std::to_string(opset) + ")",
+                      "op RotaryEmbedding (opset 23) is not rewritten yet: PyTorch writes rotary "
+                      "embeddings as plain ops at every opset",
+                      "export with torch.onnx.export, which writes them so, or compute them with "
+                      "Mul, Slice, Neg and Concat");
     throw UserError(path + ": node '" + name + "' (" + op + ", opset " + std::to_string(opset) + ")",
                     "op " + op + " is not supported",
                     "`pipetrain ops` lists the supported ops; replace it in the exported model");

@@ -324,6 +324,16 @@ TEST(ImportErrors, FusedAttentionWithACacheIsRefused) {
                          "is not supported; export without a cache (use_cache=False)");
 }
 
+TEST(ImportErrors, RotaryEmbeddingSaysWhy) {
+  fs::path p = scratch("rotary.onnx");
+  save_model(tiny_model("RotaryEmbedding", "", 23), p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": node 'the_node' (RotaryEmbedding, opset 23): op RotaryEmbedding (opset 23) "
+                         "is not rewritten yet: PyTorch writes rotary embeddings as plain ops at every "
+                         "opset; export with torch.onnx.export, which writes them so, or compute them "
+                         "with Mul, Slice, Neg and Concat");
+}
+
 TEST(ImportErrors, OpsetOutOfRange) {
   fs::path p = scratch("old_opset.onnx");
   save_model(tiny_model("Relu", "", 11), p.string());

@@ -197,4 +197,20 @@ std::optional<GemmGeometry> gemm_geometry(const KernelSpec& s) {
   return g;
 }
 
+std::optional<ScanGeometry> scan_geometry(const KernelSpec& s) {
+  if (s.inputs.size() != 2 || s.outputs.size() != 1 || !(s.outputs[0] == s.inputs[0])) return std::nullopt;
+  const std::optional<Dims> axis = constant_ints(s, 1);
+  const Dims& shape = s.inputs[0].shape;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (!axis || axis->size() != 1 || (*axis)[0] < -rank || (*axis)[0] >= rank) return std::nullopt;
+  const size_t a = static_cast<size_t>((*axis)[0] < 0 ? (*axis)[0] + rank : (*axis)[0]);
+  ScanGeometry g;
+  for (size_t d = 0; d < a; ++d) g.outer *= shape[d];
+  for (size_t d = a + 1; d < shape.size(); ++d) g.inner *= shape[d];
+  g.n = shape[a];
+  g.exclusive = s.node.attr_int("exclusive", 0) != 0;
+  g.reverse = s.node.attr_int("reverse", 0) != 0;
+  return g;
+}
+
 }  // namespace pt

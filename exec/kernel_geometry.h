@@ -107,4 +107,14 @@ struct GemmGeometry {
 // Inputs A, B (2-D) and C; nullopt when the shapes do not fit or C does not broadcast.
 std::optional<GemmGeometry> gemm_geometry(const KernelSpec& s);
 
+// CumSum(X, axis) with X viewed as [outer, n, inner] around the summed axis: each of the
+// outer x inner lines is summed in order (backwards when reverse; exclusive leaves each element
+// out of its own sum). nullopt when the axis is not a constant scalar within X's rank or Y is not
+// X's type.
+struct ScanGeometry {
+  int64_t outer = 1, n = 1, inner = 1;
+  bool exclusive = false, reverse = false;
+};
+std::optional<ScanGeometry> scan_geometry(const KernelSpec& s);
+
 }  // namespace pt

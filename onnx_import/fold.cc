@@ -1,7 +1,8 @@
 // onnx_import/fold.cc: evaluate_constant's registry (one list, op_type -> folder), the helpers
-// both fold files share, and the data-movement folders. Those copy elements as bytes, so they
-// take every fixed-size dtype. The numeric folders (Cast, Range, elementwise math, reductions)
-// are in fold_ops.cc.
+// the fold files share (fold_detail.h), and the data-movement folders. Those copy elements as
+// bytes, so they take every fixed-size dtype. The numeric folders (Cast, Range, elementwise math,
+// reductions) are in fold_ops.cc, the index-driven ones (GatherElements, GatherND, CumSum) in
+// fold_index.cc.
 #include "onnx_import/fold.h"
 
 #include <algorithm>
@@ -12,13 +13,11 @@
 #include <string>
 
 #include "core/error.h"
+#include "onnx_import/fold_detail.h"
 
 namespace pt::fold_detail {
 
-using Inputs = std::vector<const Tensor*>;
-using Folded = std::optional<std::vector<Tensor>>;
-
-// ---- Shared with fold_ops.cc (which declares what it uses of these) ----
+// ---- Shared with fold_ops.cc and fold_index.cc (declared in fold_detail.h) ----
 
 [[noreturn]] void fail(const Node& node, const std::string& what) {
   throw UserError(node.label(), what, "fix the constants that feed this node and export again");
@@ -516,47 +515,6 @@ Folded fold_trilu(const Node& node, const Inputs& in, int64_t) {
 }
 
 }  // namespace
-
-// ---- Numeric folders, defined in fold_ops.cc ----
-
-Folded fold_cast(const Node&, const Inputs&, int64_t);
-Folded fold_reciprocal(const Node&, const Inputs&, int64_t);
-Folded fold_sin(const Node&, const Inputs&, int64_t);
-Folded fold_cos(const Node&, const Inputs&, int64_t);
-Folded fold_exp(const Node&, const Inputs&, int64_t);
-Folded fold_is_nan(const Node&, const Inputs&, int64_t);
-Folded fold_mod(const Node&, const Inputs&, int64_t);
-// Index-driven folders, defined in fold_index.cc.
-Folded fold_gather_elements(const Node&, const Inputs&, int64_t);
-Folded fold_gather_nd(const Node&, const Inputs&, int64_t);
-Folded fold_cumsum(const Node&, const Inputs&, int64_t);
-Folded fold_cast_like(const Node&, const Inputs&, int64_t);
-Folded fold_range(const Node&, const Inputs&, int64_t);
-Folded fold_add(const Node&, const Inputs&, int64_t);
-Folded fold_sub(const Node&, const Inputs&, int64_t);
-Folded fold_mul(const Node&, const Inputs&, int64_t);
-Folded fold_div(const Node&, const Inputs&, int64_t);
-Folded fold_pow(const Node&, const Inputs&, int64_t);
-Folded fold_min(const Node&, const Inputs&, int64_t);
-Folded fold_max(const Node&, const Inputs&, int64_t);
-Folded fold_equal(const Node&, const Inputs&, int64_t);
-Folded fold_less(const Node&, const Inputs&, int64_t);
-Folded fold_less_or_equal(const Node&, const Inputs&, int64_t);
-Folded fold_greater(const Node&, const Inputs&, int64_t);
-Folded fold_greater_or_equal(const Node&, const Inputs&, int64_t);
-Folded fold_and(const Node&, const Inputs&, int64_t);
-Folded fold_or(const Node&, const Inputs&, int64_t);
-Folded fold_xor(const Node&, const Inputs&, int64_t);
-Folded fold_not(const Node&, const Inputs&, int64_t);
-Folded fold_neg(const Node&, const Inputs&, int64_t);
-Folded fold_abs(const Node&, const Inputs&, int64_t);
-Folded fold_sqrt(const Node&, const Inputs&, int64_t);
-Folded fold_floor(const Node&, const Inputs&, int64_t);
-Folded fold_ceil(const Node&, const Inputs&, int64_t);
-Folded fold_reduce_sum(const Node&, const Inputs&, int64_t);
-Folded fold_reduce_prod(const Node&, const Inputs&, int64_t);
-Folded fold_reduce_max(const Node&, const Inputs&, int64_t);
-Folded fold_reduce_min(const Node&, const Inputs&, int64_t);
 
 namespace {
 

@@ -9,18 +9,9 @@
 
 #include "core/error.h"
 #include "core/ir.h"
+#include "onnx_import/fold_detail.h"
 
 namespace pt::fold_detail {
-
-using Inputs = std::vector<const Tensor*>;
-using Folded = std::optional<std::vector<Tensor>>;
-
-// Defined in fold.cc.
-[[noreturn]] void fail(const Node& node, const std::string& what);
-Folded one(Tensor t);
-Tensor new_tensor(DType dtype, std::vector<int64_t> shape);
-std::optional<std::vector<int64_t>> read_ints(const Tensor* t);
-int64_t normalize_axis(const Node& node, int64_t axis, int64_t rank);
 
 namespace {
 

@@ -12,8 +12,9 @@ namespace {
 template <class T>
 class CumSumKernel final : public Kernel {
  public:
-  CumSumKernel(int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, int threads)
-      : outer_(outer), n_(n), inner_(inner), exclusive_(exclusive), reverse_(reverse), threads_(threads) {}
+  CumSumKernel(const ScanGeometry& g, int threads)
+      : outer_(g.outer), n_(g.n), inner_(g.inner), exclusive_(g.exclusive), reverse_(g.reverse),
+        threads_(threads) {}
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const T* x = in[0].as<const T>();
@@ -41,24 +42,14 @@ class CumSumKernel final : public Kernel {
 }  // namespace
 
 std::unique_ptr<Kernel> make_cumsum(const KernelSpec& s) {
-  if (s.inputs.size() != 2 || s.outputs.size() != 1 || !(s.outputs[0] == s.inputs[0])) return nullptr;
-  const std::optional<Dims> axis = constant_ints(s, 1);
-  const Dims& shape = s.inputs[0].shape;
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  if (!axis || axis->size() != 1 || (*axis)[0] < -rank || (*axis)[0] >= rank) return nullptr;
-  const int64_t a = (*axis)[0] < 0 ? (*axis)[0] + rank : (*axis)[0];
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < a; ++d) outer *= shape[static_cast<size_t>(d)];
-  for (int64_t d = a + 1; d < rank; ++d) inner *= shape[static_cast<size_t>(d)];
-  const int64_t n = shape[static_cast<size_t>(a)];
-  const bool exclusive = s.node.attr_int("exclusive", 0) != 0, reverse = s.node.attr_int("reverse", 0) != 0;
-  if (s.inputs[0].dtype == DType::kFloat32)
-    return std::make_unique<CumSumKernel<float>>(outer, n, inner, exclusive, reverse, s.cpu->threads);
-  if (s.inputs[0].dtype == DType::kFloat64)
-    return std::make_unique<CumSumKernel<double>>(outer, n, inner, exclusive, reverse, s.cpu->threads);
-  if (s.inputs[0].dtype == DType::kInt64)
-    return std::make_unique<CumSumKernel<int64_t>>(outer, n, inner, exclusive, reverse, s.cpu->threads);
-  return nullptr;
+  const std::optional<ScanGeometry> g = scan_geometry(s);
+  if (!g) return nullptr;
+  switch (s.inputs[0].dtype) {
+    case DType::kFloat32: return std::make_unique<CumSumKernel<float>>(*g, s.cpu->threads);
+    case DType::kFloat64: return std::make_unique<CumSumKernel<double>>(*g, s.cpu->threads);
+    case DType::kInt64: return std::make_unique<CumSumKernel<int64_t>>(*g, s.cpu->threads);
+    default: return nullptr;
+  }
 }
 
 }  // namespace pt::cpu

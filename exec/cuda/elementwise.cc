@@ -122,24 +122,14 @@ std::unique_ptr<Kernel> make_reciprocal(const KernelSpec& s, CudaContext& c) {
 std::unique_ptr<Kernel> make_sin(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kSin); }
 std::unique_ptr<Kernel> make_cos(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kCos); }
 
-// CumSum, float32, axis constant input 1, as the CPU's.
+// CumSum, float32, the CPU's geometry.
 std::unique_ptr<Kernel> make_cumsum(const KernelSpec& s, CudaContext& ctx) {
-  if (s.inputs.size() != 2 || s.outputs.size() != 1 || !(s.outputs[0] == s.inputs[0]) ||
-      s.inputs[0].dtype != DType::kFloat32)
-    return nullptr;
-  const std::optional<Dims> axis = constant_ints(s, 1);
-  const Dims& shape = s.inputs[0].shape;
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  if (!axis || axis->size() != 1 || (*axis)[0] < -rank || (*axis)[0] >= rank) return nullptr;
-  const int64_t a = (*axis)[0] < 0 ? (*axis)[0] + rank : (*axis)[0];
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < a; ++d) outer *= shape[static_cast<size_t>(d)];
-  for (int64_t d = a + 1; d < rank; ++d) inner *= shape[static_cast<size_t>(d)];
-  const int64_t n = shape[static_cast<size_t>(a)];
-  const bool exclusive = s.node.attr_int("exclusive", 0) != 0, reverse = s.node.attr_int("reverse", 0) != 0;
+  const std::optional<ScanGeometry> g = scan_geometry(s);
+  if (!g || s.inputs[0].dtype != DType::kFloat32) return nullptr;
   const cudaStream_t stream = ctx.stream;
-  return fn_kernel([=](Args in, Args out, void*) {
-    launch_cumsum(outer, n, inner, exclusive, reverse, in[0].as<const float>(), out[0].as<float>(), stream);
+  return fn_kernel([=, g = *g](Args in, Args out, void*) {
+    launch_cumsum(g.outer, g.n, g.inner, g.exclusive, g.reverse, in[0].as<const float>(),
+                  out[0].as<float>(), stream);
   });
 }
 

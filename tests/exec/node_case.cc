@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -164,12 +165,15 @@ NodeCaseResult run_node_case(const std::string& case_name, KernelFactory factory
     }
     m.mutable_graph()->mutable_input()->Swap(&kept);
   }
-  const fs::path tmp = fs::temp_directory_path() / ("pt_node_case_" + case_name + ".onnx");
+  // One file per process: the conformance runners and the kernel tests run cases in parallel.
+  const fs::path tmp =
+      fs::temp_directory_path() / ("pt_node_case_" + case_name + "_" + std::to_string(getpid()) + ".onnx");
   save_model(m, tmp.string());
   Graph g;
   try {
     g = import_model(tmp.string());
   } catch (const UserError& e) {
+    fs::remove(tmp);
     return skip(std::string("import refuses it: ") + e.what());
   }
   fs::remove(tmp);

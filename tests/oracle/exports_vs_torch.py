@@ -25,6 +25,8 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from stage_chain import report  # one line per case, then 'N passed, M failed'
+
 NAMES = ["gpt2", "llama", "qwen2", "mistral", "phi3", "bert", "vit", "convnext", "resnet", "bnconv"]
 TRAINING_MODE_EXPORTS = {"resnet", "bnconv"}
 # The default exporter drops BatchNorm from a training-mode export (fused into the convolution
@@ -113,14 +115,8 @@ def check_train(args, path, ref, tmp, compare):
     return None if worst <= args.tol else f"'{where}' differs from PyTorch's by {worst:.3g} > {args.tol}"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pipetrain", required=True)
-    ap.add_argument("--dir", required=True)
-    ap.add_argument("--names", nargs="+", default=NAMES)
-    ap.add_argument("--tol", type=float, default=1e-4)
-    args = ap.parse_args()
-    passed = failed = 0
+def cases(args):
+    """(label, error or None) for every fixture file, run then train."""
     for name in args.names:
         for variant in ("", "_legacy", "_opset23"):
             path = os.path.join(args.dir, f"{name}{variant}.onnx")
@@ -128,22 +124,25 @@ def main():
                 continue
             ref = np.load(os.path.join(args.dir, f"{name}{variant}.npz"))
             compare = not (variant == "" and name in NOT_THE_MODULE)
-            for what, check in (("run", check_run), ("train", None)):
-                label = f"{name}{variant} {what}" + ("" if check or compare else " (schedules only: BatchNorm dropped by the exporter)")
+            for what in ("run", "train"):
+                label = f"{name}{variant} {what}"
+                if what == "train" and not compare:
+                    label += " (schedules only: BatchNorm dropped by the exporter)"
                 with tempfile.TemporaryDirectory() as tmp:
                     try:
-                        err = check_run(args, name, path, ref, tmp) if check else check_train(args, path, ref, tmp, compare)
+                        yield label, (check_run(args, name, path, ref, tmp) if what == "run"
+                                      else check_train(args, path, ref, tmp, compare))
                     except RuntimeError as e:
-                        err = str(e)
-                if err:
-                    failed += 1
-                    print(f"FAIL {label}: {err}")
-                else:
-                    passed += 1
-                    print(f"ok   {label}")
-                sys.stdout.flush()
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+                        yield label, str(e)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipetrain", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--names", nargs="+", default=NAMES)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    report(cases(ap.parse_args()))
 
 
 if __name__ == "__main__":

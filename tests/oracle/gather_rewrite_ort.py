@@ -15,6 +15,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from stage_chain import report  # one line per case, then 'N passed, M failed'
+
 CASES = [
     # name, op, data shape, indices, attributes
     ("elements_axis0", "GatherElements", [3, 4], [[0, 2, 1, 0], [2, -1, 0, 1]], {"axis": 0}),
@@ -39,32 +41,30 @@ def model(op, shape, indices, attrs, path):
     onnx.save(m, path)
 
 
+def check(args, op, shape, indices, attrs, x):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.onnx")
+        model(op, shape, indices, attrs, path)
+        np.save(os.path.join(tmp, "x.npy"), x)
+        res = subprocess.run([args.pipetrain, "run", path, "--input", f"input={tmp}/x.npy", "--output", tmp],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            return res.stderr.strip()
+        want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+        have = np.load(os.path.join(tmp, "output.npy"))
+        if have.shape != want.shape or not np.array_equal(have, want):
+            return f"{have.shape} vs onnxruntime's {want.shape}, or values differ"
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pipetrain", required=True)
     args = ap.parse_args()
-    passed = failed = 0
     rng = np.random.default_rng(0)
-    for name, op, shape, indices, attrs in CASES:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "m.onnx")
-            model(op, shape, indices, attrs, path)
-            x = rng.standard_normal(shape).astype(np.float32)
-            np.save(os.path.join(tmp, "x.npy"), x)
-            res = subprocess.run([args.pipetrain, "run", path, "--input", f"input={tmp}/x.npy",
-                                  "--output", tmp], capture_output=True, text=True)
-            want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
-            if res.returncode != 0:
-                err = res.stderr.strip()
-            else:
-                have = np.load(os.path.join(tmp, "output.npy"))
-                err = None if have.shape == want.shape and np.array_equal(have, want) else \
-                    f"{have.shape} vs onnxruntime's {want.shape}, or values differ"
-        print(f"FAIL {name}: {err}" if err else f"ok   {name}")
-        passed, failed = passed + (err is None), failed + (err is not None)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    report((name, check(args, op, shape, indices, attrs, rng.standard_normal(shape).astype(np.float32)))
+           for name, op, shape, indices, attrs in CASES)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

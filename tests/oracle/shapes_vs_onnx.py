@@ -17,6 +17,8 @@ import tempfile
 
 import onnx
 
+from stage_chain import report  # one line per case, then 'N passed, M failed'
+
 
 def types_of(model):
     out = {}
@@ -69,18 +71,14 @@ def main():
     ap.add_argument("--model", action="append", required=True)
     ap.add_argument("--batch", type=int, default=2)
     args = ap.parse_args()
-    passed = failed = 0
-    for path in args.model:
-        compared, precise, err = check(args, path)
-        if err:
-            failed += 1
-            print(f"FAIL {os.path.basename(path)}: {err}")
-        else:
-            passed += 1
-            print(f"ok   {os.path.basename(path)}: {compared} values agree"
-                  + (f" ({precise} with dims onnx leaves unknown)" if precise else ""))
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+
+    def cases():
+        for path in args.model:
+            compared, precise, err = check(args, path)
+            note = f": {compared} values agree" + (f" ({precise} with dims onnx leaves unknown)" if precise else "")
+            yield os.path.basename(path) + ("" if err else note), err
+
+    report(cases())
 
 
 if __name__ == "__main__":

@@ -58,6 +58,26 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s.str();
 }
 
+std::optional<std::vector<int64_t>> broadcast_shapes(const std::vector<std::vector<int64_t>>& shapes) {
+  size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<int64_t> out(rank, 1);
+  for (const auto& s : shapes)
+    for (size_t d = 0; d < s.size(); ++d) {
+      int64_t& o = out[rank - s.size() + d];
+      if (s[d] == o || s[d] == 1) continue;
+      if (o != 1) return std::nullopt;
+      o = s[d];
+    }
+  return out;
+}
+
+std::string shapes_str(const std::vector<std::vector<int64_t>>& shapes) {
+  std::string all;
+  for (const auto& t : shapes) all += (all.empty() ? "" : " and ") + shape_str(t);
+  return all;
+}
+
 std::string TensorType::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
 
 int64_t Node::attr_int(const std::string& key, int64_t fallback) const {

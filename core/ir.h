@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -66,6 +67,11 @@ struct TensorType {
 };
 
 std::string shape_str(const std::vector<int64_t>& shape);  // "[8,128,256]"
+// numpy (multidirectional) broadcasting of `shapes`, aligned right; nullopt where two dims differ
+// and neither is 1.
+std::optional<std::vector<int64_t>> broadcast_shapes(const std::vector<std::vector<int64_t>>& shapes);
+// "[2,3] and [4,3]": the shapes, for a message saying they do not broadcast.
+std::string shapes_str(const std::vector<std::vector<int64_t>>& shapes);
 
 // Host data of an initializer or a constant attribute, row-major.
 struct Tensor {

@@ -57,22 +57,9 @@ int64_t normalize_axis(const Node& node, int64_t axis, int64_t rank) {
 // differ and neither is 1.
 std::vector<int64_t> broadcast_shape(const Node& node,
                                      const std::vector<std::vector<int64_t>>& shapes) {
-  size_t rank = 0;
-  for (const auto& s : shapes) rank = std::max(rank, s.size());
-  std::vector<int64_t> out(rank, 1);
-  for (const auto& s : shapes) {
-    for (size_t d = 0; d < s.size(); ++d) {
-      int64_t& o = out[rank - s.size() + d];
-      if (s[d] == o || s[d] == 1) continue;
-      if (o != 1) {
-        std::string all;
-        for (const auto& t : shapes) all += (all.empty() ? "" : " and ") + shape_str(t);
-        fail(node, "shapes " + all + " do not broadcast");
-      }
-      o = s[d];
-    }
-  }
-  return out;
+  std::optional<std::vector<int64_t>> out = broadcast_shapes(shapes);
+  if (!out) fail(node, "shapes " + shapes_str(shapes) + " do not broadcast");
+  return *out;
 }
 
 namespace {

@@ -58,23 +58,10 @@ int64_t product(const Dims& d, size_t begin, size_t end) {
                          d.begin() + static_cast<std::ptrdiff_t>(end), int64_t{1}, std::multiplies<>());
 }
 
-// numpy broadcasting, aligned right.
 Dims broadcast(const Args& a, const std::vector<Dims>& shapes) {
-  size_t rank = 0;
-  for (const Dims& s : shapes) rank = std::max(rank, s.size());
-  Dims out(rank, 1);
-  for (const Dims& s : shapes)
-    for (size_t d = 0; d < s.size(); ++d) {
-      int64_t& o = out[rank - s.size() + d];
-      if (s[d] == o || s[d] == 1) continue;
-      if (o != 1) {
-        std::string all;
-        for (const Dims& t : shapes) all += (all.empty() ? "" : " and ") + shape_str(t);
-        a.fail("shapes " + all + " do not broadcast");
-      }
-      o = s[d];
-    }
-  return out;
+  std::optional<Dims> out = broadcast_shapes(shapes);
+  if (!out) a.fail("shapes " + shapes_str(shapes) + " do not broadcast");
+  return *out;
 }
 
 // ---- rules ----------------------------------------------------------------------------------

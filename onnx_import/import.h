@@ -1,7 +1,9 @@
 // onnx_import/import.h: model file -> ir::Graph with every tensor's shape and dtype concrete.
 //
-// load (checker, external data, op table) -> bind symbolic dims -> { ONNX shape inference ->
-// fold constant subgraphs } until nothing changes -> convert to the IR.
+// load (external data, opset range, op table, opset-18+ forms adapted to opset 17, checker) ->
+// bind symbolic dims -> { pipetrain's own type inference (infer.h) -> fold constant subgraphs ->
+// rewrite gathers with constant indices (gather_rewrite.h) } until nothing changes -> buffers
+// (buffers.h) -> convert to the IR.
 #pragma once
 
 #include <map>

@@ -27,8 +27,8 @@
 namespace pt {
 
 // Ops newer than the canonical opset that pipetrain keeps as they are. They travel in this
-// domain through the onnx library's checker and shape inference (which know only opset 17), and
-// convert() puts them back in the default domain.
+// domain through the onnx library's checker (which knows only opset 17), and convert() puts them
+// back in the default domain.
 inline constexpr const char* kNewerOpsDomain = "pipetrain.newer";
 
 // Rewrites m in place (see above). path names the model in errors.
@@ -40,8 +40,9 @@ void adapt_to_canonical_opset(onnx::ModelProto* m, const std::string& path);
 std::map<std::string, std::string> metadata_props(const onnx::ValueInfoProto& vi);
 
 // While alive, shows the onnx library each kNewerOpsDomain node as the opset-17 Identity (every
-// such op's output has its input's type), so that its checker and shape inference, which know no
-// such op and crash on unregistered domains, can run; the destructor puts the nodes back.
+// such op's output has its input's type), so that its checker, which knows no such op (and
+// whose shape inference crashed on unregistered domains), can run; the destructor puts the nodes
+// back.
 class NewerOpsHidden {
  public:
   explicit NewerOpsHidden(onnx::GraphProto* g);

@@ -1,6 +1,6 @@
 #include "onnx_import/import.h"
 
-#include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
 
 #include <map>
 #include <set>

@@ -29,6 +29,7 @@
 
 #include "autodiff/chunk_backward.h"
 #include "autodiff/loss.h"
+#include "autodiff/parameter_sites.h"
 #include "autodiff/training_mode.h"
 #include "cli/config.h"
 #include "cli/driver.h"
@@ -263,6 +264,7 @@ class Trainer {
   void finish();
   std::map<std::string, const Tensor*> trained_tensors() const;
   Tensor& mutable_initializer(const std::string& name);
+  bool is_site_copy(const std::string& name) const;  // a copy split_parameter_sites made
 
   TrainConfig cfg_;
   TrainArgs args_;
@@ -277,6 +279,7 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> executor_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;  // per device
   std::vector<std::string> params_;                    // trained, in first-chunk order
+  std::vector<ParameterSites> sites_;                  // parameters read at several nodes
   std::vector<std::string> side_;                      // batch statistics, mean then var per BN
   std::unique_ptr<DataLoader> data_;
   std::unique_ptr<Evaluator> eval_;
@@ -290,6 +293,12 @@ class Trainer {
   std::vector<double> step_seconds_;  // every step after the first of this process
   double last_loss_ = 0;
 };
+
+bool Trainer::is_site_copy(const std::string& name) const {
+  for (const ParameterSites& s : sites_)
+    if (std::count(s.copies.begin(), s.copies.end(), name)) return true;
+  return false;
+}
 
 Tensor& Trainer::mutable_initializer(const std::string& name) {
   const ValueId v = train_.find(name);
@@ -315,6 +324,7 @@ void Trainer::build() {
                     "name one of the model's outputs");
   train_ = model_;
   form_ = at_key(cfg_, "model", [&] { return to_training_mode(train_, TrainingModeOptions{true}); });
+  sites_ = split_parameter_sites(train_, frozen_parameters(train_, cfg_.frozen));
   for (const BatchNormStats& bn : form_.batch_norms) {
     side_.push_back(bn.batch_mean);
     side_.push_back(bn.batch_var);
@@ -349,7 +359,7 @@ void Trainer::build() {
   std::vector<std::vector<OptimizerParam>> per_device(static_cast<size_t>(schedule_.stages));
   for (size_t c = 0; c < chunks_.size(); ++c)
     for (const std::string& p : chunks_[c].params) {
-      if (std::find(params_.begin(), params_.end(), p) != params_.end()) continue;
+      if (std::find(params_.begin(), params_.end(), p) != params_.end() || is_site_copy(p)) continue;
       params_.push_back(p);
       per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
     }
@@ -506,6 +516,7 @@ void Trainer::step(int64_t s) {
       update_running_statistics(mutable_initializer(bn.running_mean), mutable_initializer(bn.running_var),
                                 side[2 * i], side[2 * i + 1], bn.momentum);
     }
+  sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
   std::vector<double> squares;
   for (const auto& o : optimizers_) squares.push_back(o->squared_norm(executor_->grads()));
   const double norm = Optimizer::global_norm(squares);

@@ -85,6 +85,7 @@ class PipelineExecutor {
   // Accumulated gradient per parameter name, as ReferenceStep::grads(): host tensors, copied
   // from the devices after each step.
   const std::map<std::string, Tensor>& grads() const { return grads_; }
+  std::map<std::string, Tensor>& grads() { return grads_; }  // the trainer sums tied sites in place
   // [device][step]: when each action of the last step started and ended.
   const std::vector<std::vector<ActionTime>>& action_times() const { return times_; }
   // [device]: the largest sum of kept and passed bytes (F -> B/W, B -> W) live between two

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "exec/checkpoint.h"
+#include "onnx_import/export.h"
 #include "exec/npy.h"
 #include "tests/cli/run_cli.h"
 
@@ -219,4 +220,69 @@ TEST(Train, ShortRunShortensTheWarmUp) {
   EXPECT_EQ(metric_lines(d / "metrics.jsonl").size(), 3u + 2u);  // 3 steps, the final eval, the summary
 }
 
+// One weight read by three MatMuls (a tie, or initializers an exporter merged): wherever the cut
+// puts the readers, the trained weight has the bits of the one-stage run (each reading site
+// accumulates its own gradient, and the sites are added in node order before the update).
+TEST(Train, AWeightReadAtSeveralStagesTrainsBitIdenticallyToOneStage) {
+  const fs::path d = scratch("tied");
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("tied");
+  std::string x = "input";
+  for (int k = 0; k < 3; ++k) {
+    auto* mm = g->add_node();
+    mm->set_op_type("MatMul");
+    mm->set_name("mm" + std::to_string(k));
+    mm->add_input(x);
+    mm->add_input("w");
+    x = k == 2 ? "output" : "h" + std::to_string(k);
+    mm->add_output(x);
+    if (k == 2) break;
+    auto* act = g->add_node();
+    act->set_op_type("Tanh");
+    act->set_name("act" + std::to_string(k));
+    act->add_input(x);
+    x = "a" + std::to_string(k);
+    act->add_output(x);
+  }
+  for (const char* name : {"input", "output"}) {
+    auto* vi = std::string(name) == "input" ? g->add_input() : g->add_output();
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_value(6);
+  }
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(6);
+  w->add_dims(6);
+  for (int i = 0; i < 36; ++i) w->add_float_data(0.3f * std::sin(1.7f * static_cast<float>(i)));
+  pt::save_model(m, (d / "tied.onnx").string());
+  write(d / "c.yaml", "model: " + (d / "tied.onnx").string() + "\n" +
+                          "dims: {batch: 2}\nloss: {kind: mse}\n"
+                          "data: {kind: synthetic, samples: 24, shuffle: false}\n"
+                          "optimizer: {kind: sgd, lr: 0.1, momentum: 0.9}\n"
+                          "pipeline: {stages: 1, micro_batches: 4, schedule: 1f1b}\nsteps: 3\n"
+                          "output: {metrics: \"\", trace: \"\", timeline: \"\"}\n"
+                          "checkpoint: {dir: \"\", every: 0}\n");
+  auto train = [&](const std::string& name, const std::string& sets) {
+    const fs::path out = d / (name + ".onnx");
+    const Result r = run("train " + (d / "c.yaml").string() + " -q --set output.model=" + out.string() + sets);
+    EXPECT_EQ(r.code, 0) << name << ": " << r.err;
+    return slurp(out);
+  };
+  const std::string one = train("one", "");
+  ASSERT_FALSE(one.empty());
+  EXPECT_NE(one, slurp(d / "tied.onnx"));  // the weight trained
+  EXPECT_EQ(train("two_1f1b", " --set pipeline.stages=2"), one);  // two readers on one stage
+  EXPECT_EQ(train("three_1f1b", " --set pipeline.stages=3"), one);
+  EXPECT_EQ(train("three_gpipe", " --set pipeline.stages=3 --set pipeline.schedule=gpipe"), one);
+  EXPECT_EQ(train("two_zbv", " --set pipeline.stages=2 --set pipeline.schedule=zb-v --set pipeline.chunks=2"), one);
+}
+
 }  // namespace
+

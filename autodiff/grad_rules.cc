@@ -96,6 +96,24 @@ void grad_neg(GradContext& c) { c.give(0, c.neg(c.dy())); }
 // Y = 1 / X  =>  dX = -dY * Y^2
 void grad_reciprocal(GradContext& c) { c.give(0, c.neg(c.mul(c.dy(), c.mul(c.y(0), c.y(0))))); }
 
+// Y = h(X) = clip(alpha X + beta, 0, 1)  =>  dX = alpha * ClipGrad(dY, alpha X + beta, 0, 1)
+// Y = X h(X), alpha = 1/6, beta = 1/2   =>  dX = dY h(X) + X * alpha * ClipGrad(dY, alpha X + beta, 0, 1)
+ValueId hard_sigmoid_slope(GradContext& c, float alpha, float beta) {
+  const ValueId z = c.emit("Add", {c.mul(c.x(0), c.scalar(alpha)), c.scalar(beta)}, c.type(c.x(0)));
+  const ValueId inside = c.emit("ClipGrad", {c.dy(), z, c.scalar(0.f), c.scalar(1.f)}, c.type(c.dy()), {},
+                                kPipetrainDomain);
+  return c.mul(inside, c.scalar(alpha));
+}
+void grad_hard_sigmoid(GradContext& c) {
+  c.give(0, hard_sigmoid_slope(c, c.node().attr_float("alpha", 0.2f), c.node().attr_float("beta", 0.5f)));
+}
+void grad_hard_swish(GradContext& c) {
+  const ValueId h = c.emit("HardSigmoid", {c.x(0)}, c.type(c.x(0)),
+                           {{"alpha", 1.f / 6}, {"beta", 0.5f}});
+  c.give(0, c.emit("Add", {c.mul(c.dy(), h), c.mul(c.x(0), hard_sigmoid_slope(c, 1.f / 6, 0.5f))},
+                   c.type(c.dy())));
+}
+
 // Y = sin(X)  =>  dX = dY * cos(X);   Y = cos(X)  =>  dX = -dY * sin(X)
 void grad_sin(GradContext& c) { c.give(0, c.mul(c.dy(), c.emit("Cos", {c.x(0)}, c.type(c.x(0))))); }
 void grad_cos(GradContext& c) { c.give(0, c.neg(c.mul(c.dy(), c.emit("Sin", {c.x(0)}, c.type(c.x(0)))))); }
@@ -517,6 +535,8 @@ const RuleEntry kRules[] = {
     {"", "Sqrt", grad_sqrt},
     {"", "Neg", grad_neg},
     {"", "Reciprocal", grad_reciprocal},
+    {"", "HardSigmoid", grad_hard_sigmoid},
+    {"", "HardSwish", grad_hard_swish},
     {"", "Sin", grad_sin},
     {"", "Cos", grad_cos},
     {"", "CumSum", grad_cumsum},

@@ -40,6 +40,8 @@
   X("com.microsoft::Gelu", gelu)                                                           \
   X("Tanh", tanh)                                                                          \
   X("Sigmoid", sigmoid)                                                                    \
+  X("HardSigmoid", hard_sigmoid)                                                           \
+  X("HardSwish", hard_swish)                                                               \
   X("Clip", clip)                                                                          \
   X("Cast", cast)                                                                          \
   X("Dropout", dropout)                                                                    \

@@ -440,6 +440,7 @@ const std::map<std::string, Rule>& rules() {
       {"Sin", same_as_input},        {"Cos", same_as_input},     {"CumSum", same_as_input},
       {"Relu", same_as_input},       {"Erf", same_as_input},     {"Gelu", same_as_input},
       {"Tanh", same_as_input},       {"Sigmoid", same_as_input}, {"Clip", same_as_input},
+      {"HardSigmoid", same_as_input}, {"HardSwish", same_as_input},
       {"Softmax", same_as_input},    {"LogSoftmax", same_as_input},
       {"Identity", same_as_input},
       {"LayerNormalization", layer_norm},

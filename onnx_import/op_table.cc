@@ -29,6 +29,8 @@ const std::vector<OpEntry>& op_table() {
       {"com.microsoft", "Gelu", S::kRun, "onnxruntime contrib form"},
       {"", "Tanh", S::kRun, ""},
       {"", "Sigmoid", S::kRun, ""},
+      {"", "HardSigmoid", S::kRun, "alpha, beta (MobileNetV3)"},
+      {"", "HardSwish", S::kRun, "MobileNetV3", 14},
       {"", "Clip", S::kRun, "min/max as inputs (ReLU6)"},
       {"", "Where", S::kRun, "condition usually constant (masks)"},
       {"", "Equal", S::kRun, "not differentiable"},

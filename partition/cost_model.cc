@@ -21,7 +21,7 @@ const std::map<std::string, Elementwise>& elementwise_table() {
       {"Erf", {8, 6}},  {"Gelu", {12, 16}},  {"Tanh", {8, 2}},  {"Sigmoid", {4, 3}},
       {"Clip", {2, 2}}, {"Where", {1, 1}},   {"Dropout", {2, 1}},
       {"Reciprocal", {1, 3}}, {"IsNaN", {1, 0}}, {"Sin", {10, 11}}, {"Cos", {10, 11}},
-      {"CumSum", {1, 1}},
+      {"CumSum", {1, 1}}, {"HardSigmoid", {3, 4}}, {"HardSwish", {5, 9}},
       {"SeededDropout", {12, 2}},  // a 64-bit hash per element
   };
   return t;

@@ -20,6 +20,9 @@ std::unique_ptr<Kernel> make_neg(const KernelSpec& s);
 std::unique_ptr<Kernel> make_reciprocal(const KernelSpec& s);
 std::unique_ptr<Kernel> make_is_nan(const KernelSpec& s);
 std::unique_ptr<Kernel> make_sin(const KernelSpec& s);
+// HardSigmoid: y = max(0, min(1, alpha x + beta)); HardSwish: y = x * HardSigmoid(x; 1/6, 1/2).
+std::unique_ptr<Kernel> make_hard_sigmoid(const KernelSpec& s);
+std::unique_ptr<Kernel> make_hard_swish(const KernelSpec& s);
 std::unique_ptr<Kernel> make_cos(const KernelSpec& s);
 // scan.cc: CumSum (axis constant input 1; exclusive, reverse), float32, float64 and int64.
 std::unique_ptr<Kernel> make_cumsum(const KernelSpec& s);

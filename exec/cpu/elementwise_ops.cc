@@ -253,6 +253,38 @@ std::unique_ptr<Kernel> make_is_nan(const KernelSpec& s) {
   return std::make_unique<PlainUnary<float, IsNaNOp, bool>>(s.inputs[0].numel(), s.cpu->threads);
 }
 
+// y = h(x) = max(0, min(1, alpha x + beta)), or x * h(x) for HardSwish; fp32.
+class HardSigmoidKernel final : public Kernel {
+ public:
+  HardSigmoidKernel(int64_t n, float alpha, float beta, bool swish, int threads)
+      : n_(n), alpha_(alpha), beta_(beta), swish_(swish), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float* x = in[0].as<const float>();
+    float* y = out[0].as<float>();
+#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
+    for (int64_t i = 0; i < n_; ++i) {
+      const float h = std::max(0.f, std::min(1.f, alpha_ * x[i] + beta_));
+      y[i] = swish_ ? x[i] * h : h;
+    }
+  }
+
+ private:
+  int64_t n_;
+  float alpha_, beta_;
+  bool swish_;
+  int threads_;
+};
+
+std::unique_ptr<Kernel> make_hard(const KernelSpec& s, float alpha, float beta, bool swish) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0])) return nullptr;
+  return std::make_unique<HardSigmoidKernel>(s.inputs[0].numel(), alpha, beta, swish, s.cpu->threads);
+}
+
+std::unique_ptr<Kernel> make_hard_sigmoid(const KernelSpec& s) {
+  return make_hard(s, s.node.attr_float("alpha", 0.2f), s.node.attr_float("beta", 0.5f), false);
+}
+std::unique_ptr<Kernel> make_hard_swish(const KernelSpec& s) { return make_hard(s, 1.f / 6, 0.5f, true); }
+
 // Sin, Cos: fp32 (rotary tables computed at run time).
 std::unique_ptr<Kernel> make_sin(const KernelSpec& s) {
   if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0])) return nullptr;

@@ -27,6 +27,8 @@ std::unique_ptr<Kernel> make_neg(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_reciprocal(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_is_nan(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_sin(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_hard_sigmoid(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_hard_swish(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_cos(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_cumsum(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_relu(const KernelSpec& s, CudaContext& ctx);

@@ -120,6 +120,20 @@ std::unique_ptr<Kernel> make_reciprocal(const KernelSpec& s, CudaContext& c) {
   return unary(s, c, UnaryOp::kReciprocal);
 }
 std::unique_ptr<Kernel> make_sin(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kSin); }
+
+// HardSigmoid and HardSwish, fp32, as the CPU's.
+std::unique_ptr<Kernel> hard(const KernelSpec& s, CudaContext& ctx, float alpha, float beta, bool swish) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0])) return nullptr;
+  const int64_t n = s.inputs[0].numel();
+  const cudaStream_t stream = ctx.stream;
+  return fn_kernel([=](Args in, Args out, void*) {
+    launch_hard_sigmoid(n, alpha, beta, swish, in[0].as<const float>(), out[0].as<float>(), stream);
+  });
+}
+std::unique_ptr<Kernel> make_hard_sigmoid(const KernelSpec& s, CudaContext& c) {
+  return hard(s, c, s.node.attr_float("alpha", 0.2f), s.node.attr_float("beta", 0.5f), false);
+}
+std::unique_ptr<Kernel> make_hard_swish(const KernelSpec& s, CudaContext& c) { return hard(s, c, 1.f / 6, 0.5f, true); }
 std::unique_ptr<Kernel> make_cos(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kCos); }
 
 // CumSum, float32, the CPU's geometry.

@@ -143,6 +143,14 @@ __global__ void unary_kernel(UnaryOp op, int64_t n, const T* x, T* y) {
   PT_GRID_STRIDE(i, n) y[i] = apply_unary<T>(op, x[i]);
 }
 
+__global__ void hard_sigmoid_kernel(int64_t n, float alpha, float beta, bool swish, const float* x,
+                                    float* y) {
+  PT_GRID_STRIDE(i, n) {
+    const float h = fmaxf(0.f, fminf(1.f, alpha * x[i] + beta));
+    y[i] = swish ? x[i] * h : h;
+  }
+}
+
 __global__ void is_nan_kernel(int64_t n, const float* x, bool* y) {
   PT_GRID_STRIDE(i, n) y[i] = isnan(x[i]);
 }
@@ -305,6 +313,13 @@ void launch_unary(UnaryOp op, DType t, int64_t n, const void* x, void* y, cudaSt
     PT_CUDA_LAUNCH_CHECK();
   });
   PT_CHECK(done, "no CUDA unary kernel for this dtype");
+}
+
+void launch_hard_sigmoid(int64_t n, float alpha, float beta, bool swish, const float* x, float* y,
+                         cudaStream_t s) {
+  if (n == 0) return;
+  hard_sigmoid_kernel<<<grid_for(n), kThreads, 0, s>>>(n, alpha, beta, swish, x, y);
+  PT_CUDA_LAUNCH_CHECK();
 }
 
 void launch_is_nan(int64_t n, const float* x, bool* y, cudaStream_t s) {

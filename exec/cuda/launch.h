@@ -40,6 +40,9 @@ void launch_where(DType t, const Broadcast& bc, const void* cond, const void* x,
 enum class UnaryOp { kSqrt, kNeg, kReciprocal, kRelu, kErf, kGeluErf, kGeluTanh, kTanh, kSigmoid, kSin, kCos };
 bool unary_supported(UnaryOp op, DType t);
 void launch_unary(UnaryOp op, DType t, int64_t n, const void* x, void* y, cudaStream_t stream);
+// y = h(x) = max(0, min(1, alpha x + beta)), or x * h(x) when swish (HardSigmoid, HardSwish).
+void launch_hard_sigmoid(int64_t n, float alpha, float beta, bool swish, const float* x, float* y,
+                         cudaStream_t stream);
 // y[i] = isnan(x[i]), fp32 -> bool.
 void launch_is_nan(int64_t n, const float* x, bool* y, cudaStream_t stream);
 // CumSum over x viewed as [outer, n, inner] (scan.cu): one thread per line, summed in order.

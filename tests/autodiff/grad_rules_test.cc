@@ -72,6 +72,10 @@ void Unary() {
       {"Sqrt", uniform(0.5f, 2), {}},         {"Neg", {}, {}},
       {"Reciprocal", uniform(0.5f, 2), {}},  {"Sin", {}, {}},
       {"Cos", {}, {}},
+      {"HardSigmoid", uniform(-2.f, 2.f), {{"alpha", 0.2f}, {"beta", 0.5f}}},  // kinks at +-2.5
+      {"HardSigmoid", uniform(3.f, 5.f), {}},                                   // clipped
+      {"HardSwish", uniform(-2.5f, 2.5f), {}},                                  // kinks at +-3
+      {"HardSwish", uniform(3.5f, 6.f), {}},
       {"Relu", uniform(-1, 1, 0.05f), {}},    {"Erf", {}, {}},
       {"Tanh", {}, {}},                       {"Sigmoid", {}, {}},
       {"Identity", {}, {}},                   {"Gelu", uniform(-2, 2), {}},

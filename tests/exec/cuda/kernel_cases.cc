@@ -91,6 +91,8 @@ void elementwise(Cases& c) {
   c.add("Neg_Int32", "Neg", {ints(kI32, {9}, -100, 100)}, {T(kI32, {9})});
   c.add("Reciprocal", "Reciprocal", {f32({3, 17}, 0.5, 4)}, {F({3, 17})});
   c.add("Sin", "Sin", {f32({3, 17}, -6, 6)}, {F({3, 17})});
+  c.add("HardSigmoid", "HardSigmoid", {f32({3, 17}, -6, 6)}, {F({3, 17})}, {{"alpha", 0.3f}, {"beta", 0.4f}});
+  c.add("HardSwish", "HardSwish", {f32({3, 17}, -6, 6)}, {F({3, 17})});
   c.add("Cos", "Cos", {f32({3, 17}, -6, 6)}, {F({3, 17})});
   c.add("CumSum_MiddleAxis", "CumSum", {f32({4, 33, 5}), cst(i64s({1}))}, {F({4, 33, 5})});
   c.add("CumSum_ExclusiveReverse", "CumSum", {f32({3, 40}), cst(i64s({-1}))}, {F({3, 40})},

@@ -117,6 +117,13 @@ void rewrite_dropout(Graph& g, Node& n, bool train, ValueId* key) {
 
 }  // namespace
 
+void dropout_as_identity(Graph& g) {
+  ValueId key = kNoValue;
+  for (Node& n : g.nodes)
+    if (is_onnx_op(n, "Dropout")) rewrite_dropout(g, n, false, &key);
+  g.rebuild_uses();
+}
+
 TrainingForm to_training_mode(Graph& g, const TrainingModeOptions& options) {
   g.rebuild_uses();
   TrainingForm form;

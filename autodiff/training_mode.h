@@ -64,6 +64,11 @@ struct TrainingForm {
 // it adds are taken.
 TrainingForm to_training_mode(Graph& g, const TrainingModeOptions& options);
 
+// The inference form of g, as PyTorch's eval() runs the module: every Dropout the identity, whatever
+// its training_mode says (an export made in training mode writes training_mode true). For `run`
+// and evaluation. UserError as to_training_mode for a ratio or training_mode that is not constant.
+void dropout_as_identity(Graph& g);
+
 // The key of micro-batch `micro_batch` of step `step`: a hash of the three, the same on every
 // device and for every schedule.
 int64_t dropout_key_for(uint64_t seed, int64_t step, int64_t micro_batch);

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <map>
 
+#include "autodiff/training_mode.h"
 #include "cli/driver.h"
 #include "cli/npy_files.h"
 #include "core/error.h"
@@ -30,6 +31,7 @@ int run_forward(const RunArgs& a) {
   options.batch = batch_of(inputs);
   options.dims = parse_dims(a.dims);
   Graph g = import_model(a.model, options);
+  dropout_as_identity(g);  // run is inference: Dropout is the identity, as in PyTorch's eval()
 
   std::vector<Buffer> feeds;
   for (ValueId v : g.inputs) {

@@ -113,10 +113,16 @@ struct EvalResult {
 
 // The model as imported (BatchNorm on running statistics, Dropout off), compiled once; reads the
 // same parameter and buffer tensors the training updates in place.
+// The model as evaluation runs it: Dropout the identity (autodiff/training_mode.h).
+Graph inference_form(Graph g) {
+  dropout_as_identity(g);
+  return g;
+}
+
 class Evaluator {
  public:
   Evaluator(const Graph& model, const LossSpec& loss, int threads)
-      : graph_(model), backend_(threads), program_(graph_, backend_), loss_(loss) {
+      : graph_(inference_form(model)), backend_(threads), program_(graph_, backend_), loss_(loss) {
     const std::string out = loss.output.empty() ? graph_.value(graph_.outputs.front()).name : loss.output;
     for (size_t k = 0; k < graph_.outputs.size(); ++k)
       if (graph_.value(graph_.outputs[k]).name == out) output_ = k;

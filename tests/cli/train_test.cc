@@ -220,33 +220,28 @@ TEST(Train, ShortRunShortensTheWarmUp) {
   EXPECT_EQ(metric_lines(d / "metrics.jsonl").size(), 3u + 2u);  // 3 steps, the final eval, the summary
 }
 
-// One weight read by three MatMuls (a tie, or initializers an exporter merged): wherever the cut
-// puts the readers, the trained weight has the bits of the one-stage run (each reading site
-// accumulates its own gradient, and the sites are added in node order before the update).
-TEST(Train, AWeightReadAtSeveralStagesTrainsBitIdenticallyToOneStage) {
-  const fs::path d = scratch("tied");
+// input [batch, 6] -> MatMul(w) -> Tanh -> MatMul(w) -> Tanh -> MatMul(w) -> output: one weight
+// read by three MatMuls (a tie, or initializers an exporter merged). With `dropout`, a Dropout as
+// an export made in training mode writes it (ratio and training_mode as initializers, training_mode
+// true) follows the first Tanh.
+void save_tied_model(const fs::path& path, bool dropout) {
   onnx::ModelProto m;
   m.set_ir_version(8);
   m.add_opset_import()->set_version(17);
   auto* g = m.mutable_graph();
   g->set_name("tied");
-  std::string x = "input";
-  for (int k = 0; k < 3; ++k) {
-    auto* mm = g->add_node();
-    mm->set_op_type("MatMul");
-    mm->set_name("mm" + std::to_string(k));
-    mm->add_input(x);
-    mm->add_input("w");
-    x = k == 2 ? "output" : "h" + std::to_string(k);
-    mm->add_output(x);
-    if (k == 2) break;
-    auto* act = g->add_node();
-    act->set_op_type("Tanh");
-    act->set_name("act" + std::to_string(k));
-    act->add_input(x);
-    x = "a" + std::to_string(k);
-    act->add_output(x);
-  }
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return out;
+  };
+  std::string x = node("Tanh", {node("MatMul", {"input", "w"}, "h0")}, "a0");
+  if (dropout) x = node("Dropout", {x, "ratio", "training"}, "dropped");
+  x = node("Tanh", {node("MatMul", {x, "w"}, "h1")}, "a1");
+  node("MatMul", {x, "w"}, "output");
   for (const char* name : {"input", "output"}) {
     auto* vi = std::string(name) == "input" ? g->add_input() : g->add_output();
     vi->set_name(name);
@@ -261,27 +256,87 @@ TEST(Train, AWeightReadAtSeveralStagesTrainsBitIdenticallyToOneStage) {
   w->add_dims(6);
   w->add_dims(6);
   for (int i = 0; i < 36; ++i) w->add_float_data(0.3f * std::sin(1.7f * static_cast<float>(i)));
-  pt::save_model(m, (d / "tied.onnx").string());
-  write(d / "c.yaml", "model: " + (d / "tied.onnx").string() + "\n" +
+  if (dropout) {
+    auto* r = g->add_initializer();
+    r->set_name("ratio");
+    r->set_data_type(onnx::TensorProto::FLOAT);
+    r->add_float_data(0.25f);
+    auto* t = g->add_initializer();
+    t->set_name("training");
+    t->set_data_type(onnx::TensorProto::BOOL);
+    t->add_int32_data(1);
+  }
+  pt::save_model(m, path.string());
+}
+
+// Trains the model at `path` (MSE on synthetic data, SGD with momentum, 4 micro-batches of 2,
+// 3 steps) with the --set overrides in `sets`; returns the trained model's bytes.
+std::string train_bytes(const fs::path& d, const fs::path& model, const std::string& name,
+                        const std::string& sets) {
+  write(d / "c.yaml", "model: " + model.string() + "\n" +
                           "dims: {batch: 2}\nloss: {kind: mse}\n"
                           "data: {kind: synthetic, samples: 24, shuffle: false}\n"
                           "optimizer: {kind: sgd, lr: 0.1, momentum: 0.9}\n"
                           "pipeline: {stages: 1, micro_batches: 4, schedule: 1f1b}\nsteps: 3\n"
                           "output: {metrics: \"\", trace: \"\", timeline: \"\"}\n"
                           "checkpoint: {dir: \"\", every: 0}\n");
-  auto train = [&](const std::string& name, const std::string& sets) {
-    const fs::path out = d / (name + ".onnx");
-    const Result r = run("train " + (d / "c.yaml").string() + " -q --set output.model=" + out.string() + sets);
-    EXPECT_EQ(r.code, 0) << name << ": " << r.err;
-    return slurp(out);
-  };
-  const std::string one = train("one", "");
+  const fs::path out = d / (name + ".onnx");
+  const Result r = run("train " + (d / "c.yaml").string() + " -q --set output.model=" + out.string() + sets);
+  EXPECT_EQ(r.code, 0) << name << ": " << r.err;
+  return slurp(out);
+}
+
+// Wherever the cut puts the three readers of one weight, the trained weight has the bits of the
+// one-stage run (each reading site accumulates its own gradient, and the sites are added in node
+// order before the update).
+TEST(Train, AWeightReadAtSeveralStagesTrainsBitIdenticallyToOneStage) {
+  const fs::path d = scratch("tied");
+  save_tied_model(d / "tied.onnx", false);
+  const std::string one = train_bytes(d, d / "tied.onnx", "one", "");
   ASSERT_FALSE(one.empty());
   EXPECT_NE(one, slurp(d / "tied.onnx"));  // the weight trained
-  EXPECT_EQ(train("two_1f1b", " --set pipeline.stages=2"), one);  // two readers on one stage
-  EXPECT_EQ(train("three_1f1b", " --set pipeline.stages=3"), one);
-  EXPECT_EQ(train("three_gpipe", " --set pipeline.stages=3 --set pipeline.schedule=gpipe"), one);
-  EXPECT_EQ(train("two_zbv", " --set pipeline.stages=2 --set pipeline.schedule=zb-v --set pipeline.chunks=2"), one);
+  EXPECT_EQ(train_bytes(d, d / "tied.onnx", "two_1f1b", " --set pipeline.stages=2"), one);  // two readers on one stage
+  EXPECT_EQ(train_bytes(d, d / "tied.onnx", "three_1f1b", " --set pipeline.stages=3"), one);
+  EXPECT_EQ(train_bytes(d, d / "tied.onnx", "three_gpipe", " --set pipeline.stages=3 --set pipeline.schedule=gpipe"), one);
+  EXPECT_EQ(train_bytes(d, d / "tied.onnx", "two_zbv",
+                        " --set pipeline.stages=2 --set pipeline.schedule=zb-v --set pipeline.chunks=2"),
+            one);
+}
+
+// A Dropout as a training-mode export writes it (training_mode true, ratio an initializer):
+// `train` draws seeded masks, bit-identical across stage counts and schedules, and differs from
+// the run without it; `run` (and evaluation) treat it as the identity, as PyTorch's eval() does.
+TEST(Train, TrainingModeDropoutTrainsAndRunsAsTheIdentity) {
+  const fs::path d = scratch("dropout");
+  save_tied_model(d / "plain.onnx", false);
+  save_tied_model(d / "dropout.onnx", true);
+  const std::string one = train_bytes(d, d / "dropout.onnx", "one", "");
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(train_bytes(d, d / "dropout.onnx", "two_1f1b", " --set pipeline.stages=2"), one);
+  EXPECT_EQ(train_bytes(d, d / "dropout.onnx", "two_zbv",
+                        " --set pipeline.stages=2 --set pipeline.schedule=zb-v --set pipeline.chunks=2"),
+            one);
+  train_bytes(d, d / "plain.onnx", "plain_trained", "");
+  auto trained_w = [&](const std::string& name) {
+    onnx::ModelProto m;
+    EXPECT_TRUE(m.ParseFromString(slurp(d / (name + ".onnx"))));
+    for (const auto& t : m.graph().initializer())
+      if (t.name() == "w") return t.SerializeAsString();
+    return std::string();
+  };
+  ASSERT_FALSE(trained_w("one").empty());
+  EXPECT_NE(trained_w("one"), trained_w("plain_trained"));  // the masks changed the update
+  pt::Tensor x;
+  x.type = pt::TensorType{pt::DType::kFloat32, {3, 6}};
+  x.data.resize(static_cast<size_t>(x.type.bytes()));
+  for (int i = 0; i < 18; ++i) x.as<float>()[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  pt::write_npy(x, (d / "x.npy").string());
+  for (const char* m : {"plain", "dropout"}) {
+    const Result r = run(std::string("run ") + (d / (std::string(m) + ".onnx")).string() + " --input input=" +
+                         (d / "x.npy").string() + " --output " + (d / (std::string(m) + "_out")).string());
+    ASSERT_EQ(r.code, 0) << m << ": " << r.err;
+  }
+  EXPECT_EQ(slurp(d / "dropout_out" / "output.npy"), slurp(d / "plain_out" / "output.npy"));
 }
 
 }  // namespace

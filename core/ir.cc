@@ -72,6 +72,13 @@ std::optional<std::vector<int64_t>> broadcast_shapes(const std::vector<std::vect
   return out;
 }
 
+std::optional<std::vector<int64_t>> int_values(const Tensor& t) {
+  const int64_t n = t.type.numel();
+  if (t.type.dtype == DType::kInt64) return std::vector<int64_t>(t.as<int64_t>(), t.as<int64_t>() + n);
+  if (t.type.dtype == DType::kInt32) return std::vector<int64_t>(t.as<int32_t>(), t.as<int32_t>() + n);
+  return std::nullopt;
+}
+
 std::string shapes_str(const std::vector<std::vector<int64_t>>& shapes) {
   std::string all;
   for (const auto& t : shapes) all += (all.empty() ? "" : " and ") + shape_str(t);

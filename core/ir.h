@@ -84,6 +84,9 @@ struct Tensor {
   T* as() { return reinterpret_cast<T*>(data.data()); }
 };
 
+// The values of an int64 or int32 tensor (shapes, axes, indices); nullopt for any other dtype.
+std::optional<std::vector<int64_t>> int_values(const Tensor& t);
+
 using ValueId = int32_t;
 constexpr ValueId kNoValue = -1;  // an omitted optional input
 

@@ -76,10 +76,7 @@ std::optional<Dims> align_to_rank(const Dims& in, size_t rank) {
 std::optional<Dims> constant_ints(const KernelSpec& s, size_t i) {
   const Tensor* t = s.constant(i);
   if (!t) return std::nullopt;
-  const int64_t n = t->type.numel();
-  if (t->type.dtype == DType::kInt64) return Dims(t->as<int64_t>(), t->as<int64_t>() + n);
-  if (t->type.dtype == DType::kInt32) return Dims(t->as<int32_t>(), t->as<int32_t>() + n);
-  return std::nullopt;
+  return int_values(*t);
 }
 
 std::optional<BroadcastGeometry> broadcast_geometry(const KernelSpec& s, int n) {

@@ -40,10 +40,7 @@ Tensor new_tensor(DType dtype, std::vector<int64_t> shape) {
 // The values of an int32 or int64 tensor; nullopt for null or any other dtype.
 std::optional<std::vector<int64_t>> read_ints(const Tensor* t) {
   if (!t) return std::nullopt;
-  const int64_t n = t->type.numel();
-  if (t->type.dtype == DType::kInt64) return std::vector<int64_t>(t->as<int64_t>(), t->as<int64_t>() + n);
-  if (t->type.dtype == DType::kInt32) return std::vector<int64_t>(t->as<int32_t>(), t->as<int32_t>() + n);
-  return std::nullopt;
+  return int_values(*t);
 }
 
 // axis in [-rank, rank) -> [0, rank); UserError outside.

@@ -23,13 +23,6 @@ int64_t product(const Dims& d, size_t begin, size_t end) {
   return p;
 }
 
-std::optional<Dims> ints_of(const Tensor& t) {
-  const int64_t n = t.type.numel();
-  if (t.type.dtype == DType::kInt64) return Dims(t.as<int64_t>(), t.as<int64_t>() + n);
-  if (t.type.dtype == DType::kInt32) return Dims(t.as<int32_t>(), t.as<int32_t>() + n);
-  return std::nullopt;
-}
-
 class Rewriter {
  public:
   Rewriter(const onnx::NodeProto& n, onnx::GraphProto* g, std::map<std::string, TensorType>* types,
@@ -147,7 +140,7 @@ int rewrite_constant_gathers(onnx::GraphProto* g, std::map<std::string, TensorTy
     // Constant data is folding's; constant indices into data computed at run time are ours.
     if ((elements || nd) && n.domain().empty() && data != types->end() && indices != constants->end() &&
         !constants->count(n.input(0)))
-      idx = ints_of(indices->second);
+      idx = int_values(indices->second);
     if (!idx) {
       nodes.push_back(std::move(n));
       continue;

@@ -18,11 +18,6 @@
 namespace pt {
 namespace {
 
-std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset) {
-  return path + ": node '" + n.name() + "' (" + n.op_type() + ", opset " + std::to_string(opset) +
-         ")";
-}
-
 void name_unnamed_nodes(onnx::GraphProto* g) {
   std::set<std::string> taken;
   for (const auto& n : g->node()) taken.insert(n.name());

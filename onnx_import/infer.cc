@@ -31,10 +31,7 @@ class Args {
   std::optional<Dims> ints(size_t i) const {
     const Tensor* t = i < constants_.size() ? constants_[i] : nullptr;
     if (!t) return std::nullopt;
-    const int64_t n = t->type.numel();
-    if (t->type.dtype == DType::kInt64) return Dims(t->as<int64_t>(), t->as<int64_t>() + n);
-    if (t->type.dtype == DType::kInt32) return Dims(t->as<int32_t>(), t->as<int32_t>() + n);
-    return std::nullopt;
+    return int_values(*t);
   }
   [[noreturn]] void fail(const std::string& what) const {
     throw UserError(where_, what, "check the bound dimensions (--micro-batch, --dim) against the model");

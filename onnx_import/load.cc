@@ -116,6 +116,10 @@ void check_ops(const onnx::ModelProto& m, const std::string& path) {
 
 }  // namespace
 
+std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset) {
+  return path + ": node '" + n.name() + "' (" + n.op_type() + ", opset " + std::to_string(opset) + ")";
+}
+
 int64_t default_opset(const onnx::ModelProto& m) {
   for (const auto& o : m.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();

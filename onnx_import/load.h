@@ -28,6 +28,9 @@ std::vector<std::string> unsupported_ops(const onnx::ModelProto& m);
 // file's own default opset.
 onnx::ModelProto load_model(const std::string& path, int64_t* source_opset = nullptr);
 
+// "path: node 'name' (Op, opset N)": where a node's error is.
+std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset);
+
 // The opset of the default domain; 0 when the model imports none.
 int64_t default_opset(const onnx::ModelProto& m);
 

@@ -55,12 +55,7 @@ class ModelFacts {
     if (auto c = const_ints_.find(name); c != const_ints_.end()) return c->second;
     auto it = constants_.find(name);
     if (it == constants_.end()) return std::nullopt;
-    Tensor t = tensor_from_proto(*it->second, where);
-    std::vector<int64_t> out;
-    if (t.type.dtype == DType::kInt64) out.assign(t.as<int64_t>(), t.as<int64_t>() + t.type.numel());
-    else if (t.type.dtype == DType::kInt32) out.assign(t.as<int32_t>(), t.as<int32_t>() + t.type.numel());
-    else return std::nullopt;
-    return out;
+    return int_values(tensor_from_proto(*it->second, where));
   }
 
   // The element type a value info or initializer states; 0 when none does.
@@ -82,11 +77,6 @@ class ModelFacts {
   std::map<std::string, std::vector<int64_t>> shapes_;
   std::map<std::string, int> dtypes_;
 };
-
-std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset) {
-  return path + ": node '" + n.name() + "' (" + n.op_type() + ", opset " + std::to_string(opset) +
-         ")";
-}
 
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name) {
   for (const auto& a : n.attribute())

@@ -15,6 +15,7 @@ struct ModelArgs {
   std::string model;
   int64_t micro_batch = 1;
   std::vector<std::string> dims;  // "name=value"
+  std::vector<std::string> tied, untied;  // initializer names or globs (onnx_import/module_params.h)
 };
 
 struct InspectArgs {

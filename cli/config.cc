@@ -288,12 +288,16 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.read(q, p, "memory_limit", &c->pipeline.memory_limit, "a size such as 8GiB");
   }
   if (const YAML::Node f = root["parameters"]) {
-    r.check_keys(f, "parameters", {"frozen"});
-    if (const YAML::Node list = f["frozen"]) {
-      if (!list.IsSequence())
-        throw UserError(r.where(list, "parameters.frozen"), "expected a list of names or globs", "write frozen: [mask, \"*.running_*\"]");
-      for (const auto& item : list) c->frozen.push_back(item.as<std::string>());
-    }
+    r.check_keys(f, "parameters", {"frozen", "tied", "untied"});
+    const std::pair<const char*, std::vector<std::string>*> lists[] = {
+        {"frozen", &c->frozen}, {"tied", &c->parameters.tied}, {"untied", &c->parameters.untied}};
+    for (const auto& [key, into] : lists)
+      if (const YAML::Node list = f[key]) {
+        if (!list.IsSequence())
+          throw UserError(r.where(list, std::string("parameters.") + key), "expected a list of names or globs",
+                          std::string("write ") + key + ": [mask, \"*.running_*\"]");
+        for (const auto& item : list) into->push_back(item.as<std::string>());
+      }
   }
   if (const YAML::Node k = root["checkpoint"]) {
     r.check_keys(k, "checkpoint", {"dir", "every"});

@@ -14,7 +14,7 @@
 //               betas: [0.9, 0.999], eps: 1.0e-8}
 //   pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: balanced,
 //              recompute: selective, memory_limit: 8GiB}
-//   parameters: {frozen: [mask]}    # names or globs
+//   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"]}   # names or globs
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
 //   threads: 1                       # per stage (CPU)
 //   seed: 0
@@ -34,6 +34,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "core/ir.h"
 
 namespace pt {
 
@@ -81,6 +83,7 @@ struct TrainConfig {
   } pipeline;
 
   std::vector<std::string> frozen;  // parameters.frozen
+  ParameterChoices parameters;      // parameters.tied / untied (onnx_import/module_params.h)
   std::string device = "cpu";       // cpu | cuda (the `device:` text up to a ':')
   std::vector<int> gpus;            // cuda:I,J,...: the GPU indices as written; empty: d mod G
   int threads = 1;                  // per stage

@@ -21,6 +21,7 @@ ImportOptions import_options(const ModelArgs& m) {
   ImportOptions o;
   o.batch = m.micro_batch;
   o.dims = parse_dims(m.dims);
+  o.parameters = {m.tied, m.untied};
   return o;
 }
 

@@ -127,6 +127,21 @@ nlohmann::json initializers_json(const Graph& g) {
   return list;
 }
 
+// What import did to give back the module's parameters (onnx_import/module_params.h).
+void print_parameter_notes(std::ostream& os, const Graph& g) {
+  if (g.parameter_notes.empty()) return;
+  os << "module parameters the file merged or folded (parameters.tied / parameters.untied override):\n";
+  for (const ParameterNote& n : g.parameter_notes)
+    os << "  " << n.initializer << ": " << n.action << "  (" << n.why << ")\n";
+}
+
+nlohmann::json parameter_notes_json(const Graph& g) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ParameterNote& n : g.parameter_notes)
+    list.push_back({{"initializer", n.initializer}, {"action", n.action}, {"why", n.why}});
+  return list;
+}
+
 }  // namespace
 
 void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
@@ -158,6 +173,7 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
   for (const InitializerRole& r : roles)
     os << "  " << (r.trained ? "trained " : "buffer  ") << r.name << " " << g.value(g.find(r.name)).type.str()
        << (r.why.empty() ? "" : "  (" + r.why + ")") << "\n";
+  print_parameter_notes(os, g);
   if (!list_nodes) return;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -182,7 +198,8 @@ nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs) 
           {"inputs", tensors_json(g, g.inputs)},
           {"outputs", tensors_json(g, g.outputs)},
           {"unsupported", nlohmann::json::array()},
-          {"initializers", initializers_json(g)}};
+          {"initializers", initializers_json(g)},
+          {"module_parameters", parameter_notes_json(g)}};
 }
 
 void print_op_table(std::ostream& os) {

@@ -320,6 +320,7 @@ void Trainer::build() {
     if (name == "batch") io.batch = size;
     else io.dims[name] = size;
   }
+  io.parameters = cfg_.parameters;
   rows_ = io.batch;
   model_ = at_key(cfg_, "model", [&] { return import_model(cfg_.model, io); });
   loss_.kind = LossSpec::parse_kind(cfg_.loss.kind, cfg_.where("loss.kind"));
@@ -631,7 +632,7 @@ void Trainer::finish() {
   }
   if (!cfg_.output.model.empty()) {
     make_parent(cfg_.output.model);
-    save_model_with_weights(cfg_.model, trained_tensors(), cfg_.output.model);
+    save_model_with_weights(cfg_.model, trained_tensors(), cfg_.output.model, cfg_.parameters);
     std::cout << "trained model -> " << cfg_.output.model << "\n";
   }
   if (!cfg_.output.trace.empty()) {

@@ -122,6 +122,26 @@ struct Node {
   std::string label() const;
 };
 
+// The user's overrides of import's tie rules (config `parameters: {tied, untied}`).
+struct ParameterChoices {
+  std::vector<std::string> tied;    // initializer names or globs kept as the file has them
+  std::vector<std::string> untied;  // initializer names or globs untied per module scope
+};
+
+// What import did to the file's initializers to give back the module's parameters
+// (onnx_import/module_params.h), for `pipetrain inspect`.
+struct ParameterNote {
+  std::string initializer;
+  std::string action;  // e.g. "untied into a, b", "kept tied", "restored as zeros", "folded"
+  std::string why;
+};
+
+// The module parameter an initializer holds, where its name is not the parameter's.
+struct ModuleName {
+  std::string parameter;
+  bool transposed = false;  // the initializer holds the parameter's transpose
+};
+
 class Graph {
  public:
   std::string name;
@@ -131,6 +151,8 @@ class Graph {
   std::string producer_name;
   // Float initializers import keeps out of training (constant), each with the reason.
   std::map<std::string, std::string> buffers;
+  std::vector<ParameterNote> parameter_notes;
+  std::map<std::string, ModuleName> module_names;  // initializer -> module parameter
 
   std::vector<Value> values;
   std::vector<Node> nodes;          // topological order

@@ -127,8 +127,9 @@ void save_model(const onnx::ModelProto& m, const std::string& path) {
 
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
-                             const std::string& path) {
+                             const std::string& path, const ParameterChoices& choices) {
   onnx::ModelProto m = read_model(source);
+  restore_module_parameters(m.mutable_graph(), choices);  // the copies import trained
   size_t replaced = 0;
   for (onnx::TensorProto& init : *m.mutable_graph()->mutable_initializer()) {
     auto it = weights.find(init.name());

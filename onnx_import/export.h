@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/ir.h"
+#include "onnx_import/module_params.h"
 
 namespace pt {
 
@@ -19,10 +20,12 @@ onnx::ModelProto to_model_proto(const Graph& g);
 void save_model(const onnx::ModelProto& m, const std::string& path);
 
 // The model file at `source`, unchanged but for the named initializers' data (a trained model:
-// the same graph, new weights; external data comes back inline). UserError naming the source
-// when a name is not an initializer there or its type differs, before anything is written.
+// the same graph, new weights; external data comes back inline) and the module parameters
+// import restored with the same `choices` (module_params.h: untied copies, restored biases and
+// ties). UserError naming the source when a name is not an initializer there or its type
+// differs, before anything is written.
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
-                             const std::string& path);
+                             const std::string& path, const ParameterChoices& choices = {});
 
 }  // namespace pt

@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -292,8 +293,11 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   if (opts.batch < 1)
     throw UserError("micro-batch", "must be at least 1, got " + std::to_string(opts.batch), "");
   int64_t source_opset = 0;
-  onnx::ModelProto m = load_model(path, &source_opset);
-  const std::set<std::string> declared = declared_parameters(m.graph());
+  ModuleParameters restored;
+  onnx::ModelProto m = load_model(path, &source_opset, &opts.parameters, &restored);
+  std::set<std::string> declared = declared_parameters(m.graph());
+  if (!declared.empty()) declared.insert(restored.parameters.begin(), restored.parameters.end());
+  for (const std::string& w : restored.warnings) std::cerr << "warning: " << path << ": " << w << "\n";
   name_unnamed_nodes(m.mutable_graph());
   bind_dims(&m, opts, path);
   Known known;
@@ -309,7 +313,10 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   }
   drop_unused_initializers(m.mutable_graph());
   check_folded(m.graph(), path, default_opset(m));
-  return convert(m, known, declared, source_opset, path);
+  Graph g = convert(m, known, declared, source_opset, path);
+  g.parameter_notes = std::move(restored.notes);
+  g.module_names = std::move(restored.module_names);
+  return g;
 }
 
 }  // namespace pt

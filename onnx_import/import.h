@@ -1,6 +1,7 @@
 // onnx_import/import.h: model file -> ir::Graph with every tensor's shape and dtype concrete.
 //
-// load (external data, opset range, op table, opset-18+ forms adapted to opset 17, checker) ->
+// load (external data, opset range, op table, the module's merged and folded parameters restored
+// (module_params.h), opset-18+ forms adapted to opset 17, checker) ->
 // bind symbolic dims -> { pipetrain's own type inference (infer.h) -> fold constant subgraphs ->
 // rewrite gathers with constant indices (gather_rewrite.h) } until nothing changes -> buffers
 // (buffers.h) -> convert to the IR.
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "core/ir.h"
+#include "onnx_import/module_params.h"
 
 namespace pt {
 
@@ -17,6 +19,7 @@ struct ImportOptions {
   int64_t batch = 1;                      // binds the first dim of each input when symbolic
   std::map<std::string, int64_t> dims;    // binds named symbolic dims (--dim name=value)
   int64_t max_fold_bytes = 64ll << 20;    // folded constants larger than this stay as nodes
+  ParameterChoices parameters;            // config parameters.tied / untied (module_params.h)
 };
 
 Graph import_model(const std::string& path, const ImportOptions& opts = {});

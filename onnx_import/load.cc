@@ -143,11 +143,13 @@ std::vector<std::string> unsupported_ops(const onnx::ModelProto& m) {
   return out;
 }
 
-onnx::ModelProto load_model(const std::string& path, int64_t* source_opset) {
+onnx::ModelProto load_model(const std::string& path, int64_t* source_opset,
+                            const ParameterChoices* choices, ModuleParameters* restored) {
   onnx::ModelProto m = read_model(path);
   check_opsets(m, path);
   if (source_opset) *source_opset = default_opset(m);
   check_ops(m, path);
+  if (choices) *restored = restore_module_parameters(m.mutable_graph(), *choices);
   adapt_to_canonical_opset(&m, path);
   // Newer exporters write IR versions past what this onnx library knows (9 adds float8 types,
   // 10 4-bit ones and function overloads, up to 14 for opset 28); adapt_to_canonical_opset has

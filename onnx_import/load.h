@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "onnx_import/module_params.h"
+
 namespace pt {
 
 constexpr int64_t kMinOpset = 13;
@@ -25,8 +27,10 @@ std::vector<std::string> unsupported_ops(const onnx::ModelProto& m);
 // checker, checks the opset range and that every op is in the op table. Throws UserError naming
 // the file (and node, op, opset where one is at fault).
 // The model comes back adapted to kCanonicalOpset; *source_opset, when given, receives the
-// file's own default opset.
-onnx::ModelProto load_model(const std::string& path, int64_t* source_opset = nullptr);
+// file's own default opset. With `choices`, the module's parameters are restored first
+// (module_params.h, on the file as written) and *restored receives the report.
+onnx::ModelProto load_model(const std::string& path, int64_t* source_opset = nullptr,
+                            const ParameterChoices* choices = nullptr, ModuleParameters* restored = nullptr);
 
 // "path: node 'name' (Op, opset N)": where a node's error is.
 std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset);

@@ -304,19 +304,29 @@ void adapt_to_canonical_opset(onnx::ModelProto* m, const std::string& path) {
   Adapter(m, path).run();
 }
 
-std::map<std::string, std::string> metadata_props(const onnx::ValueInfoProto& vi) {
-  constexpr int kValueInfoMetadataProps = 4;  // ValueInfoProto.metadata_props in onnx.proto (IR 10)
+namespace {
+
+// A repeated StringStringEntryProto field this onnx library predates, read from the unknown fields.
+std::map<std::string, std::string> unknown_metadata(const google::protobuf::Message& m, int field) {
   std::map<std::string, std::string> out;
-  const google::protobuf::UnknownFieldSet& fields = vi.GetReflection()->GetUnknownFields(vi);
+  const google::protobuf::UnknownFieldSet& fields = m.GetReflection()->GetUnknownFields(m);
   for (int i = 0; i < fields.field_count(); ++i) {
     const google::protobuf::UnknownField& f = fields.field(i);
-    if (f.number() != kValueInfoMetadataProps ||
-        f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
-      continue;
+    if (f.number() != field || f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
     onnx::StringStringEntryProto entry;
     if (entry.ParseFromString(f.length_delimited())) out[entry.key()] = entry.value();
   }
   return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> metadata_props(const onnx::ValueInfoProto& vi) {
+  return unknown_metadata(vi, 4);  // ValueInfoProto.metadata_props in onnx.proto (IR 10)
+}
+
+std::map<std::string, std::string> metadata_props(const onnx::NodeProto& n) {
+  return unknown_metadata(n, 9);  // NodeProto.metadata_props in onnx.proto (IR 10)
 }
 
 NewerOpsHidden::NewerOpsHidden(onnx::GraphProto* g) : g_(g) {

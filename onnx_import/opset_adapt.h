@@ -38,6 +38,7 @@ void adapt_to_canonical_opset(onnx::ModelProto* m, const std::string& path);
 // the protobuf's unknown fields. torch.export-based exports mark each module parameter with
 // "pkg.torch.export.graph_signature.InputSpec.kind" = "PARAMETER".
 std::map<std::string, std::string> metadata_props(const onnx::ValueInfoProto& vi);
+std::map<std::string, std::string> metadata_props(const onnx::NodeProto& n);
 
 // While alive, shows the onnx library each kNewerOpsDomain node as the opset-17 Identity (every
 // such op's output has its input's type), so that its checker, which knows no such op (and

@@ -32,6 +32,10 @@ TRAINING_MODE_EXPORTS = {"resnet", "bnconv"}
 # The default exporter drops BatchNorm from a training-mode export (fused into the convolution
 # before it), so those files do not hold the module PyTorch trains: trained, but not compared.
 NOT_THE_MODULE = {"resnet", "bnconv"}
+# A tensor that stays near zero is held to this absolute scale: an attention key bias has a zero
+# gradient in exact arithmetic (softmax ignores a shift shared by every key), so from a zero start
+# it only collects rounding noise, about 1e-9 in float32 against 1e-17 in float64.
+KEY_BIAS_FLOOR = 1e-3
 RUNS = [(1, "1f1b"), (4, "gpipe"), (4, "1f1b"), (4, "zb-h1"), (4, "zb-v")]
 
 
@@ -42,8 +46,8 @@ def pipetrain(args, *argv):
     return res.stdout
 
 
-def relative_error(have, want):
-    scale = max(float(np.max(np.abs(want))), 1e-12) if want.size else 1.0
+def relative_error(have, want, floor=1e-12):
+    scale = max(float(np.max(np.abs(want))), floor) if want.size else 1.0
     return float(np.max(np.abs(have.astype(np.float64) - want.astype(np.float64)))) / scale
 
 
@@ -109,7 +113,7 @@ def check_train(args, path, ref, tmp, compare):
         name = key.split(".", 1)[1]
         if name not in first:
             return f"'{name}' is not in the trained model"
-        err = relative_error(first[name], ref[key])
+        err = relative_error(first[name], ref[key], floor=KEY_BIAS_FLOOR)
         if err > worst:
             worst, where = err, name
     return None if worst <= args.tol else f"'{where}' differs from PyTorch's by {worst:.3g} > {args.tol}"
@@ -118,7 +122,7 @@ def check_train(args, path, ref, tmp, compare):
 def cases(args):
     """(label, error or None) for every fixture file, run then train."""
     for name in args.names:
-        for variant in ("", "_legacy", "_opset23"):
+        for variant in ("", "_noopt", "_legacy", "_opset23"):
             path = os.path.join(args.dir, f"{name}{variant}.onnx")
             if not os.path.exists(path):
                 continue

@@ -20,8 +20,8 @@ namespace {
 // (float8 x4 = 17..20, uint4/int4 = 21/22, float4 = 23, ...) came with IR 9 and later.
 constexpr int kLastKnownDtype = onnx::TensorProto::BFLOAT16;
 
-// What one node's rewrite can see: the model's constants (initializers and Constant outputs) and
-// the ranks and shapes its value infos state.
+// What one node's rewrite can see: the model's constants (initializers, Constant outputs and
+// small index values computed from them) and the ranks and shapes its value infos state.
 class ModelFacts {
  public:
   ModelFacts(const onnx::GraphProto& g, int64_t opset) {
@@ -93,7 +93,8 @@ class ModelFacts {
       bool known = true;
       for (const std::string& in : n.input()) {
         std::optional<Tensor> v = in.empty() ? std::nullopt : value(in, kMaxElements);
-        if (!in.empty() && !v) known = false;
+        // Index arithmetic only: no work on float initializers (small parameters).
+        if (!in.empty() && (!v || (is_floating(v->type.dtype) && n.op_type() != "Cast"))) known = false;
         if (!known) break;
         if (v) values.push_back(std::move(*v));
         inputs.push_back(v ? &values.back() : nullptr);
@@ -105,8 +106,12 @@ class ModelFacts {
       for (const auto& a : n.attribute()) node.attrs[a.name()] = attr_from_proto(a, n.name());
       node.inputs.assign(inputs.size(), kNoValue);
       node.outputs.assign(1, kNoValue);
-      std::optional<std::vector<Tensor>> out = evaluate_constant(node, inputs, opset);
-      if (out) folded_[n.output(0)] = std::move(out->front());
+      try {
+        std::optional<std::vector<Tensor>> out = evaluate_constant(node, inputs, opset);
+        if (out) folded_[n.output(0)] = std::move(out->front());
+      } catch (const UserError&) {
+        // Left to import's folding, which names the file and node in the same error.
+      }
     }
   }
 

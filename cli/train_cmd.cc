@@ -90,11 +90,20 @@ void make_parent(const std::string& path) {
   if (!parent.empty()) fs::create_directories(parent, ec);
 }
 
-// Largest index + 1 an integer input may hold: the rows of the table a Gather reads with it.
+// Largest index + 1 an integer input may hold: the rows of the table a Gather reads with it,
+// directly or through ops that only view it anew (GPT-2 exported with optimize=False reads
+// Gather(wte, Reshape(input_ids, [-1, T]))).
 int64_t index_limit(const Graph& g, ValueId v) {
   int64_t limit = 0;
   for (int n : g.value(v).consumers) {
     const Node& node = g.nodes[static_cast<size_t>(n)];
+    const std::string& op = node.op_type;
+    if ((op == "Reshape" || op == "Identity" || op == "Squeeze" || op == "Unsqueeze" || op == "Flatten") &&
+        node.inputs[0] == v && node.outputs.size() == 1) {
+      const int64_t viewed = index_limit(g, node.outputs[0]);
+      if (viewed > 0) limit = limit == 0 ? viewed : std::min(limit, viewed);
+      continue;
+    }
     if (node.op_type != "Gather" || node.inputs.size() < 2 || node.inputs[1] != v) continue;
     const std::vector<int64_t>& table = g.value(node.inputs[0]).type.shape;
     int64_t axis = node.attr_int("axis", 0);

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "onnx_import/buffers.h"
+#include "onnx_import/cast_like.h"
 #include "onnx_import/fold.h"
 #include "onnx_import/gather_rewrite.h"
 #include "onnx_import/infer.h"
@@ -15,6 +16,7 @@
 #include "onnx_import/op_table.h"
 #include "onnx_import/opset_adapt.h"
 #include "onnx_import/proto_convert.h"
+#include "onnx_import/sequence_fold.h"
 
 namespace pt {
 namespace {
@@ -214,6 +216,11 @@ void check_folded(const onnx::GraphProto& g, const std::string& path, int64_t op
                       "op " + n.op_type() + " is supported only on constant inputs, and these "
                       "are computed at run time",
                       "compute it in the exporting script, or bind more dims with --dim");
+    if (e && e->support == OpSupport::kRewritten && n.op_type() == "CastLike")  // cast_like.h
+      throw UserError(node_where(path, n, opset),
+                      "op CastLike is supported once the dtype of its second input is known, and "
+                      "it is not",
+                      "export with the dtype of every tensor stated, or use Cast");
     if (e && e->support == OpSupport::kRewritten)  // what opset_adapt and gather_rewrite leave
       throw UserError(node_where(path, n, opset),
                       "op " + n.op_type() + " is supported with constant indices (rewritten as Gather), "
@@ -309,9 +316,13 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   for (int round = 0; round < 32; ++round) {
     infer_pass(m.graph(), known, path, default_opset(m));
     const int folded = fold_pass(&m, known, opts, path);
-    if (folded + rewrite_constant_gathers(m.mutable_graph(), &known.types, &known.constants, path) == 0) break;
+    if (folded + rewrite_constant_gathers(m.mutable_graph(), &known.types, &known.constants, path) +
+            fold_sequences(m.mutable_graph(), &known.types, &known.constants, path, default_opset(m)) +
+            cast_like_to_cast(m.mutable_graph(), known.types) == 0)
+      break;
   }
   drop_unused_initializers(m.mutable_graph());
+  check_sequences_folded(m.graph(), path, default_opset(m));
   check_folded(m.graph(), path, default_opset(m));
   Graph g = convert(m, known, declared, source_opset, path);
   g.parameter_notes = std::move(restored.notes);

@@ -92,8 +92,14 @@ const std::vector<OpEntry>& op_table() {
       {"", "GreaterOrEqual", S::kFoldOnly, ""},
       {"", "Xor", S::kFoldOnly, ""},
       {"", "Mod", S::kFoldOnly, "fmod 0 (integers) and 1"},
-      {"", "CastLike", S::kFoldOnly, "", 15},
+      {"", "CastLike", S::kRewritten, "as Cast once the second input's dtype is known", 15},
       {"", "Exp", S::kFoldOnly, ""},
+      // Sequences as exports without their optimizer write torch.split (sequence_fold.h)
+      {"", "SplitToSequence", S::kRewritten, "split sizes constant: as Split"},
+      {"", "SequenceAt", S::kRewritten, "position constant: the part itself"},
+      {"", "SequenceConstruct", S::kRewritten, "its inputs are the parts"},
+      {"", "ConcatFromSequence", S::kRewritten, "as Concat (Unsqueeze for new_axis)"},
+      {"", "SequenceLength", S::kRewritten, "a constant"},
   };
   return table;
 }

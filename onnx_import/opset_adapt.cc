@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "onnx_import/fold.h"
 #include "onnx_import/fused_ops.h"
 #include "onnx_import/load.h"
 #include "onnx_import/proto_convert.h"
@@ -19,11 +20,11 @@ namespace {
 // (float8 x4 = 17..20, uint4/int4 = 21/22, float4 = 23, ...) came with IR 9 and later.
 constexpr int kLastKnownDtype = onnx::TensorProto::BFLOAT16;
 
-// What one node's rewrite can see: the model's constants (initializers and Constant outputs) and
-// the ranks and shapes its value infos state.
+// What one node's rewrite can see: the model's constants (initializers, Constant outputs and
+// small index values computed from them) and the ranks and shapes its value infos state.
 class ModelFacts {
  public:
-  explicit ModelFacts(const onnx::GraphProto& g) {
+  ModelFacts(const onnx::GraphProto& g, int64_t opset) {
     for (const auto& t : g.initializer()) constants_[t.name()] = &t;
     for (const auto& n : g.node())
       if (n.op_type() == "Constant" && n.domain().empty() && n.output_size() == 1)
@@ -31,6 +32,8 @@ class ModelFacts {
           if (a.name() == "value" && a.has_t()) constants_[n.output(0)] = &a.t();
           if (a.name() == "value_ints") const_ints_[n.output(0)] = {a.ints().begin(), a.ints().end()};
           if (a.name() == "value_int") const_ints_[n.output(0)] = {a.i()};
+          if (a.name() == "value_ints" || a.name() == "value_int")
+            folded_[n.output(0)] = int64_tensor(const_ints_[n.output(0)], a.name() == "value_ints");
         }
     auto take = [&](const onnx::ValueInfoProto& vi) {
       if (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type() != 0)
@@ -48,11 +51,13 @@ class ModelFacts {
       shapes_[t.name()] = {t.dims().begin(), t.dims().end()};
       dtypes_[t.name()] = t.data_type();
     }
+    fold_small_constants(g, opset);
   }
 
   // The int64/int32 values of a constant tensor; nullopt when `name` is not a constant.
   std::optional<std::vector<int64_t>> ints(const std::string& name, const std::string& where) const {
     if (auto c = const_ints_.find(name); c != const_ints_.end()) return c->second;
+    if (auto f = folded_.find(name); f != folded_.end()) return int_values(f->second);
     auto it = constants_.find(name);
     if (it == constants_.end()) return std::nullopt;
     return int_values(tensor_from_proto(*it->second, where));
@@ -72,10 +77,71 @@ class ModelFacts {
   }
 
  private:
+  // Values computed from constants by the small index ops exports write without their optimizer
+  // (optimize=False: axes = Reshape(Constant, Constant), Concat of Constants, ...), so that an
+  // opset-18 input such as ReduceMean's axes reads as constant here. Each node is evaluated
+  // once, in graph order, only when every input is known and they hold few elements.
+  void fold_small_constants(const onnx::GraphProto& g, int64_t opset) {
+    static const std::set<std::string> kOps = {"Reshape", "Concat", "Cast", "Unsqueeze", "Squeeze",
+                                               "Identity", "Gather", "Slice", "Add", "Sub", "Mul", "Neg"};
+    constexpr int64_t kMaxElements = 1024;
+    for (const auto& n : g.node()) {
+      if (!n.domain().empty() || !kOps.count(n.op_type()) || n.output_size() != 1) continue;
+      std::vector<Tensor> values;
+      values.reserve(static_cast<size_t>(n.input_size()));
+      std::vector<const Tensor*> inputs;
+      bool known = true;
+      for (const std::string& in : n.input()) {
+        std::optional<Tensor> v = in.empty() ? std::nullopt : value(in, kMaxElements);
+        // Index arithmetic only: no work on float initializers (small parameters).
+        if (!in.empty() && (!v || (is_floating(v->type.dtype) && n.op_type() != "Cast"))) known = false;
+        if (!known) break;
+        if (v) values.push_back(std::move(*v));
+        inputs.push_back(v ? &values.back() : nullptr);
+      }
+      if (!known) continue;
+      Node node;
+      node.name = n.name();
+      node.op_type = n.op_type();
+      for (const auto& a : n.attribute()) node.attrs[a.name()] = attr_from_proto(a, n.name());
+      node.inputs.assign(inputs.size(), kNoValue);
+      node.outputs.assign(1, kNoValue);
+      try {
+        std::optional<std::vector<Tensor>> out = evaluate_constant(node, inputs, opset);
+        if (out) folded_[n.output(0)] = std::move(out->front());
+      } catch (const UserError&) {
+        // Left to import's folding, which names the file and node in the same error.
+      }
+    }
+  }
+
+  // A constant's value (an initializer, a Constant node's or one folded above) of at most
+  // max_elements elements; nullopt for any other.
+  std::optional<Tensor> value(const std::string& name, int64_t max_elements) const {
+    if (auto f = folded_.find(name); f != folded_.end())
+      return f->second.type.numel() <= max_elements ? std::optional<Tensor>(f->second) : std::nullopt;
+    auto it = constants_.find(name);
+    if (it == constants_.end()) return std::nullopt;
+    int64_t elements = 1;
+    for (int64_t d : it->second->dims()) elements *= d;
+    if (elements > max_elements) return std::nullopt;
+    return tensor_from_proto(*it->second, name);
+  }
+
+  static Tensor int64_tensor(const std::vector<int64_t>& v, bool vector) {
+    Tensor t;
+    t.type = TensorType{DType::kInt64, vector ? std::vector<int64_t>{static_cast<int64_t>(v.size())}
+                                              : std::vector<int64_t>{}};
+    t.data.resize(v.size() * sizeof(int64_t));
+    std::copy(v.begin(), v.end(), t.as<int64_t>());
+    return t;
+  }
+
   std::map<std::string, const onnx::TensorProto*> constants_;
   std::map<std::string, std::vector<int64_t>> const_ints_;  // Constant value_ints / value_int
   std::map<std::string, std::vector<int64_t>> shapes_;
   std::map<std::string, int> dtypes_;
+  std::map<std::string, Tensor> folded_;
 };
 
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name) {
@@ -119,7 +185,7 @@ std::string add_ints_initializer(onnx::GraphProto* g, const std::string& name,
 class Adapter {
  public:
   Adapter(onnx::ModelProto* m, const std::string& path)
-      : m_(m), path_(path), opset_(default_opset(*m)), facts_(m->graph()) {}
+      : m_(m), path_(path), opset_(default_opset(*m)), facts_(m->graph(), opset_) {}
 
   void run() {
     check_dtypes();

@@ -4,6 +4,9 @@
 // attributes moved back, attributes that only concern dtypes pipetrain refuses dropped) and the
 // default opset import set to 17. A node whose newer form has no opset-17 equivalent, or a tensor
 // of a dtype newer than opset 17, is a UserError naming the node, op, opset and what to do.
+// An input that must be constant (Reduce*-18's axes, Pad-18's pads and axes) may be an
+// initializer, a Constant node, or small index arithmetic over them (Reshape, Concat, Cast,
+// Unsqueeze, Slice, ... of Constants, as exports without their optimizer write it).
 //
 // Per-op differences from opset 17 to 28 among the ops of the table (onnx's operator changelog):
 //   ReduceMean/Max/Min/Prod 18   axes: attribute -> optional input; noop_with_empty_axes

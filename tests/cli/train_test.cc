@@ -303,6 +303,51 @@ TEST(Train, AWeightReadAtSeveralStagesTrainsBitIdenticallyToOneStage) {
             one);
 }
 
+// GPT-2 exported with optimize=False reads its token ids as Gather(wte, Reshape(ids, [-1, T])):
+// synthetic data still finds the range of the ids (the table's rows) through the Reshape.
+TEST(Train, SyntheticIdsFindTheirRangeThroughAReshape) {
+  const fs::path d = scratch("viewed_ids");
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("viewed_ids");
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+  };
+  node("Reshape", {"input", "view"}, "viewed");
+  node("Gather", {"table", "viewed"}, "output");
+  auto* in = g->add_input();
+  in->set_name("input");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("batch");
+  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
+  auto* out = g->add_output();
+  out->set_name("output");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  out->mutable_type()->mutable_tensor_type()->mutable_shape();
+  auto* view = g->add_initializer();
+  view->set_name("view");
+  view->set_data_type(onnx::TensorProto::INT64);
+  view->add_dims(2);
+  view->add_int64_data(-1);
+  view->add_int64_data(4);
+  auto* table = g->add_initializer();
+  table->set_name("table");
+  table->set_data_type(onnx::TensorProto::FLOAT);
+  table->add_dims(10);
+  table->add_dims(3);
+  for (int i = 0; i < 30; ++i) table->add_float_data(0.1f * static_cast<float>(i % 7));
+  pt::save_model(m, (d / "viewed_ids.onnx").string());
+  const std::string trained = train_bytes(d, d / "viewed_ids.onnx", "trained", "");
+  ASSERT_FALSE(trained.empty());
+  EXPECT_NE(trained, slurp(d / "viewed_ids.onnx"));  // the table trained
+}
+
 // A Dropout as a training-mode export writes it (training_mode true, ratio an initializer):
 // `train` draws seeded masks, bit-identical across stage counts and schedules, and differs from
 // the run without it; `run` (and evaluation) treat it as the identity, as PyTorch's eval() does.

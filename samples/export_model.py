@@ -57,6 +57,7 @@ import importlib.util
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -84,7 +85,10 @@ def initializer_keys(model, state, by_identity):
     """{initializer name: [(key, transposed), ...]} for every initializer holding module state.
 
     model: the exported onnx.ModelProto (external data loaded); state: the state_dict;
-    by_identity: {key: [keys sharing its storage (ties)]}."""
+    by_identity: {key: [keys sharing its storage (ties)]}. An initializer named by a key holds
+    that key and its ties. One under a generated name (an exporter that stores a weight
+    transposed, a lifted constant) holds the entry whose value it equals, as is or transposed,
+    among the entries no initializer holds by name; it holds nothing when none or several do."""
     from onnx import numpy_helper
     out, unmatched = {}, []
     for t in model.graph.initializer:
@@ -92,28 +96,24 @@ def initializer_keys(model, state, by_identity):
             out[t.name] = [(k, False) for k in by_identity[t.name]]
         else:
             unmatched.append(t)
-    for t in unmatched:  # generated names: find the entry by value (stored as is or transposed)
+    held = {k for keys in out.values() for k, _ in keys}
+    free = {k: s.detach().cpu().numpy() for k, s in state.items() if k not in held and s.is_floating_point()}
+    for t in unmatched:
         v = numpy_helper.to_array(t)
         hits = []
-        for k, s in state.items():
-            if not s.is_floating_point():
-                continue
-            a = s.detach().cpu().numpy()
+        for k, a in free.items():
             if a.shape == v.shape and np.array_equal(a, v):
                 hits.append((k, False))
             elif a.ndim == 2 and a.T.shape == v.shape and np.array_equal(a.T, v):
                 hits.append((k, True))
-        if len({k for k, _ in hits}) == 1 or (hits and _one_storage(hits, by_identity)):
+        if hits and {k for k, _ in hits} == set(by_identity[hits[0][0]]):  # one tensor (and its ties)
             out[t.name] = hits
+            for k, _ in hits:
+                free.pop(k)
         elif len(hits) > 1:
             print(f"export_model: initializer '{t.name}' equals {len(hits)} state_dict entries "
                   f"({', '.join(k for k, _ in hits[:3])}...): not recorded", file=sys.stderr)
     return out
-
-
-def _one_storage(hits, by_identity):
-    keys = {k for k, _ in hits}
-    return keys == set(by_identity[hits[0][0]])
 
 
 def ties(state):
@@ -175,9 +175,11 @@ def export_for_pipetrain(module, example, path, train_mode=False, opset=None,
         kw = {"opset_version": opset} if opset else {}
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
-        torch.onnx.export(module, example, path, dynamo=True, optimize=False, external_data=True,
-                          input_names=names, output_names=output_names or ["output"],
-                          dynamic_shapes=tuple({0: batch} for _ in example), verbose=False, **kw)
+        with warnings.catch_warnings():  # training mode is asked for where it is on
+            warnings.filterwarnings("ignore", message="Exporting a model while it is in training mode")
+            torch.onnx.export(module, example, path, dynamo=True, optimize=False, external_data=True,
+                              input_names=names, output_names=output_names or ["output"],
+                              dynamic_shapes=tuple({0: batch} for _ in example), verbose=False, **kw)
         model = onnx.load(path)  # with external data: generated names are matched by value
         meta = module_metadata(module, model)
     finally:
@@ -246,9 +248,13 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("-o", "--out", required=True, help="the .onnx file to write")
     args = ap.parse_args()
-    module = build_module(args)
-    meta = export_for_pipetrain(module, example_input(args), args.out, train_mode=args.train_mode,
-                                opset=args.opset)
+    try:
+        module = build_module(args)
+        example = example_input(args)
+    except (OSError, ImportError, ValueError, TypeError, RuntimeError) as e:
+        raise SystemExit(f"export_model: {type(e).__name__}: {e}; check --module/--torchvision, "
+                         "--kwargs, --weights and --input-shape")
+    meta = export_for_pipetrain(module, example, args.out, train_mode=args.train_mode, opset=args.opset)
     keys = json.loads(meta["pipetrain.state_dict"])
     held = {e["key"] for ks in json.loads(meta["pipetrain.initializers"]).values() for e in ks}
     held |= set(json.loads(meta["pipetrain.int_buffers"]))

@@ -306,12 +306,16 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.positive(k, "checkpoint", "every", c->checkpoint.every, 0);
   }
   if (const YAML::Node o = root["output"]) {
-    r.check_keys(o, "output", {"model", "metrics", "trace", "timeline"});
+    r.check_keys(o, "output", {"model", "safetensors", "metrics", "trace", "timeline"});
     r.read(o, "output", "model", &c->output.model, "a file name");
+    r.read(o, "output", "safetensors", &c->output.safetensors, "a file name");
     r.read(o, "output", "metrics", &c->output.metrics, "a file name");
     r.read(o, "output", "trace", &c->output.trace, "a file name");
     r.read(o, "output", "timeline", &c->output.timeline, "a file name");
   }
+  // The trained weights go beside the trained model unless output.safetensors says otherwise.
+  if (!c->places.count("output.safetensors") && !c->output.model.empty())
+    c->output.safetensors = std::filesystem::path(c->output.model).replace_extension(".safetensors").string();
 }
 
 }  // namespace

@@ -21,8 +21,12 @@
 //   steps: 200
 //   eval_every: 50
 //   checkpoint: {dir: out/ckpt, every: 100}
-//   output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.json,
-//            timeline: out/timeline.svg}
+//   output: {model: out/trained.onnx, safetensors: out/trained.safetensors,
+//            metrics: out/metrics.jsonl, trace: out/trace.json, timeline: out/timeline.svg}
+//
+// output.safetensors: the trained parameters and buffers under the module's state_dict keys
+// (cli/trained_weights.h); by default the output.model path with .safetensors, none without an
+// output.model; `--set output.safetensors=` turns it off.
 //
 // device: `cpu` runs every stage on the CPU backend. `cuda` puts pipeline stage d on GPU
 // d mod G (G: the GPUs found), so stages share GPUs where there are fewer GPUs than stages.
@@ -98,6 +102,7 @@ struct TrainConfig {
 
   struct Output {
     std::string model, metrics, trace;
+    std::string safetensors;  // the module's state_dict; default: model's path with .safetensors
     std::string timeline;  // SVG: the measured timeline of the last step above the simulated one
   } output;
 

@@ -9,7 +9,8 @@
 //   global gradient norm over every device, one optimizer per device.
 //
 // What it writes: progress lines, metrics as JSON lines, checkpoints, the trained model (the
-// input model with new weights), a Chrome trace and an SVG of the measured timeline above the
+// input model with new weights), the trained state_dict as safetensors (cli/trained_weights.h),
+// a Chrome trace and an SVG of the measured timeline above the
 // simulated one. Every file is written whole or not at all.
 #include <unistd.h>
 
@@ -34,6 +35,7 @@
 #include "cli/config.h"
 #include "cli/driver.h"
 #include "cli/train_devices.h"
+#include "cli/trained_weights.h"
 #include "core/bytes.h"
 #include "core/files.h"
 #include "exec/checkpoint.h"
@@ -46,6 +48,7 @@
 #include "exec/timeline.h"
 #include "onnx_import/export.h"
 #include "onnx_import/import.h"
+#include "onnx_import/module_state.h"
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"
 #include "partition/partitioner.h"
@@ -277,6 +280,7 @@ class Trainer {
   void step(int64_t s);
   void save_checkpoint(int64_t steps_done);
   void finish();
+  void write_weights();
   std::map<std::string, const Tensor*> trained_tensors() const;
   Tensor& mutable_initializer(const std::string& name);
   bool is_site_copy(const std::string& name) const;  // a copy split_parameter_sites made
@@ -286,6 +290,7 @@ class Trainer {
   int64_t rows_ = 1;
   LossSpec loss_;
   Graph model_;     // as imported: the eval graph
+  std::optional<ModuleState> module_;  // the file's record of its module, if it has one
   Graph train_;     // training form; shares every initializer's data with model_
   TrainingForm form_;
   Schedule schedule_, lowered_;
@@ -332,6 +337,7 @@ void Trainer::build() {
   io.parameters = cfg_.parameters;
   rows_ = io.batch;
   model_ = at_key(cfg_, "model", [&] { return import_model(cfg_.model, io); });
+  module_ = at_key(cfg_, "model", [&] { return read_module_state(cfg_.model); });
   loss_.kind = LossSpec::parse_kind(cfg_.loss.kind, cfg_.where("loss.kind"));
   loss_.output = cfg_.loss.output;
   loss_.ignore_index = cfg_.loss.ignore_index;
@@ -644,6 +650,7 @@ void Trainer::finish() {
     save_model_with_weights(cfg_.model, trained_tensors(), cfg_.output.model, cfg_.parameters);
     std::cout << "trained model -> " << cfg_.output.model << "\n";
   }
+  if (!cfg_.output.safetensors.empty()) write_weights();
   if (!cfg_.output.trace.empty()) {
     make_parent(cfg_.output.trace);
     trace_.write(cfg_.output.trace, "output.trace");
@@ -656,6 +663,23 @@ void Trainer::finish() {
                       "choose another output.timeline");
     std::cout << "timeline, measured above simulated -> " << cfg_.output.timeline << "\n";
   }
+}
+
+// Every BatchNorm ran one training-mode forward per micro-batch of every step, resumed or not.
+void Trainer::write_weights() {
+  TrainedState t;
+  t.tensors = trained_tensors();
+  for (const BatchNormStats& bn : form_.batch_norms) t.counted.insert(bn.running_mean);
+  t.forwards = cfg_.steps * cfg_.pipeline.micro_batches;
+  const std::map<std::string, std::string> meta = {
+      {"format", "pt"}, {"producer", "pipetrain"}, {"model", cfg_.model}, {"steps", std::to_string(cfg_.steps)}};
+  make_parent(cfg_.output.safetensors);
+  const WeightsWritten w = write_trained_weights(cfg_.model, module_, t, meta, cfg_.output.safetensors);
+  std::cout << "trained weights -> " << cfg_.output.safetensors << "\n";
+  if (w.missing.empty()) return;
+  std::cout << "  " << w.missing.size() << " state_dict key(s) the model file does not hold, left out:";
+  for (size_t i = 0; i < w.missing.size() && i < 5; ++i) std::cout << " " << w.missing[i];
+  std::cout << (w.missing.size() > 5 ? " ..." : "") << " (load with strict=False)\n";
 }
 
 int Trainer::run() {

@@ -69,6 +69,19 @@ output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.j
   EXPECT_EQ(c.output.trace, "out/trace.json");
 }
 
+// output.safetensors: beside output.model unless set; none without a model output; off when
+// set to nothing.
+TEST(Config, TrainedWeightsGoBesideTheModel) {
+  const std::string path = write("pt_cfg_st.yaml", "model: samples/mlp/mlp.onnx\noutput: {model: out/t.onnx}\n");
+  EXPECT_EQ(load_config(path).output.safetensors, "out/t.safetensors");
+  EXPECT_EQ(load_config(path, {"output.safetensors=w/x.safetensors"}).output.safetensors, "w/x.safetensors");
+  EXPECT_EQ(load_config(path, {"output.safetensors="}).output.safetensors, "");
+  EXPECT_EQ(load_config(path, {"output.model=a/b"}).output.safetensors, "a/b.safetensors");
+  EXPECT_EQ(load_config(path, {"output.model="}).output.safetensors, "");
+  const std::string none = write("pt_cfg_st0.yaml", "model: samples/mlp/mlp.onnx\n");
+  EXPECT_EQ(load_config(none).output.safetensors, "");
+}
+
 TEST(Config, OverridesUseDottedKeys) {
   const std::string path = write("pt_cfg_min.yaml", "model: samples/mlp/mlp.onnx\n");
   const TrainConfig c = load_config(path, {"optimizer.lr=0.5", "pipeline.stages=2", "steps=3"});

@@ -13,7 +13,10 @@
 #include "exec/checkpoint.h"
 #include "onnx_import/export.h"
 #include "exec/npy.h"
+#include "onnx_import/load.h"
+#include "onnx_import/proto_convert.h"
 #include "tests/cli/run_cli.h"
+#include "tests/exec/safetensors_reader.h"
 
 namespace {
 
@@ -115,6 +118,22 @@ TEST(Train, LearnsAndWritesEveryOutput) {
   // The trained model is the input model with new weights.
   EXPECT_TRUE(fs::exists(d / "trained.onnx"));
   EXPECT_NE(slurp(d / "trained.onnx"), slurp("samples/mlp/mlp.onnx"));
+  // Beside it by default, the trained weights: a file without a module record (mlp, from torch
+  // 1.13) gives every trained initializer under its own name, the trained model's bytes.
+  EXPECT_NE(r.out.find("trained weights -> " + (d / "trained.safetensors").string() + "\n"), std::string::npos) << r.out;
+  const pt::test::StFile st = pt::test::read_safetensors_for_test((d / "trained.safetensors").string());
+  const onnx::ModelProto trained = pt::read_model((d / "trained.onnx").string());
+  int float_inits = 0;
+  for (const auto& t : trained.graph().initializer()) {
+    if (t.data_type() != onnx::TensorProto::FLOAT) continue;
+    ++float_inits;
+    const pt::Tensor want = pt::tensor_from_proto(t, t.name());
+    ASSERT_TRUE(st.tensors.count(t.name())) << t.name();
+    EXPECT_EQ(st.tensors.at(t.name()).shape, want.type.shape);
+    EXPECT_EQ(st.tensors.at(t.name()).bytes, std::string(reinterpret_cast<const char*>(want.data.data()), want.data.size()));
+  }
+  EXPECT_EQ(st.tensors.size(), static_cast<size_t>(float_inits));
+  EXPECT_EQ(float_inits, 8);
 }
 
 // Starts `pipetrain args` in the background; returns its pid.
@@ -162,6 +181,7 @@ TEST(Train, ResumeAfterSigkillMatchesAnUninterruptedRun) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("resumed from step " + std::to_string(reached)), std::string::npos) << r.out;
   EXPECT_EQ(slurp(cut / "trained.onnx"), slurp(whole / "trained.onnx"));
+  EXPECT_EQ(slurp(cut / "trained.safetensors"), slurp(whole / "trained.safetensors"));
   // The metrics hold each step once, as the uninterrupted run's do.
   std::vector<int> seen;
   for (const auto& j : metric_lines(cut / "metrics.jsonl"))

@@ -1,0 +1,114 @@
+#include "cli/trained_weights.h"
+
+#include <cstring>
+#include <deque>
+
+#include "core/error.h"
+#include "exec/safetensors.h"
+#include "onnx_import/load.h"
+#include "onnx_import/proto_convert.h"
+
+namespace pt {
+namespace {
+
+constexpr const char* kTodo = "choose another output.safetensors";
+
+// W^T of a 2-D tensor of any element size: [r, c] -> [c, r].
+Tensor transpose_2d(const Tensor& t) {
+  PT_CHECK(t.type.shape.size() == 2, "transpose of " + t.type.str());
+  const int64_t r = t.type.shape[0], c = t.type.shape[1];
+  const size_t e = dtype_size(t.type.dtype);
+  Tensor out;
+  out.type = {t.type.dtype, {c, r}};
+  out.data.resize(t.data.size());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      std::memcpy(&out.data[static_cast<size_t>(j * r + i) * e], &t.data[static_cast<size_t>(i * c + j) * e], e);
+  return out;
+}
+
+// Integer or bool values as a tensor of `type` (bool: nonzero is 1).
+Tensor int_tensor(const TensorType& type, const std::vector<int64_t>& values) {
+  Tensor t;
+  t.type = type;
+  t.data.resize(static_cast<size_t>(type.bytes()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t v = values[i];
+    std::byte* at = &t.data[i * dtype_size(type.dtype)];
+    auto put = [&](auto x) { std::memcpy(at, &x, sizeof x); };
+    switch (type.dtype) {
+      case DType::kInt64: put(v); break;
+      case DType::kUInt64: put(static_cast<uint64_t>(v)); break;
+      case DType::kInt32: put(static_cast<int32_t>(v)); break;
+      case DType::kUInt32: put(static_cast<uint32_t>(v)); break;
+      case DType::kInt16: put(static_cast<int16_t>(v)); break;
+      case DType::kUInt16: put(static_cast<uint16_t>(v)); break;
+      case DType::kInt8: put(static_cast<int8_t>(v)); break;
+      case DType::kUInt8: put(static_cast<uint8_t>(v)); break;
+      case DType::kBool: put(static_cast<uint8_t>(v != 0)); break;
+      default: PT_CHECK(false, std::string("integer values for ") + dtype_name(type.dtype));
+    }
+  }
+  return t;
+}
+
+// The model file's initializers, read (with external data) the first time one is asked for.
+class FileInitializers {
+ public:
+  explicit FileInitializers(std::string path) : path_(std::move(path)) {}
+  Tensor get(const std::string& name) {
+    if (!model_) model_ = read_model(path_);
+    for (const auto& t : model_->graph().initializer())
+      if (t.name() == name) return tensor_from_proto(t, path_ + ": initializer '" + name + "'");
+    PT_CHECK(false, "'" + name + "' was an initializer of " + path_ + " when the run began");
+  }
+
+ private:
+  std::string path_;
+  std::optional<onnx::ModelProto> model_;
+};
+
+}  // namespace
+
+WeightsWritten write_trained_weights(const std::string& model_path, const std::optional<ModuleState>& module,
+                                     const TrainedState& trained, const std::map<std::string, std::string>& metadata,
+                                     const std::string& out) {
+  WeightsWritten w;
+  std::vector<NamedTensor> tensors;
+  if (!module) {
+    for (const auto& [name, t] : trained.tensors) tensors.push_back({name, t});
+    write_safetensors(out, tensors, metadata, kTodo);
+    w.tensors = static_cast<int64_t>(tensors.size());
+    return w;
+  }
+  std::deque<Tensor> owned;  // made here: transposed back, integer buffers, read from the file
+  FileInitializers file(model_path);
+  std::map<std::string, const StateEntry*> by_key;
+  for (const StateEntry& e : module->entries) by_key[e.key] = &e;
+  for (const StateEntry& e : module->entries) {
+    if (e.has_start) {
+      std::vector<int64_t> values = e.start;
+      if (!e.counts_forwards_of.empty() && trained.counted.count(by_key.at(e.counts_forwards_of)->initializer))
+        for (int64_t& v : values) v += trained.forwards;
+      tensors.push_back({e.key, &owned.emplace_back(int_tensor(e.type, values))});
+      continue;
+    }
+    if (e.initializer.empty()) {
+      w.missing.push_back(e.key);
+      continue;
+    }
+    auto it = trained.tensors.find(e.initializer);
+    const Tensor* t = it != trained.tensors.end() ? it->second : &owned.emplace_back(file.get(e.initializer));
+    if (e.transposed) t = &owned.emplace_back(transpose_2d(*t));
+    if (!(t->type == e.type))
+      throw UserError(model_path + ": initializer '" + e.initializer + "'",
+                      "is " + t->type.str() + " after import, but the record says '" + e.key + "' is " + e.type.str(),
+                      "export the module again with samples/export_model.py");
+    tensors.push_back({e.key, t});
+  }
+  write_safetensors(out, tensors, metadata, kTodo);
+  w.tensors = static_cast<int64_t>(tensors.size());
+  return w;
+}
+
+}  // namespace pt

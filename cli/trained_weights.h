@@ -1,0 +1,44 @@
+// cli/trained_weights.h: a training run's parameters and buffers -> the module's state_dict as a
+// .safetensors file (exec/safetensors.h), the last output of `pipetrain train`.
+//
+// In: the model file and its record of the module (onnx_import/module_state.h; written by
+// samples/export_model.py), the tensors training changed by initializer name, and the
+// training-mode forwards each BatchNorm ran. Out: the file, and the state_dict keys it lacks.
+//
+// With a record, each state_dict entry is written under its key, in state_dict order: from the
+// trained tensor of its initializer, else from the file's initializer (a frozen parameter, a
+// buffer), transposed back where the file stores it transposed; an integer or bool buffer from
+// its recorded start, plus the forwards for BatchNorm's num_batches_tracked (PyTorch adds one
+// per training-mode forward). A key with none of these is reported missing. Without a record
+// (any other exporter) the trained tensors are written under their initializer names, which the
+// default exporter makes the state_dict keys.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/ir.h"
+#include "onnx_import/module_state.h"
+
+namespace pt {
+
+struct TrainedState {
+  std::map<std::string, const Tensor*> tensors;  // by initializer: parameters, running statistics
+  std::set<std::string> counted;  // running_mean initializers of BatchNorms run in training mode
+  int64_t forwards = 0;           // training-mode forwards each of those ran
+};
+
+struct WeightsWritten {
+  int64_t tensors = 0;
+  std::vector<std::string> missing;  // state_dict keys the file could not give
+};
+
+WeightsWritten write_trained_weights(const std::string& model_path, const std::optional<ModuleState>& module,
+                                     const TrainedState& trained, const std::map<std::string, std::string>& metadata,
+                                     const std::string& out);
+
+}  // namespace pt

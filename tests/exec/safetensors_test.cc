@@ -1,0 +1,120 @@
+// exec/safetensors.h: the file's layout read back by an independent reader
+// (safetensors_reader.h): length prefix, JSON header padded to 8, offsets without holes, each
+// tensor aligned to its element size, bytes and metadata round-tripped; and the refusals.
+#include "exec/safetensors.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "tests/exec/safetensors_reader.h"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <class T>
+Tensor tensor(std::vector<int64_t> shape, std::vector<T> values) {
+  Tensor t;
+  t.type = {dtype_of<T>(), std::move(shape)};
+  t.data.resize(values.size() * sizeof(T));
+  std::memcpy(t.data.data(), values.data(), t.data.size());
+  return t;
+}
+
+std::string temp(const std::string& name) {
+  return (fs::temp_directory_path() / ("pt_st_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+TEST(Safetensors, LayoutAndRoundTrip) {
+  // Odd sizes in a bad order: a 3-byte bool first, then float32, int64, float64, uint8.
+  Tensor mask = tensor<uint8_t>({3}, {1, 0, 1});
+  mask.type.dtype = DType::kBool;
+  const Tensor w = tensor<float>({2, 3}, {1.5f, -2, 3, 4, 5, 6.25f});
+  const Tensor count = tensor<int64_t>({}, {7});
+  const Tensor d = tensor<double>({2}, {0.1, -1e300});
+  const Tensor bytes = tensor<uint8_t>({5}, {1, 2, 3, 4, 255});
+  const Tensor empty = tensor<float>({0, 4}, {});
+  const Tensor i32 = tensor<int32_t>({1}, {-5});
+  const std::string path = temp("layout.safetensors");
+  write_safetensors(path,
+                    {{"mask", &mask}, {"layer.weight", &w}, {"bn.num_batches_tracked", &count},
+                     {"d", &d}, {"bytes", &bytes}, {"empty", &empty}, {"i32", &i32}},
+                    {{"format", "pt"}, {"note", "quote \" and\nnewline"}}, "todo");
+  const test::StFile f = test::read_safetensors_for_test(path);
+  ASSERT_EQ(f.tensors.size(), 7u);
+  EXPECT_EQ(f.metadata.at("format"), "pt");
+  EXPECT_EQ(f.metadata.at("note"), "quote \" and\nnewline");
+  // By element size, largest first; the given order within a size.
+  EXPECT_EQ(f.order, (std::vector<std::string>{"bn.num_batches_tracked", "d", "layer.weight", "empty", "i32",
+                                               "mask", "bytes"}));
+  EXPECT_EQ(f.tensors.at("layer.weight").dtype, "F32");
+  EXPECT_EQ(f.tensors.at("layer.weight").shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(f.values<float>("layer.weight"), (std::vector<float>{1.5f, -2, 3, 4, 5, 6.25f}));
+  EXPECT_EQ(f.tensors.at("bn.num_batches_tracked").dtype, "I64");
+  EXPECT_TRUE(f.tensors.at("bn.num_batches_tracked").shape.empty());
+  EXPECT_EQ(f.values<int64_t>("bn.num_batches_tracked"), (std::vector<int64_t>{7}));
+  EXPECT_EQ(f.tensors.at("d").dtype, "F64");
+  EXPECT_EQ(f.values<double>("d"), (std::vector<double>{0.1, -1e300}));
+  EXPECT_EQ(f.tensors.at("mask").dtype, "BOOL");
+  EXPECT_EQ(f.values<uint8_t>("mask"), (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_EQ(f.tensors.at("bytes").dtype, "U8");
+  EXPECT_EQ(f.tensors.at("empty").shape, (std::vector<int64_t>{0, 4}));
+  EXPECT_TRUE(f.tensors.at("empty").bytes.empty());
+  EXPECT_EQ(f.tensors.at("i32").dtype, "I32");
+  EXPECT_EQ(f.values<int32_t>("i32"), (std::vector<int32_t>{-5}));
+  // The header alone, as written: the same bytes the file starts with.
+  const std::string header = safetensors_header({{"mask", &mask}, {"layer.weight", &w}, {"bn.num_batches_tracked", &count},
+                                                 {"d", &d}, {"bytes", &bytes}, {"empty", &empty}, {"i32", &i32}},
+                                                {{"format", "pt"}, {"note", "quote \" and\nnewline"}}, "here");
+  EXPECT_EQ(header.size(), 8 + f.header_bytes);
+  EXPECT_EQ(read_file(path, "").substr(0, header.size()), header);
+  fs::remove(path);
+}
+
+TEST(Safetensors, NoTensors) {
+  const std::string path = temp("empty.safetensors");
+  write_safetensors(path, {}, {}, "todo");
+  const std::string blob = read_file(path, "");
+  EXPECT_EQ(blob, std::string("\x08\0\0\0\0\0\0\0{}      ", 16));
+  EXPECT_TRUE(test::read_safetensors_for_test(path).tensors.empty());
+  fs::remove(path);
+}
+
+std::string error_of(const std::vector<NamedTensor>& tensors) {
+  try {
+    safetensors_header(tensors, {}, "out.safetensors");
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Safetensors, Refusals) {
+  const Tensor w = tensor<float>({1}, {1});
+  Tensor s;
+  s.type = {DType::kString, {}};
+  EXPECT_EQ(error_of({{"a", &w}, {"a", &w}}),
+            "out.safetensors: tensor 'a': is named twice; give every tensor its own name");
+  EXPECT_EQ(error_of({{"__metadata__", &w}}),
+            "out.safetensors: tensor '__metadata__': has the name safetensors reserves for its metadata; give "
+            "every tensor its own name");
+  EXPECT_EQ(error_of({{"s", &s}}),
+            "out.safetensors: tensor 's': has dtype string, which safetensors cannot hold; leave it out of the file");
+  // A folder that does not exist: a one-line error, nothing left behind.
+  const std::string path = temp("no/such/folder/w.safetensors");
+  try {
+    write_safetensors(path, {{"w", &w}}, {}, "choose another output.safetensors");
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": cannot be written; choose another output.safetensors");
+  }
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+}  // namespace
+}  // namespace pt

@@ -671,6 +671,7 @@ void Trainer::write_weights() {
   t.tensors = trained_tensors();
   for (const BatchNormStats& bn : form_.batch_norms) t.counted.insert(bn.running_mean);
   t.forwards = cfg_.steps * cfg_.pipeline.micro_batches;
+  t.module_names = model_.module_names;
   const std::map<std::string, std::string> meta = {
       {"format", "pt"}, {"producer", "pipetrain"}, {"model", cfg_.model}, {"steps", std::to_string(cfg_.steps)}};
   make_parent(cfg_.output.safetensors);

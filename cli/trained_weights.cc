@@ -11,7 +11,7 @@
 namespace pt {
 namespace {
 
-constexpr const char* kTodo = "choose another output.safetensors";
+constexpr const char* kWhatToDo = "choose another output.safetensors";
 
 // W^T of a 2-D tensor of any element size: [r, c] -> [c, r].
 Tensor transpose_2d(const Tensor& t) {
@@ -75,13 +75,17 @@ WeightsWritten write_trained_weights(const std::string& model_path, const std::o
                                      const std::string& out) {
   WeightsWritten w;
   std::vector<NamedTensor> tensors;
+  std::deque<Tensor> owned;  // made here: transposed back, integer buffers, read from the file
   if (!module) {
-    for (const auto& [name, t] : trained.tensors) tensors.push_back({name, t});
-    write_safetensors(out, tensors, metadata, kTodo);
+    for (const auto& [name, t] : trained.tensors) {
+      auto m = trained.module_names.find(name);
+      if (m == trained.module_names.end()) tensors.push_back({name, t});
+      else tensors.push_back({m->second.parameter, m->second.transposed ? &owned.emplace_back(transpose_2d(*t)) : t});
+    }
+    write_safetensors(out, tensors, metadata, kWhatToDo);
     w.tensors = static_cast<int64_t>(tensors.size());
     return w;
   }
-  std::deque<Tensor> owned;  // made here: transposed back, integer buffers, read from the file
   FileInitializers file(model_path);
   std::map<std::string, const StateEntry*> by_key;
   for (const StateEntry& e : module->entries) by_key[e.key] = &e;
@@ -106,7 +110,7 @@ WeightsWritten write_trained_weights(const std::string& model_path, const std::o
                       "export the module again with samples/export_model.py");
     tensors.push_back({e.key, t});
   }
-  write_safetensors(out, tensors, metadata, kTodo);
+  write_safetensors(out, tensors, metadata, kWhatToDo);
   w.tensors = static_cast<int64_t>(tensors.size());
   return w;
 }

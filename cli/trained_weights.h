@@ -11,7 +11,8 @@
 // its recorded start, plus the forwards for BatchNorm's num_batches_tracked (PyTorch adds one
 // per training-mode forward). A key with none of these is reported missing. Without a record
 // (any other exporter) the trained tensors are written under their initializer names, which the
-// default exporter makes the state_dict keys.
+// default exporter makes the state_dict keys, or under the module parameter import found for
+// them (a weight the default exporter's optimizer stored transposed as val_N, transposed back).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,9 @@ struct TrainedState {
   std::map<std::string, const Tensor*> tensors;  // by initializer: parameters, running statistics
   std::set<std::string> counted;  // running_mean initializers of BatchNorms run in training mode
   int64_t forwards = 0;           // training-mode forwards each of those ran
+  // Without a record: the module parameter an initializer holds where import found its name
+  // (onnx_import/module_params.h: a weight stored transposed under a generated name).
+  std::map<std::string, ModuleName> module_names;
 };
 
 struct WeightsWritten {

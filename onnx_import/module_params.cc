@@ -163,6 +163,7 @@ class Restorer {
     apply_fx_copies();
     untie_identities(with_fx);
     restore_transposed_ties(with_fx);
+    name_generated_weights(with_fx);
     untie_by_value(with_fx);
     drop_unread();
     return std::move(out_);
@@ -367,6 +368,25 @@ class Restorer {
         for (const Site& s : sites) read_as(s, t, p, true);
         break;
       }
+    }
+  }
+
+  // The legacy exporter stores a Linear's weight transposed as `onnx::MatMul_N`, read by the
+  // MatMul of its module (`/<module path>/MatMul`): it holds `<module path>.weight`.
+  void name_generated_weights(const std::set<std::string>& with_fx) {
+    std::map<std::string, std::set<std::string>> scopes;  // initializer -> scopes of its MatMul readers
+    std::set<std::string> other_use;
+    for (const auto& n : g_->node())
+      for (int i = 0; i < n.input_size(); ++i) {
+        if (!inits_.count(n.input(i)) || n.input(i).rfind("onnx::", 0) != 0 || with_fx.count(n.input(i))) continue;
+        if (n.op_type() == "MatMul" && i == 1 && !scope_of(n).empty()) scopes[n.input(i)].insert(scope_of(n));
+        else other_use.insert(n.input(i));
+      }
+    for (const auto& [t, s] : scopes) {
+      const std::string p = *s.begin() + ".weight";
+      if (s.size() != 1 || other_use.count(t) || inits_.count(p) || inits_.at(t)->dims_size() != 2) continue;
+      out_.module_names[t] = {p, true};
+      out_.parameters.insert(t);
     }
   }
 

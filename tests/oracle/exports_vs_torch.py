@@ -8,7 +8,9 @@ legacy exporter where it still works, NAME_opset23.onnx from the default exporte
   - `pipetrain train` for the reference's 3 SGD steps (momentum 0.9, lr 0.1, 2 micro-batches of 2)
     gives the reference's losses and, for every parameter and BatchNorm buffer the reference
     trained, its values within --tol relative to each tensor's largest value; at 1 stage and at
-    4 stages under gpipe, 1f1b, zb-h1 and zb-v, the trained initializers bit-identical across all.
+    4 stages under gpipe, 1f1b, zb-h1 and zb-v, the trained initializers bit-identical across all;
+    and the safetensors file it writes holds every module parameter the reference trained under
+    the module's name, with PyTorch's values (the whole module for NAME_noopt and NAME_legacy).
 Prints one line per case and closes with 'N passed, M failed'.
 
 Usage: exports_vs_torch.py --pipetrain BIN --dir samples/exports [--names gpt2 ...] [--tol 1e-4]
@@ -25,13 +27,21 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from export_model_vs_torch import read_safetensors  # noqa: E402
 from stage_chain import report  # one line per case, then 'N passed, M failed'
 
-NAMES = ["gpt2", "llama", "qwen2", "mistral", "phi3", "bert", "vit", "convnext", "resnet", "bnconv"]
+NAMES = ["gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "bert", "vit", "convnext", "mobilenetv3",
+         "resnet", "bnconv"]
 TRAINING_MODE_EXPORTS = {"resnet", "bnconv"}
-# The default exporter drops BatchNorm from a training-mode export (fused into the convolution
-# before it), so those files do not hold the module PyTorch trains: trained, but not compared.
-NOT_THE_MODULE = {"resnet", "bnconv"}
+# Trained, and compared across schedules, but not with PyTorch: the default exporter's optimizer
+# drops BatchNorm from a training-mode export and both exporters fuse an eval-mode BatchNorm into
+# the convolution before it, so those files do not hold the module PyTorch trains (the _noopt
+# files hold it and are compared); MobileNetV3's 2-sample BatchNorm in training mode is too
+# ill-conditioned for 1e-4 (make_exports.py: float32 and float64 PyTorch differ by 2e-2).
+FUSED = "schedules only: the exporter dropped or fused BatchNorm"
+ILL = "schedules only: 2-sample BatchNorm in training mode is ill-conditioned"
+NOT_COMPARED = {("resnet", ""): FUSED, ("bnconv", ""): FUSED, ("mobilenetv3", ""): FUSED,
+                ("mobilenetv3", "_legacy"): FUSED, ("mobilenetv3", "_noopt"): ILL}
 # A tensor that stays near zero is held to this absolute scale: an attention key bias has a zero
 # gradient in exact arithmetic (softmax ignores a shift shared by every key), so from a zero start
 # it only collects rounding noise, about 1e-9 in float32 against 1e-17 in float64.
@@ -116,7 +126,32 @@ def check_train(args, path, ref, tmp, compare):
         err = relative_error(first[name], ref[key], floor=KEY_BIAS_FLOOR)
         if err > worst:
             worst, where = err, name
-    return None if worst <= args.tol else f"'{where}' differs from PyTorch's by {worst:.3g} > {args.tol}"
+    if worst > args.tol:
+        return f"'{where}' differs from PyTorch's by {worst:.3g} > {args.tol}"
+    return check_safetensors(args, results[RUNS[0]], ref)
+
+
+def check_safetensors(args, trained, ref):
+    """The trained weights as `train` writes them for PyTorch: every module parameter the
+    reference trained is there under its module name (or a tied twin's) with PyTorch's value; for
+    a file that holds the whole module (optimize=False, legacy) that is every parameter of
+    module_params, so load_state_dict(strict=True) finds each one."""
+    weights, _ = read_safetensors(os.path.splitext(trained)[0] + ".safetensors")
+    worst, where = 0.0, ""
+    for key in ref.files:
+        if not key.startswith("state."):
+            continue
+        param = key.split(".", 1)[1]
+        names = list(ref[f"twins.{param}"]) if f"twins.{param}" in ref.files else [param]
+        have = next((weights[n] for n in names if n in weights), None)
+        if have is None:
+            return f"the safetensors file has no '{param}'"
+        if have.shape != ref[key].shape:
+            return f"safetensors '{param}' is {have.shape}, PyTorch's {ref[key].shape}"
+        err = relative_error(have, ref[key], floor=KEY_BIAS_FLOOR)
+        if err > worst:
+            worst, where = err, param
+    return None if worst <= args.tol else f"safetensors '{where}' differs from PyTorch's by {worst:.3g}"
 
 
 def cases(args):
@@ -127,11 +162,11 @@ def cases(args):
             if not os.path.exists(path):
                 continue
             ref = np.load(os.path.join(args.dir, f"{name}{variant}.npz"))
-            compare = not (variant == "" and name in NOT_THE_MODULE)
+            compare = (name, variant) not in NOT_COMPARED
             for what in ("run", "train"):
                 label = f"{name}{variant} {what}"
                 if what == "train" and not compare:
-                    label += " (schedules only: BatchNorm dropped by the exporter)"
+                    label += f" ({NOT_COMPARED[(name, variant)]})"
                 with tempfile.TemporaryDirectory() as tmp:
                     try:
                         yield label, (check_run(args, name, path, ref, tmp) if what == "run"

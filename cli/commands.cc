@@ -118,7 +118,10 @@ int run_cli(int argc, char** argv) {
        [&](CLI::App* c) {
          c->add_option("config", train.config, "the YAML config (see README: Training)")->required();
          c->add_option("--set", train.set, "override a config key: dotted.key=value (repeatable)");
-         c->add_flag("--resume", train.resume, "continue from checkpoint.dir's latest checkpoint");
+         CLI::Option* resume = c->add_flag("--resume", train.resume, "continue from checkpoint.dir's latest checkpoint");
+         c->add_flag("--overwrite", train.overwrite,
+                     "start over: delete the checkpoints checkpoint.dir holds from an earlier run")
+             ->excludes(resume);
          c->add_flag("--quiet,-q", train.quiet, "no progress lines");
        },
        [&] { return run_train(train); }},

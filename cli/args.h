@@ -72,6 +72,7 @@ struct TrainArgs {
   std::string config;            // the YAML file
   std::vector<std::string> set;  // "dotted.key=value" overrides
   bool resume = false;           // continue from checkpoint.dir's latest checkpoint
+  bool overwrite = false;        // a fresh run clears checkpoint.dir's old checkpoints first
   bool quiet = false;            // no progress lines
 };
 

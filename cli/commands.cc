@@ -7,10 +7,13 @@
 
 #include "cli/driver.h"
 #include "cli/schedule_args.h"
+#include "cli/suggest.h"
 #include "core/error.h"
 
 namespace pt {
 namespace {
+
+constexpr const char* kVersion = "pipetrain 0.1.0";
 
 void add_backward_args(CLI::App* cmd, BackwardArgs* b) {
   cmd->add_option("--loss", b->loss, "cross_entropy | mse | model (the output is the loss)");
@@ -26,7 +29,7 @@ void add_backward_args(CLI::App* cmd, BackwardArgs* b) {
 void add_model_args(CLI::App* cmd, ModelArgs* m) {
   cmd->add_option("model", m->model, "ONNX model file")->required();
   cmd->add_option("--micro-batch,-b", m->micro_batch, "binds the batch dimension")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least_one());
   cmd->add_option("--dim", m->dims, "binds a named symbolic dimension: NAME=VALUE (repeatable)");
   cmd->add_option("--tied", m->tied, "initializers (names or globs) kept as one parameter where import would untie them");
   cmd->add_option("--untied", m->untied, "initializers (names or globs) given one copy per module that reads them");
@@ -44,6 +47,7 @@ struct Command {
 int run_cli(int argc, char** argv) {
   CLI::App app{"pipetrain: train ONNX models with pipeline parallelism"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", kVersion, "print the version and exit");
   InspectArgs inspect;
   PartitionArgs partition;
   RunArgs forward;
@@ -52,6 +56,7 @@ int run_cli(int argc, char** argv) {
   TrainArgs train;
 
   const std::vector<Command> commands = {
+      {"version", "print the version", [](CLI::App*) {}, [] { std::cout << kVersion << "\n"; return 0; }},
       {"ops", "print the table of supported ops", [](CLI::App*) {}, [] { return run_ops(); }},
       {"inspect", "ops, parameters, FLOPs per sample, unsupported ops",
        [&](CLI::App* c) {
@@ -65,7 +70,7 @@ int run_cli(int argc, char** argv) {
          add_model_args(c, &partition.model);
          c->add_option("--stages,-s", partition.stages, "pipeline stages (devices)")
              ->required()
-             ->check(CLI::PositiveNumber);
+             ->check(at_least_one());
          c->add_option("--strategy", partition.strategy, "balanced | params | uniform | manual");
          c->add_option("--cut-after", partition.cut_after, "manual: node names to cut after")
              ->delimiter(',');
@@ -77,7 +82,7 @@ int run_cli(int argc, char** argv) {
              ->check(CLI::NonNegativeNumber);
          c->add_option("--chunks-per-stage", partition.chunks_per_stage,
                        "chunks per device (2: V-shaped placement)")
-             ->check(CLI::PositiveNumber);
+             ->check(at_least_one());
          c->add_option("--export", partition.export_dir, "write stage_K.onnx files here");
          c->add_flag("--json", partition.json, "print one JSON object");
          c->add_flag("--backward", partition.backward,
@@ -94,7 +99,7 @@ int run_cli(int argc, char** argv) {
          c->add_option("--input,-i", forward.inputs, "NAME=FILE.npy (repeatable)")->required();
          c->add_option("--dim", forward.dims, "binds a named symbolic dimension: NAME=VALUE");
          c->add_option("--output,-o", forward.output_dir, "folder for the outputs")->required();
-         c->add_option("--threads,-t", forward.threads, "CPU threads")->check(CLI::PositiveNumber);
+         c->add_option("--threads,-t", forward.threads, "CPU threads")->check(at_least_one());
        },
        [&] { return run_forward(forward); }},
       {"grad", "one step's loss and parameter gradients on the CPU, written as .npy",
@@ -105,10 +110,10 @@ int run_cli(int argc, char** argv) {
          c->add_option("--target", grad.target, ".npy of class indices (int64) or targets")
              ->required();
          c->add_option("--dim", grad.dims, "binds a named symbolic dimension: NAME=VALUE");
-         c->add_option("--stages,-s", grad.stages, "pipeline stages")->check(CLI::PositiveNumber);
+         c->add_option("--stages,-s", grad.stages, "pipeline stages")->check(at_least_one());
          c->add_option("--micro-batches,-m", grad.micro_batches, "split the batch into these")
-             ->check(CLI::PositiveNumber);
-         c->add_option("--threads,-t", grad.threads, "CPU threads")->check(CLI::PositiveNumber);
+             ->check(at_least_one());
+         c->add_option("--threads,-t", grad.threads, "CPU threads")->check(at_least_one());
          c->add_option("--output,-o", grad.output_dir, "folder for loss.npy and the gradients")
              ->required();
          add_backward_args(c, &grad.bwd);
@@ -118,7 +123,10 @@ int run_cli(int argc, char** argv) {
        [&](CLI::App* c) {
          c->add_option("config", train.config, "the YAML config (see README: Training)")->required();
          c->add_option("--set", train.set, "override a config key: dotted.key=value (repeatable)");
-         c->add_flag("--resume", train.resume, "continue from checkpoint.dir's latest checkpoint");
+         CLI::Option* resume = c->add_flag("--resume", train.resume, "continue from checkpoint.dir's latest checkpoint");
+         c->add_flag("--overwrite", train.overwrite,
+                     "start over: delete the checkpoints checkpoint.dir holds from an earlier run")
+             ->excludes(resume);
          c->add_flag("--quiet,-q", train.quiet, "no progress lines");
        },
        [&] { return run_train(train); }},
@@ -136,9 +144,11 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::cerr << "error: " << e.what() << "; see `pipetrain " << (argc > 1 ? argv[1] : "")
-              << " --help`\n";
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    bool command = false;  // argv[1] names a subcommand
+    for (auto& [sub, cmd] : subs) command = command || (argc > 1 && sub->get_name() == argv[1]);
+    std::cerr << "error: " << explain_parse_error(app, argc, argv, e.what()) << "; see `pipetrain "
+              << (command ? std::string(argv[1]) + " " : "") << "--help`\n";
     return 2;
   }
   try {

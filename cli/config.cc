@@ -322,6 +322,8 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
   YAML::Node root;
+  if (std::filesystem::is_directory(path))
+    throw UserError(path, "is a folder, not a config file", "give the YAML file, e.g. samples/charlm/train.yaml");
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/driver.h"
 #include "cli/schedule_args.h"
+#include "cli/suggest.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -29,11 +31,15 @@ namespace pt {
 
 void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
   c->add_option("--kind,-k", a->kind,
-                "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-zb | v-half | v-min | auto");
-  c->add_option("--stages,-s", a->stages, "pipeline stages (devices)")->check(CLI::PositiveNumber);
+                "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-zb | v-half | v-min | auto (any case)")
+      ->transform([](std::string k) {
+        for (char& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        return k;
+      });
+  c->add_option("--stages,-s", a->stages, "pipeline stages (devices)")->check(at_least_one());
   c->add_option("--micro-batches,-m", a->micro_batches, "micro-batches per step")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--chunks,-v", a->chunks, "chunks per device")->check(CLI::PositiveNumber);
+      ->check(at_least_one());
+  c->add_option("--chunks,-v", a->chunks, "chunks per device")->check(at_least_one());
   c->add_option("--costs", a->costs,
                 "F,B,W times of a whole stage (or of each stage in turn: 3 x stages numbers)")
       ->delimiter(',');
@@ -43,7 +49,7 @@ void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
       ->check(CLI::Range(0.0, 1.0));
   c->add_option("--model", a->model, "take costs from this ONNX model (FLOPs, saved bytes)");
   c->add_option("--micro-batch,-b", a->micro_batch, "--model: binds the batch dimension")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least_one());
   c->add_option("--dim", a->dims, "--model: binds a named symbolic dimension: NAME=VALUE");
   c->add_option("--memory-limit", a->memory_limit,
                 "per device: micro-batches of a stage's activations, or bytes with --model");

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -57,6 +58,7 @@
 #include "schedule/lower.h"
 #include "schedule/render.h"
 #include "schedule/simulate.h"
+#include "schedule/validate.h"
 
 namespace pt {
 namespace fs = std::filesystem;
@@ -275,7 +277,9 @@ class Trainer {
  private:
   void build();
   void plan_schedule(const std::vector<NodeCost>& costs);
+  int chunks_for(const std::string& kind) const;
   void open_data();
+  void claim_checkpoint_dir() const;
   void resume();
   void step(int64_t s);
   void save_checkpoint(int64_t steps_done);
@@ -390,22 +394,69 @@ void Trainer::build() {
   eval_ = std::make_unique<Evaluator>(model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(cfg_.threads * schedule_.stages))));
 }
 
+std::string lowercase(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+bool set_on_command_line(const TrainConfig& cfg, const std::string& key) {
+  return cfg.where(key).rfind("--set ", 0) == 0;
+}
+
+// The schedule's actions less sends, receives and optimizer steps: a lowered CSV (`schedule
+// --lowered --csv`) read back as the compute-only schedule it was lowered from.
+Schedule compute_only(Schedule s) {
+  for (std::vector<Action>& list : s.devices)
+    list.erase(std::remove_if(list.begin(), list.end(), [](const Action& a) { return !is_compute(a.op); }), list.end());
+  return s;
+}
+
+// pipeline.chunks (0: the kind's default). Chunks from the file belong to the file's schedule:
+// a kind given with --set alone (the README's `--set pipeline.schedule=1f1b` on a zb-v config)
+// takes its own default where it does not allow the file's chunks, and says so.
+int Trainer::chunks_for(const std::string& kind) const {
+  const int chunks = cfg_.pipeline.chunks;
+  const bool file_chunks = set_on_command_line(cfg_, "pipeline.schedule") && !set_on_command_line(cfg_, "pipeline.chunks");
+  if (chunks == 0 || kind == "auto") return kind == "auto" && file_chunks ? 0 : chunks;
+  const KindInfo& k = at_key(cfg_, "pipeline.schedule", [&]() -> const KindInfo& { return find_kind(kind); });
+  if (chunks >= k.min_chunks && chunks <= k.max_chunks) return chunks;
+  const std::string allowed = k.min_chunks == k.max_chunks ? std::to_string(k.min_chunks) : std::to_string(k.min_chunks) + " or more";
+  if (!file_chunks)
+    throw UserError(cfg_.where("pipeline.chunks"), "schedule " + kind + " takes " + allowed + " chunk(s) per device, not " +
+                                                       std::to_string(chunks),
+                    "set pipeline.chunks to " + std::to_string(k.default_chunks) + ", or leave it out");
+  if (!args_.quiet)
+    std::cout << "pipeline.schedule: " << kind << " takes " << allowed << " chunk(s) per device, not the " << chunks
+              << " of " << cfg_.where("pipeline.chunks") << "; running " << k.default_chunks
+              << " (--set pipeline.chunks=N to choose)\n";
+  return 0;
+}
+
 void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
   const TrainConfig::Pipeline& p = cfg_.pipeline;
   const std::string key = "pipeline.schedule";
-  if (p.schedule.size() > 4 && p.schedule.substr(p.schedule.size() - 4) == ".csv") {
+  const bool csv = lowercase(p.schedule).ends_with(".csv");
+  const std::string kind = csv ? p.schedule : lowercase(p.schedule);  // kind names in any case
+  int chunks = csv ? p.chunks : chunks_for(kind);
+  if (csv && set_on_command_line(cfg_, key) && !set_on_command_line(cfg_, "pipeline.chunks")) chunks = 0;  // the file's
+  if (csv) {
     schedule_ = at_key(cfg_, key, [&] { return parse_csv(read_file(p.schedule, "check the path of the CSV schedule"), p.schedule); });
+    if (schedule_.lowered()) {  // written by `schedule --lowered --csv`: run its sends as they are
+      at_key(cfg_, key, [&] { validate(schedule_, p.schedule); });
+      lowered_ = schedule_;
+      schedule_ = compute_only(schedule_);
+    }
     if (schedule_.stages != p.stages || schedule_.micro_batches != p.micro_batches ||
-        (p.chunks && schedule_.chunks != p.chunks))
+        (chunks && schedule_.chunks != chunks))
       throw UserError(cfg_.where(key), "the schedule in '" + p.schedule + "' has " +
                                            std::to_string(schedule_.stages) + " stages, " +
                                            std::to_string(schedule_.chunks) + " chunk(s) per stage and " +
                                            std::to_string(schedule_.micro_batches) + " micro-batches",
                       "set pipeline.stages, chunks and micro_batches to match it");
-  } else if (p.schedule == "auto") {
+  } else if (kind == "auto") {
     // Costs per chunking from the partition of each; the limit counts kept bytes per device.
     AutoOptions o;
-    for (int v : p.chunks ? std::vector<int>{p.chunks} : std::vector<int>{1, 2}) {
+    for (int v : chunks ? std::vector<int>{chunks} : std::vector<int>{1, 2}) {
       PartitionOptions po;
       po.stages = p.stages;
       po.chunks_per_stage = v;
@@ -419,9 +470,9 @@ void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
       o.memory_limit = static_cast<double>(at_key(cfg_, "pipeline.memory_limit", [&] { return parse_bytes(p.memory_limit, "pipeline.memory_limit"); }));
     schedule_ = at_key(cfg_, key, [&] { return auto_schedule(p.stages, p.micro_batches, o).schedule; });
   } else {
-    schedule_ = at_key(cfg_, key, [&] { return generate(p.schedule, p.stages, p.micro_batches, p.chunks); });
+    schedule_ = at_key(cfg_, key, [&] { return generate(kind, p.stages, p.micro_batches, chunks); });
   }
-  lowered_ = add_send_recv(schedule_);
+  if (lowered_.devices.empty()) lowered_ = add_send_recv(schedule_);
 }
 
 void Trainer::open_data() {
@@ -470,6 +521,8 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   c.data_position = data_->position();
   c.meta["model"] = cfg_.model;
   c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches);
+  c.meta["stages"] = std::to_string(cfg_.pipeline.stages);
+  c.meta["optimizer"] = cfg_.optimizer.kind;
   for (const auto& [name, t] : trained_tensors()) c.tensors.emplace_back("model/" + name, *t);
   for (size_t d = 0; d < optimizers_.size(); ++d) {
     const OptimizerState st = optimizers_[d]->state();
@@ -491,6 +544,19 @@ void Trainer::resume() {
     throw UserError(where, "the checkpoint was written for " + c->meta.at("model") + " with global batch " +
                                c->meta.at("global_batch") + ", this run trains " + cfg_.model + " with " + global,
                     "resume with the config that wrote it, or choose another checkpoint.dir");
+  // Keys older checkpoints lack are not checked; their optimizer count still names the stages.
+  auto written = [&](const std::string& key) { return c->meta.count(key) ? c->meta.at(key) : std::string(); };
+  int saved_stages = 0;
+  while (c->meta.count("optimizer" + std::to_string(saved_stages) + ".step")) ++saved_stages;
+  if (saved_stages != cfg_.pipeline.stages)
+    throw UserError(where, "the checkpoint was written with pipeline.stages: " + std::to_string(saved_stages) +
+                               ", this run has " + std::to_string(cfg_.pipeline.stages),
+                    "resume with --set pipeline.stages=" + std::to_string(saved_stages) +
+                        ", or start over with --overwrite");
+  if (!written("optimizer").empty() && written("optimizer") != cfg_.optimizer.kind)
+    throw UserError(where, "the checkpoint was written with optimizer.kind: " + written("optimizer") +
+                               ", this run has " + cfg_.optimizer.kind,
+                    "resume with --set optimizer.kind=" + written("optimizer") + ", or start over with --overwrite");
   for (const auto& [name, t] : trained_tensors()) {
     const Tensor* saved = c->find("model/" + name);
     if (!saved || !(saved->type == t->type))
@@ -514,7 +580,7 @@ void Trainer::resume() {
   }
   data_->seek(c->data_position);
   first_step_ = c->step;
-  std::cout << "resumed from step " << c->step << " (" << cfg_.checkpoint.dir << ")\n";
+  if (first_step_ < cfg_.steps) std::cout << "resumed from step " << c->step << " (" << cfg_.checkpoint.dir << ")\n";
 }
 
 void Trainer::step(int64_t s) {
@@ -683,14 +749,36 @@ void Trainer::write_weights() {
   std::cout << (w.missing.size() > 5 ? " ..." : "") << " (load with strict=False)\n";
 }
 
+// A checkpoint folder holds one run's series: a fresh run that would write checkpoints into a
+// folder holding some refuses (before anything is built or written), unless --overwrite.
+void Trainer::claim_checkpoint_dir() const {
+  if (cfg_.checkpoint.dir.empty() || cfg_.checkpoint.every <= 0 || args_.overwrite) return;
+  const std::vector<int64_t> steps = checkpoint_steps(cfg_.checkpoint.dir);
+  if (steps.empty()) return;
+  throw UserError(cfg_.where("checkpoint.dir"),
+                  "'" + cfg_.checkpoint.dir + "' holds another run's checkpoints (up to step " +
+                      std::to_string(steps.back()) + ")",
+                  "continue that run with --resume, start over with --overwrite (deletes them), or --set "
+                  "checkpoint.dir=ANOTHER");
+}
+
 int Trainer::run() {
+  if (args_.resume && cfg_.checkpoint.dir.empty())
+    throw UserError("--resume", "the config names no checkpoint.dir", "add checkpoint: {dir: DIR, every: N}");
+  if (!args_.resume) claim_checkpoint_dir();
   build();
   open_data();
   if (args_.resume) {
-    if (cfg_.checkpoint.dir.empty())
-      throw UserError("--resume", "the config names no checkpoint.dir", "add checkpoint: {dir: DIR, every: N}");
     resume();
+    if (first_step_ >= cfg_.steps) {  // a finished run: every output stays as it was
+      std::cout << "nothing to do: step " << first_step_ << " of " << cfg_.steps << " ("
+                << cfg_.checkpoint.dir << "); raise steps (--set steps=N) to train on\n";
+      return 0;
+    }
     devices_.refresh_constants();
+  } else if (args_.overwrite && !cfg_.checkpoint.dir.empty() && !checkpoint_steps(cfg_.checkpoint.dir).empty()) {
+    clear_checkpoints(cfg_.checkpoint.dir);
+    if (!args_.quiet) std::cout << "--overwrite: removed the checkpoints in " << cfg_.checkpoint.dir << "\n";
   }
   if (!cfg_.output.metrics.empty()) {
     make_parent(cfg_.output.metrics);

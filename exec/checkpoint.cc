@@ -23,6 +23,29 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
+// step_<N>.ckpt -> N; -1 for any other name.
+int64_t step_of(const fs::path& p) {
+  const std::string n = p.filename().string();
+  if (n.rfind("step_", 0) != 0 || p.extension() != ".ckpt") return -1;
+  try {
+    size_t used = 0;
+    const int64_t step = std::stoll(n.substr(5), &used);
+    return used + 10 == n.size() && step >= 0 ? step : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// Every step_<N>.ckpt in dir with its N, ascending.
+std::vector<std::pair<int64_t, fs::path>> checkpoint_files(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (const int64_t s = step_of(e.path()); s >= 0) files.emplace_back(s, e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 }  // namespace
 
 const Tensor* Checkpoint::find(const std::string& name) const {
@@ -54,14 +77,30 @@ void write_checkpoint(const std::string& dir, const Checkpoint& c) {
   const std::string todo = "check the free space and permissions of checkpoint.dir";
   write_file_atomic((fs::path(dir) / step_name(c.step)).string(), parts, todo);
   write_file_atomic((fs::path(dir) / "latest").string(), step_name(c.step) + "\n", todo);
-  // Keep the two newest.
-  std::vector<fs::path> old;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("step_", 0) == 0 && e.path().extension() == ".ckpt") old.push_back(e.path());
+  // Keep this one and the newest below it; anything else (older, or a later step of another
+  // series) would only confuse `latest`.
+  const fs::path written = fs::path(dir) / step_name(c.step);
+  fs::path previous;
+  for (const auto& [s, p] : checkpoint_files(dir))
+    if (s < c.step) previous = p;
+  for (const auto& [s, p] : checkpoint_files(dir))
+    if (p != written && p != previous) fs::remove(p, ec);
+}
+
+std::vector<int64_t> checkpoint_steps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  for (const auto& [s, p] : checkpoint_files(dir)) steps.push_back(s);
+  return steps;
+}
+
+void clear_checkpoints(const std::string& dir) {
+  for (const auto& [s, p] : checkpoint_files(dir)) {
+    std::error_code ec;
+    fs::remove(p, ec);
+    if (ec) throw UserError(p.string(), "cannot be removed: " + ec.message(), "remove it by hand, or choose another checkpoint.dir");
   }
-  std::sort(old.begin(), old.end());
-  for (size_t i = 0; i + 2 < old.size(); ++i) fs::remove(old[i], ec);
+  std::error_code ec;
+  fs::remove(fs::path(dir) / "latest", ec);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {

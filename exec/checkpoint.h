@@ -4,8 +4,10 @@
 //
 // Atomic: each file is written to a temporary name, flushed to disk (fsync) and renamed into
 // place, then `latest` is replaced the same way; a run killed at any instant leaves the previous
-// checkpoint readable and never a half-written one under a checkpoint's name. The two newest
-// checkpoints are kept, older ones removed.
+// checkpoint readable and never a half-written one under a checkpoint's name. Retention keeps the
+// checkpoint just written and the newest one below it; every other step_*.ckpt is removed, so
+// `latest` always names a file that exists (a folder is one run's series: cli/train_cmd.cc
+// refuses a fresh run into a folder that holds checkpoints, unless told to clear them).
 //
 // Format: the line "pipetrain checkpoint 1", a JSON header line (step, data_position, meta, and
 // per tensor its name, dtype (ONNX's number), shape, offset and byte count), then the tensors' bytes.
@@ -39,5 +41,11 @@ void write_checkpoint(const std::string& dir, const Checkpoint& c);
 // when it is damaged.
 std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir);
 Checkpoint read_checkpoint(const std::string& path);
+
+// The steps of the step_*.ckpt files in `dir`, ascending; empty when it has none (or no folder).
+std::vector<int64_t> checkpoint_steps(const std::string& dir);
+// Removes every step_*.ckpt and `latest` from `dir` (nothing else). UserError naming the file
+// that cannot be removed.
+void clear_checkpoints(const std::string& dir);
 
 }  // namespace pt

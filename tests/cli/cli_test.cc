@@ -109,6 +109,48 @@ TEST(CliErrors, UnknownFlag) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
+// Issue 21, item 8: the unknown word is named, with the closest known one where one is close.
+TEST(CliErrors, UnknownWordsAreNamedWithTheClosestKnownOne) {
+  expect_one_line_error(run("trian"), "unknown command 'trian' (did you mean 'train'?); see `pipetrain --help`");
+  expect_one_line_error(run("xyzzy"),
+                        "unknown command 'xyzzy'; the commands are version, ops, inspect, partition, run, grad, "
+                        "train, schedule; see `pipetrain --help`");
+  expect_one_line_error(run(""),
+                        "name a command: version, ops, inspect, partition, run, grad, train, schedule; see "
+                        "`pipetrain --help`");
+  expect_one_line_error(run("partition samples/gpt/gpt.onnx --stage 4"),
+                        "unknown flag '--stage' for `pipetrain partition` (did you mean '--stages'?); see "
+                        "`pipetrain partition --help`");
+  expect_one_line_error(run("train samples/charlm/train.yaml --resum"),
+                        "unknown flag '--resum' for `pipetrain train` (did you mean '--resume'?); see "
+                        "`pipetrain train --help`");
+  expect_one_line_error(run("train samples/charlm/train.yaml --steps 3"),
+                        "unknown flag '--steps' for `pipetrain train`; config keys are set with --set KEY=VALUE "
+                        "(--set steps=...); see `pipetrain train --help`");
+  // A negative number is a value, not a flag.
+  expect_one_line_error(run("partition samples/gpt/gpt.onnx -s 2 --ignore-index -100 -x"),
+                        "unknown flag '-x' for `pipetrain partition`; see `pipetrain partition --help`");
+}
+
+// Counts say what they take in a few words (they printed DBL_MAX's 300 digits).
+TEST(CliErrors, CountsThatAreNotPositiveWholeNumbers) {
+  for (const char* bad : {"0", "four", "2.5", "-1"})
+    expect_one_line_error(run(std::string("partition samples/gpt/gpt.onnx -s ") + bad),
+                          std::string("--stages: must be a whole number, at least 1; got '") + bad +
+                              "'; see `pipetrain partition --help`");
+  expect_one_line_error(run("schedule -k 1f1b -s 2 -m 0"),
+                        "--micro-batches: must be a whole number, at least 1; got '0'; see `pipetrain schedule --help`");
+}
+
+TEST(Cli, VersionFlagAndCommand) {
+  for (const char* args : {"--version", "version"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 0) << args;
+    EXPECT_EQ(r.out, "pipetrain 0.1.0\n") << args;
+    EXPECT_EQ(r.err, "") << args;
+  }
+}
+
 // An .npy of float32 zeros of the given shape.
 fs::path zeros_npy(const std::string& name, std::vector<int64_t> shape) {
   pt::Tensor t;

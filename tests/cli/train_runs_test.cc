@@ -1,0 +1,206 @@
+// A newcomer's first hour with `pipetrain train` (issue 21): no run destroys another run's work,
+// and what a new user types next gets one line, never an abort. Each test pins the exit code and
+// the message, and what is on disk afterwards.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "exec/checkpoint.h"
+#include "tests/cli/run_cli.h"
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("pt_train_runs_test_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+fs::path write(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string latest(const fs::path& ckpt) {
+  std::string name;
+  std::getline(std::ifstream(ckpt / "latest"), name);
+  return name;
+}
+
+// The mlp sample on 2 stages (zb-v, 2 chunks), every output under `dir`.
+fs::path mlp_config(const fs::path& dir, int steps, int every) {
+  std::ostringstream c;
+  c << "model: samples/mlp/mlp.onnx\n"
+    << "dims: {batch: 4}\n"
+    << "data: {kind: synthetic, samples: 64, eval_fraction: 0.25}\n"
+    << "optimizer: {kind: adamw, lr: 3.0e-3, warmup_steps: 2, schedule: cosine}\n"
+    << "pipeline: {stages: 2, chunks: 2, micro_batches: 4, schedule: zb-v}\n"
+    << "steps: " << steps << "\n"
+    << "checkpoint: {dir: " << (dir / "ckpt").string() << ", every: " << every << "}\n"
+    << "output: {model: " << (dir / "trained.onnx").string() << ", metrics: " << (dir / "metrics.jsonl").string()
+    << ", trace: " << (dir / "trace.json").string() << ", timeline: " << (dir / "timeline.svg").string() << "}\n";
+  return write(dir / "c.yaml", c.str());
+}
+
+// Item 1: a short fresh run into the folder of a longer finished one used to keep the old
+// run's step_30/step_40, delete its own and leave `latest` naming a file that was gone. Now it
+// refuses, touching nothing; with --overwrite it starts over and its own newest checkpoint stays.
+TEST(TrainRuns, AFreshRunDoesNotTakeOverAnotherRunsCheckpoints) {
+  const fs::path d = scratch("fresh");
+  const fs::path cfg = mlp_config(d, 40, 10);
+  ASSERT_EQ(run("train -q " + cfg.string()).code, 0);
+  EXPECT_EQ(pt::checkpoint_steps((d / "ckpt").string()), (std::vector<int64_t>{30, 40}));
+  const std::string model = slurp(d / "trained.onnx");
+
+  const Result refused = run("train " + cfg.string() + " --set steps=4 --set checkpoint.every=2");
+  expect_one_line_error(refused, cfg.string() + ":7: checkpoint.dir: '" + (d / "ckpt").string() +
+                                     "' holds another run's checkpoints (up to step 40); continue that run with "
+                                     "--resume, start over with --overwrite (deletes them), or --set "
+                                     "checkpoint.dir=ANOTHER");
+  EXPECT_EQ(refused.out, "");
+  EXPECT_EQ(pt::checkpoint_steps((d / "ckpt").string()), (std::vector<int64_t>{30, 40}));
+  EXPECT_EQ(latest(d / "ckpt"), "step_00000040.ckpt");
+  EXPECT_EQ(slurp(d / "trained.onnx"), model);
+
+  const Result over = run("train " + cfg.string() + " --set steps=4 --set checkpoint.every=2 --overwrite");
+  ASSERT_EQ(over.code, 0) << over.err;
+  EXPECT_NE(over.out.find("--overwrite: removed the checkpoints in " + (d / "ckpt").string() + "\n"), std::string::npos)
+      << over.out;
+  EXPECT_EQ(pt::checkpoint_steps((d / "ckpt").string()), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(latest(d / "ckpt"), "step_00000004.ckpt");
+  EXPECT_EQ(pt::read_latest_checkpoint((d / "ckpt").string())->step, 4);
+
+  // --overwrite and --resume contradict each other.
+  expect_one_line_error(run("train " + cfg.string() + " --resume --overwrite"),
+                        "--resume excludes --overwrite; see `pipetrain train --help`");
+}
+
+// Retention keeps the checkpoint just written and the one before it, whatever else the folder
+// holds: `latest` always names a file that exists.
+TEST(TrainRuns, RetentionNeverRemovesTheCheckpointJustWritten) {
+  const fs::path d = scratch("retention");
+  pt::Checkpoint c;
+  for (int64_t step : {30, 40, 2, 4}) {
+    c.step = step;
+    pt::write_checkpoint((d / "ckpt").string(), c);
+  }
+  EXPECT_EQ(pt::checkpoint_steps((d / "ckpt").string()), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(pt::read_latest_checkpoint((d / "ckpt").string())->step, 4);
+  write(d / "ckpt" / "notes.txt", "mine");
+  pt::clear_checkpoints((d / "ckpt").string());
+  EXPECT_TRUE(pt::checkpoint_steps((d / "ckpt").string()).empty());
+  EXPECT_FALSE(fs::exists(d / "ckpt" / "latest"));
+  EXPECT_TRUE(fs::exists(d / "ckpt" / "notes.txt"));  // only checkpoints are removed
+}
+
+// Item 2: --resume of a finished run (or one whose checkpoint is past --set steps) used to
+// rewrite the trace with 0 events, the timeline and the metrics summary with zeros. Now it says
+// so in one line and every file stays byte for byte.
+TEST(TrainRuns, ResumingAFinishedRunChangesNoFile) {
+  const fs::path d = scratch("finished");
+  const fs::path cfg = mlp_config(d, 6, 3);
+  ASSERT_EQ(run("train -q " + cfg.string()).code, 0);
+  std::map<fs::path, std::string> before;
+  for (const auto& e : fs::recursive_directory_iterator(d))
+    if (e.is_regular_file()) before[e.path()] = slurp(e.path());
+  ASSERT_GE(before.size(), 8u);  // config, model, weights, metrics, trace, timeline, 2 checkpoints, latest
+
+  const Result r = run("train " + cfg.string() + " --resume");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "nothing to do: step 6 of 6 (" + (d / "ckpt").string() +
+                       "); raise steps (--set steps=N) to train on\n");
+  const Result past = run("train " + cfg.string() + " --resume --set steps=4");
+  EXPECT_EQ(past.code, 0) << past.err;
+  EXPECT_EQ(past.out, "nothing to do: step 6 of 4 (" + (d / "ckpt").string() +
+                          "); raise steps (--set steps=N) to train on\n");
+  std::map<fs::path, std::string> after;
+  for (const auto& e : fs::recursive_directory_iterator(d))
+    if (e.is_regular_file()) after[e.path()] = slurp(e.path());
+  EXPECT_TRUE(after == before);
+}
+
+// Item 6: resuming with another pipeline.stages (or optimizer) names what wrote the checkpoint,
+// instead of "no optimizer state for device 2".
+TEST(TrainRuns, ResumingWithAnotherConfigSaysWhatWroteTheCheckpoint) {
+  const fs::path d = scratch("other");
+  const fs::path cfg = mlp_config(d, 4, 2);
+  ASSERT_EQ(run("train -q " + cfg.string() + " --set steps=2").code, 0);
+  const std::string at = cfg.string() + ":7: checkpoint.dir: ";
+  expect_one_line_error(run("train " + cfg.string() + " --resume --set pipeline.stages=1"),
+                        at + "the checkpoint was written with pipeline.stages: 2, this run has 1; resume with "
+                             "--set pipeline.stages=2, or start over with --overwrite");
+  expect_one_line_error(run("train " + cfg.string() + " --resume --set optimizer.kind=sgd"),
+                        at + "the checkpoint was written with optimizer.kind: adamw, this run has sgd; resume "
+                             "with --set optimizer.kind=adamw, or start over with --overwrite");
+}
+
+// Item 6: the README's `--set pipeline.stages=2 --set pipeline.schedule=1f1b` on the charlm
+// sample (chunks: 2 for its zb-v) runs, with one line on the chunks; chunks given with --set
+// too are the user's and checked against the kind.
+TEST(TrainRuns, ASchedulePickedWithSetTakesItsOwnChunks) {
+  const fs::path d = scratch("readme");
+  const std::string outs = " --set steps=1 --set checkpoint.dir=" + (d / "ckpt").string() +
+                           " --set output.model=" + (d / "m.onnx").string() + " --set output.metrics=" +
+                           (d / "m.jsonl").string() + " --set output.trace= --set output.timeline=";
+  const std::string readme = "train samples/charlm/train.yaml --set pipeline.stages=2 --set pipeline.schedule=1f1b";
+  const Result r = run(readme + outs);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("pipeline.schedule: 1f1b takes 1 chunk(s) per device, not the 2 of "
+                        "samples/charlm/train.yaml:25: pipeline.chunks; running 1 (--set pipeline.chunks=N to choose)\n",
+                        0),
+            0u)
+      << r.out;
+  EXPECT_NE(r.out.find("schedule 1f1b: 2 stages x 1 chunk(s), 8 micro-batches"), std::string::npos) << r.out;
+  expect_one_line_error(run(readme + " --set pipeline.chunks=2 --overwrite" + outs),
+                        "--set pipeline.chunks: schedule 1f1b takes 1 chunk(s) per device, not 2; set "
+                        "pipeline.chunks to 1, or leave it out");
+}
+
+// Item 8: kind names in any case, in `schedule` and in the config.
+TEST(TrainRuns, KindNamesAreCaseInsensitive) {
+  const fs::path d = scratch("case");
+  const fs::path cfg = mlp_config(d, 2, 0);
+  const Result r = run("train " + cfg.string() + " --set pipeline.schedule=ZB-H1 --set pipeline.chunks=1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("schedule zb-h1: 2 stages x 1 chunk(s)"), std::string::npos) << r.out;
+  const Result s = run("schedule -k 1F1B -s 2 -m 4");
+  EXPECT_EQ(s.code, 0) << s.err;
+}
+
+// Item 5: a schedule written by `schedule --lowered --csv` (sends, receives and STEP in it) runs
+// as `schedule --from-csv` reads it, instead of stopping at an internal check in lower.cc.
+TEST(TrainRuns, ALoweredCsvScheduleTrains) {
+  const fs::path d = scratch("lowered");
+  const fs::path cfg = mlp_config(d, 3, 0);
+  const fs::path csv = d / "low.csv";
+  ASSERT_EQ(run("schedule -k zb-h1 -s 2 -m 4 --lowered --csv " + csv.string()).code, 0);
+  ASSERT_NE(slurp(csv).find("STEP"), std::string::npos);
+  ASSERT_EQ(run("schedule --from-csv " + csv.string()).code, 0);
+  const Result r = run("train " + cfg.string() + " --set pipeline.schedule=" + csv.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 stages x 1 chunk(s), 4 micro-batches"), std::string::npos) << r.out;
+  // The same schedule compute-only trains to the same bits.
+  const fs::path plain = d / "plain.csv";
+  ASSERT_EQ(run("schedule -k zb-h1 -s 2 -m 4 --csv " + plain.string()).code, 0);
+  const std::string lowered_model = slurp(d / "trained.onnx");
+  ASSERT_EQ(run("train -q " + cfg.string() + " --set pipeline.schedule=" + plain.string()).code, 0);
+  EXPECT_EQ(slurp(d / "trained.onnx"), lowered_model);
+}
+
+// Item 4: a folder where a config or a model file belongs gets one line, not an abort.
+TEST(TrainRuns, AFolderWhereAFileBelongsGetsOneLine) {
+  const fs::path d = scratch("folder");
+  expect_one_line_error(run("train " + d.string()),
+                        d.string() + ": is a folder, not a config file; give the YAML file, e.g. "
+                                     "samples/charlm/train.yaml");
+  const fs::path cfg = write(d / "c.yaml", "model: " + d.string() + "\n");
+  expect_one_line_error_starting(run("train " + cfg.string()), cfg.string() + ":1: model: " + d.string() + ": is a folder");
+}
+
+}  // namespace

@@ -174,8 +174,11 @@ TEST(Train, ResumeAfterSigkillMatchesAnUninterruptedRun) {
   const int64_t reached = latest_step(cut / "ckpt");
   ASSERT_GE(reached, 30);
   ASSERT_LT(reached, 400);
-  for (const auto& e : fs::directory_iterator(cut / "ckpt"))
-    if (e.path().extension() == ".ckpt") EXPECT_NO_THROW(pt::read_checkpoint(e.path().string())) << e.path();
+  for (const auto& e : fs::directory_iterator(cut / "ckpt")) {
+    if (e.path().extension() == ".ckpt") {
+      EXPECT_NO_THROW(pt::read_checkpoint(e.path().string())) << e.path();
+    }
+  }
 
   const Result r = run("train --resume " + cfg.string());
   ASSERT_EQ(r.code, 0) << r.err;

@@ -172,10 +172,7 @@ int fold_pass(onnx::ModelProto* m, Known& known, const ImportOptions& opts,
 
 // Initializers no node reads any more (folded subgraphs leave them behind).
 void drop_unused_initializers(onnx::GraphProto* g) {
-  std::set<std::string> used;
-  for (const auto& n : g->node())
-    for (const auto& i : n.input()) used.insert(i);
-  for (const auto& o : g->output()) used.insert(o.name());
+  const std::set<std::string> used = names_read(*g);
   google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
   for (auto& t : *g->mutable_initializer())
     if (used.count(t.name())) *kept.Add() = std::move(t);

@@ -126,6 +126,14 @@ int64_t default_opset(const onnx::ModelProto& m) {
   return 0;
 }
 
+std::set<std::string> names_read(const onnx::GraphProto& g) {
+  std::set<std::string> read;
+  for (const auto& n : g.node())
+    for (const auto& i : n.input()) read.insert(i);
+  for (const auto& o : g.output()) read.insert(o.name());
+  return read;
+}
+
 onnx::ModelProto read_model(const std::string& path) {
   onnx::ModelProto m = parse_file(path);
   inline_all_external(&m, path);

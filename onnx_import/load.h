@@ -4,6 +4,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ std::vector<std::string> unsupported_ops(const onnx::ModelProto& m);
 // (module_params.h, on the file as written) and *restored receives the report.
 onnx::ModelProto load_model(const std::string& path, int64_t* source_opset = nullptr,
                             const ParameterChoices* choices = nullptr, ModuleParameters* restored = nullptr);
+
+// Every value name a node reads or the graph outputs: what keeps an initializer alive.
+std::set<std::string> names_read(const onnx::GraphProto& g);
 
 // "path: node 'name' (Op, opset N)": where a node's error is.
 std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset);

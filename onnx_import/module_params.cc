@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/ir.h"
+#include "onnx_import/load.h"
 #include "onnx_import/opset_adapt.h"
 #include "onnx_import/proto_convert.h"
 
@@ -506,10 +507,7 @@ class Restorer {
   // node reads any more are dropped.
   void drop_unread() {
     place_added_nodes();
-    std::set<std::string> read;
-    for (const auto& n : g_->node())
-      for (const auto& i : n.input()) read.insert(i);
-    for (const auto& o : g_->output()) read.insert(o.name());
+    const std::set<std::string> read = names_read(*g_);
     google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
     for (auto& t : *g_->mutable_initializer())
       if (read.count(t.name()) || !is_float(t)) *kept.Add() = std::move(t);

@@ -46,6 +46,24 @@ inline void expect_one_line_error(const Result& r, const std::string& text) {
   EXPECT_EQ(r.err, "error: " + text + "\n");
 }
 
+// A fresh folder per test and process (ctest runs tests in parallel processes).
+inline fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("pt_cli_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+inline fs::path write(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+inline std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 // The same, when the message ends in figures the test does not pin: it starts with `prefix`.
 inline void expect_one_line_error_starting(const Result& r, const std::string& prefix) {
   EXPECT_EQ(r.code, 2) << r.err;

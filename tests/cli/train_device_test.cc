@@ -14,13 +14,6 @@
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("pt_train_device_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
 // mlp, 2 stages, 2 steps; `device:` on line 5.
 std::string config(const fs::path& dir, const std::string& device) {
   std::ostringstream c;

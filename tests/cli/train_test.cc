@@ -20,24 +20,6 @@
 
 namespace {
 
-// A fresh folder per test (ctest runs tests in parallel processes).
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("pt_train_test_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-fs::path write(const fs::path& path, const std::string& text) {
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 std::string mlp_config(const fs::path& dir, int steps, int every) {
   std::ostringstream c;
   c << "model: samples/mlp/mlp.onnx\n"

@@ -65,8 +65,11 @@ TEST(Import, EverySampleHasConcreteShapes) {
 
 TEST(Import, FoldedConstantsAreNotParameters) {
   Graph g = import_model("samples/gpt/gpt.onnx");
-  for (const Value& v : g.values)
-    if (v.constant) EXPECT_FALSE(v.is_parameter()) << v.name;
+  for (const Value& v : g.values) {
+    if (v.constant) {
+      EXPECT_FALSE(v.is_parameter()) << v.name;
+    }
+  }
 }
 
 TEST(Import, ExternalDataMatchesEmbedded) {

@@ -2,7 +2,8 @@
 // for stochastic depth (onnx_import/random_rewrite.h): RandomUniformLike compared with a constant
 // and cast to float becomes Bernoulli(P) with P the chance the comparison holds, for every
 // comparison op and operand order, with low/high, Cast or CastLike; anything else is one line
-// naming the node.
+// naming the node. Dropout's ratio and training_mode computed by small subgraphs
+// (optimize=False) fold to initializers.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -178,6 +179,43 @@ TEST(RandomRewriteErrors, OtherDrawsNameTheNode) {
               std::string::npos)
         << e;
   }
+}
+
+// The default exporter with optimize=False computes Dropout's ratio and training_mode in small
+// subgraphs: a Constant cast like the data (CastLike reading only the dtype of a value computed
+// at run time) and a Constant cast to bool. Both fold to initializers, which
+// autodiff/training_mode.h reads.
+TEST(Import, DropoutRatioAndTrainingModeFromSubgraphsFold) {
+  onnx::ModelProto m = model(20);
+  m.set_ir_version(10);
+  auto* g = m.mutable_graph();
+  set_type(g->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 4});
+  set_type(g->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 4});
+  auto* c = add_node(g, "c", "Constant", {}, {"c"});
+  auto* v = c->add_attribute();
+  v->set_name("value_float");
+  v->set_type(onnx::AttributeProto::FLOAT);
+  v->set_f(0.1f);
+  add_node(g, "relu", "Relu", {"x"}, {"h"});
+  add_node(g, "like", "CastLike", {"c", "h"}, {"ratio"});
+  auto* one = add_node(g, "one", "Constant", {}, {"one"});
+  auto* i = one->add_attribute();
+  i->set_name("value_int");
+  i->set_type(onnx::AttributeProto::INT);
+  i->set_i(1);
+  add_int_attr(add_node(g, "to_bool", "Cast", {"one"}, {"training"}), "to", onnx::TensorProto::BOOL);
+  add_node(g, "drop", "Dropout", {"h", "ratio", "training"}, {"y"});
+  const Graph r = import_saved(m, "dropout_subgraphs.onnx");
+  const Node* d = find_node(r, "Dropout");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(r.nodes.size(), 2u);  // Relu, Dropout
+  const Value& ratio = r.value(d->inputs[1]);
+  const Value& training = r.value(d->inputs[2]);
+  ASSERT_TRUE(ratio.is_initializer() && training.is_initializer());
+  EXPECT_EQ(ratio.type, (TensorType{DType::kFloat32, {}}));
+  EXPECT_EQ(ratio.init->as<float>()[0], 0.1f);
+  EXPECT_EQ(training.type, (TensorType{DType::kBool, {}}));
+  EXPECT_TRUE(training.init->as<bool>()[0]);
 }
 
 }  // namespace

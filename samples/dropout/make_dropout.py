@@ -20,8 +20,9 @@ Writes, under --out:
   bert*.onnx                  BERT for sequence classification (2 layers, d 32), the same six
   convnext*.onnx              torchvision ConvNeXt (2 stages of 1 block, channels 8 and 16,
                               stochastic_depth_prob 0.2): StochasticDepth exported as
-                              RandomUniformLike + Less + Cast; default and legacy, each also in
-                              eval() mode
+                              RandomUniformLike + Less + Cast (optimize=False: CastLike, the
+                              chance cast like the draw); default, optimize=False and legacy,
+                              each also in eval() mode
   effnet.onnx, effnet_legacy.onnx
                               torchvision EfficientNet (3 MBConv blocks, BatchNorm, SiLU,
                               squeeze-excitation, stochastic_depth_prob 0.2, classifier dropout
@@ -124,7 +125,7 @@ def main():
         jitter(module, 1)
         wrapped = Logits(module)
         example = torch.from_numpy(data["x_tokens" if kind == "tokens" else "x_image"][:2])
-        modes = [("", "default"), ("_legacy", "legacy")] + ([("_noopt", "noopt")] if kind == "tokens" else [])
+        modes = [("", "default"), ("_legacy", "legacy")] + ([("_noopt", "noopt")] if name != "effnet" else [])
         for suffix, mode in list(modes):
             if name != "effnet":
                 modes.append((suffix + "_eval", mode))

@@ -5,8 +5,8 @@ eval-mode export.
 The fixtures (samples/dropout/, made by make_dropout.py with PyTorch 2.15): GPT-2 and BERT with
 every dropout 0.1 from the default exporter (optimizer on and off) and the legacy one; torchvision
 ConvNeXt and EfficientNet with stochastic depth (RandomUniformLike + Less + Cast, rewritten as a
-Bernoulli draw at import) from the default and legacy exporters; and each module exported in
-eval() mode. Per model, on the npy data of data.npz, STEPS steps of SGD with momentum over
+Bernoulli draw at import) from the default exporter (optimizer on and off) and the legacy
+one; and each module exported in eval() mode. Per model, on the npy data of data.npz, STEPS steps of SGD with momentum over
 MICRO micro-batches of BATCH rows, seed SEED:
 
   (a) every run of KINDS x STAGES x RECOMPUTE gives trained initializers np.array_equal to the
@@ -51,6 +51,7 @@ MODELS = {
     "bert_noopt": ("x_tokens", "y_class", "bert_noopt_eval"),
     "bert_legacy": ("x_tokens", "y_class", "bert_legacy_eval"),
     "convnext": ("x_image", "y_image", "convnext_eval"),
+    "convnext_noopt": ("x_image", "y_image", "convnext_noopt_eval"),
     "convnext_legacy": ("x_image", "y_image", "convnext_legacy_eval"),
     "effnet": ("x_image", "y_image", None),
     "effnet_legacy": ("x_image", "y_image", None),

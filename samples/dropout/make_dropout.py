@@ -30,6 +30,10 @@ Writes, under --out:
                               classifier Dropout as RandomUniformLike + Less + Cast too (and folds
                               BatchNorm into the convolutions); no eval() export, as BatchNorm
                               differs between the two modes.
+  bernoulli.onnx, bernoulli_legacy.onnx
+                              an MLP masked by torch.bernoulli(full_like(h, p)) / p: ONNX
+                              Bernoulli from both exporters; no eval() export (torch.bernoulli
+                              draws in eval() mode too).
   data.npz                    x_tokens int64 [16, 8], y_lm int64 [16, 8], y_class int64 [16],
                               x_image float32 [16, 3, 16, 16], y_image int64 [16]
 
@@ -75,6 +79,26 @@ def convnext():
                     stochastic_depth_prob=0.2, layer_scale=0.5, num_classes=5), "image"
 
 
+class DrawnMask(torch.nn.Module):
+    """An MLP whose hidden layers are masked by torch.bernoulli: both exporters write ONNX
+    Bernoulli."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(3 * 16 * 16, 32)
+        self.b = torch.nn.Linear(32, 32)
+        self.c = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x.flatten(1)))
+        h = torch.relu(self.b(h * torch.bernoulli(torch.full_like(h, 0.75)) / 0.75))
+        return self.c(h * torch.bernoulli(torch.full_like(h, 0.5)) / 0.5)
+
+
+def bernoulli():
+    return DrawnMask(), "image"
+
+
 def effnet():
     from torchvision.models.efficientnet import EfficientNet, MBConvConfig
     blocks = [MBConvConfig(1, 3, 1, 8, 8, 1), MBConvConfig(4, 3, 2, 8, 16, 2)]
@@ -82,7 +106,7 @@ def effnet():
                         last_channel=32), "image"
 
 
-MODELS = {"gpt2": gpt2, "bert": bert, "convnext": convnext, "effnet": effnet}
+MODELS = {"gpt2": gpt2, "bert": bert, "convnext": convnext, "effnet": effnet, "bernoulli": bernoulli}
 
 
 def export(model, example, path, mode, training):
@@ -125,9 +149,10 @@ def main():
         jitter(module, 1)
         wrapped = Logits(module)
         example = torch.from_numpy(data["x_tokens" if kind == "tokens" else "x_image"][:2])
-        modes = [("", "default"), ("_legacy", "legacy")] + ([("_noopt", "noopt")] if name != "effnet" else [])
+        training_only = name in ("effnet", "bernoulli")
+        modes = [("", "default"), ("_legacy", "legacy")] + ([] if training_only else [("_noopt", "noopt")])
         for suffix, mode in list(modes):
-            if name != "effnet":
+            if not training_only:
                 modes.append((suffix + "_eval", mode))
         for suffix, mode in modes:
             training = not suffix.endswith("_eval")

@@ -6,7 +6,8 @@ The fixtures (samples/dropout/, made by make_dropout.py with PyTorch 2.15): GPT-
 every dropout 0.1 from the default exporter (optimizer on and off) and the legacy one; torchvision
 ConvNeXt and EfficientNet with stochastic depth (RandomUniformLike + Less + Cast, rewritten as a
 Bernoulli draw at import) from the default exporter (optimizer on and off) and the legacy
-one; and each module exported in eval() mode. Per model, on the npy data of data.npz, STEPS steps of SGD with momentum over
+one; an MLP masked by torch.bernoulli (ONNX Bernoulli from both exporters); and each module
+but EfficientNet and the MLP exported in eval() mode. Per model, on the npy data of data.npz, STEPS steps of SGD with momentum over
 MICRO micro-batches of BATCH rows, seed SEED:
 
   (a) every run of KINDS x STAGES x RECOMPUTE gives trained initializers np.array_equal to the
@@ -55,6 +56,8 @@ MODELS = {
     "convnext_legacy": ("x_image", "y_image", "convnext_legacy_eval"),
     "effnet": ("x_image", "y_image", None),
     "effnet_legacy": ("x_image", "y_image", None),
+    "bernoulli": ("x_image", "y_image", None),
+    "bernoulli_legacy": ("x_image", "y_image", None),
 }
 
 

@@ -37,8 +37,8 @@ Writes, under --out:
   data.npz                    x_tokens int64 [16, 8], y_lm int64 [16, 8], y_class int64 [16],
                               x_image float32 [16, 3, 16, 16], y_image int64 [16]
 
-Parameters are jittered as in samples/exports/make_exports.py (the default exporter merges
-initializers of equal value). Node metadata (the exporter's stack traces, 90% of the bytes) is
+Parameters are jittered (seeded noise, as samples/exports/make_exports.py did before import
+untied merged initializers), so that the exported files hold no two equal initializers. Node metadata (the exporter's stack traces, 90% of the bytes) is
 stripped; the graph is as exported. tests/oracle/dropout_train.py trains them.
 """
 
@@ -53,7 +53,7 @@ import torch
 
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "exports"))
-from make_exports import Logits, jitter  # noqa: E402
+from make_exports import Logits  # noqa: E402
 
 VOCAB, SEQ, ROWS, P = 64, 8, 16, 0.1
 
@@ -104,6 +104,14 @@ def effnet():
     blocks = [MBConvConfig(1, 3, 1, 8, 8, 1), MBConvConfig(4, 3, 2, 8, 16, 2)]
     return EfficientNet(blocks, dropout=0.2, stochastic_depth_prob=0.2, num_classes=5,
                         last_channel=32), "image"
+
+
+def jitter(module, seed):
+    """Moves every parameter by seeded noise, so that no two initializers are equal."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=g, dtype=p.dtype))
 
 
 MODELS = {"gpt2": gpt2, "bert": bert, "convnext": convnext, "effnet": effnet, "bernoulli": bernoulli}

@@ -577,6 +577,10 @@ const RuleEntry kRules[] = {
     {kPipetrainDomain, "SoftmaxCrossEntropy", grad_softmax_cross_entropy},
     {kPipetrainDomain, "BatchNormTraining", grad_batch_norm_training},
     {kPipetrainDomain, "SeededDropout", grad_seeded_dropout},
+    // No rule for Bernoulli and SeededBernoulli: a draw is piecewise constant in its
+    // probabilities (dP = 0), so partition/cost_model.cc lists them as non-differentiable and
+    // no gradient is asked of them; a stochastic-depth branch x * M / p differentiates through
+    // Mul and Div (case StochasticDepthBranch in tests/autodiff/grad_rules_test.cc).
 };
 
 }  // namespace

@@ -361,8 +361,9 @@ void lower_batch_norm_training(Lowering& L) {
   }
 }
 
-// SeededDropout has none: no standard op draws from a counter-based generator, and ONNX's
-// Dropout draws a mask that neither pipetrain nor a recompute could reproduce.
+// SeededDropout and SeededBernoulli have none: no standard op draws from a counter-based
+// generator, and ONNX's Dropout and Bernoulli draw masks that neither pipetrain nor a recompute
+// could reproduce.
 void lower_seeded_dropout(Lowering& L) {
   throw UserError(L.node().label(), "has no portable form: training-mode dropout draws its mask "
                                     "from pipetrain's own generator",
@@ -615,6 +616,7 @@ constexpr LoweringEntry kLowerings[] = {
     {"BatchNormGrad", lower_batch_norm_grad},
     {"BatchNormTraining", lower_batch_norm_training},
     {"SeededDropout", lower_seeded_dropout},
+    {"SeededBernoulli", lower_seeded_dropout},
     {"ConvGradInput", lower_conv_grad_input},
     {"ConvGradWeight", lower_conv_grad_weight},
     {"MaxPoolGrad", lower_max_pool_grad},

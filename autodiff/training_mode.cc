@@ -115,12 +115,44 @@ void rewrite_dropout(Graph& g, Node& n, bool train, ValueId* key) {
   n.attrs = {{"ratio", static_cast<float>(ratio)}, {"stream", dropout_stream(n.name)}};
 }
 
+// Bernoulli(P) {dtype} -> SeededBernoulli(P, key) when `train`, else its expected value
+// Cast(P) {to: dtype} (Identity where P already has that dtype): a stochastic-depth branch
+// x * M / p then gives x * (p / p) = x exactly, as PyTorch's eval() does.
+void rewrite_bernoulli(Graph& g, Node& n, bool train, ValueId* key) {
+  const TensorType p = g.value(n.inputs[0]).type;
+  const TensorType y = g.value(n.outputs[0]).type;
+  if (!train) {
+    n.attrs.clear();
+    if (y.dtype == p.dtype) {
+      n.op_type = "Identity";
+    } else {
+      n.op_type = "Cast";
+      n.attrs = {{"to", static_cast<int64_t>(y.dtype)}};
+    }
+    return;
+  }
+  if (p.dtype != DType::kFloat32 || y.dtype != DType::kFloat32)
+    throw UserError(n.label(), "draws " + y.str() + " from " + p.str() +
+                                   "; training draws take float32",
+                    "turn training-mode dropout off (dropout: off)");
+  if (*key == kNoValue) {
+    *key = add_named(g, n, kDropoutKey, TensorType{DType::kInt64, {}});
+    g.inputs.push_back(*key);
+  }
+  n.op_type = "SeededBernoulli";
+  n.domain = kPipetrainDomain;
+  n.inputs = {n.inputs[0], *key};
+  n.attrs = {{"stream", dropout_stream(n.name)}};
+}
+
 }  // namespace
 
 void dropout_as_identity(Graph& g) {
   ValueId key = kNoValue;
-  for (Node& n : g.nodes)
+  for (Node& n : g.nodes) {
     if (is_onnx_op(n, "Dropout")) rewrite_dropout(g, n, false, &key);
+    if (is_onnx_op(n, "Bernoulli")) rewrite_bernoulli(g, n, false, &key);
+  }
   g.rebuild_uses();
 }
 
@@ -134,10 +166,14 @@ TrainingForm to_training_mode(Graph& g, const TrainingModeOptions& options) {
     } else if (is_onnx_op(n, "Dropout")) {
       rewrite_dropout(g, n, options.dropout, &key);
       form.dropouts += n.op_type == "SeededDropout";
+    } else if (is_onnx_op(n, "Bernoulli")) {
+      rewrite_bernoulli(g, n, options.dropout, &key);
+      form.draws += n.op_type == "SeededBernoulli";
     }
   }
   form.dropout_key = key != kNoValue;
-  if (!form.batch_norms.empty() || form.dropouts > 0) g.opsets[kPipetrainDomain] = 1;
+  if (!form.batch_norms.empty() || form.dropouts > 0 || form.draws > 0)
+    g.opsets[kPipetrainDomain] = 1;
   g.rebuild_uses();
   return form;
 }

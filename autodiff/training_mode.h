@@ -17,6 +17,12 @@
 //          is added once as a graph input.
 //   Dropout otherwise
 //       -> inference Dropout (the identity): ratio and training_mode inputs dropped.
+//   Bernoulli(P) (the stochastic-depth mask, onnx_import/random_rewrite.h), options.dropout on
+//       -> pipetrain::SeededBernoulli(P, dropout_key) -> Y, attribute stream as for Dropout:
+//          the same pure function of (key, stream, element). float32 only.
+//   Bernoulli otherwise
+//       -> its expected value: Cast(P) to its dtype (Identity when P has it already), so that
+//          a branch x * mask / p is x exactly, as PyTorch's eval() computes it.
 // Node names and every other value stay as they were.
 //
 // What the driver does per micro-batch m of step s:
@@ -38,7 +44,8 @@ namespace pt {
 inline constexpr const char* kDropoutKey = "dropout_key";
 
 struct TrainingModeOptions {
-  bool dropout = false;  // training-mode dropout; off: every Dropout is the identity
+  bool dropout = false;  // training-mode dropout; off: every Dropout is the identity and every
+                         // Bernoulli draw its expected value (stochastic depth the identity)
 };
 
 // One BatchNormalization turned into BatchNormTraining.
@@ -55,18 +62,20 @@ struct TrainingForm {
   std::vector<BatchNormStats> batch_norms;  // in node order
   bool dropout_key = false;                 // kDropoutKey was added as a graph input
   int dropouts = 0;                         // SeededDropout nodes made
+  int draws = 0;                            // SeededBernoulli nodes made
 };
 
 // Rewrites g in place (see above) and calls rebuild_uses(). UserError naming the node for a
 // BatchNormalization whose running statistics are not initializers, whose running-statistics
 // outputs something reads, or that sees fewer than two values per channel; for a Dropout whose
-// ratio or training_mode is not a constant or whose ratio is outside [0, 1); and when the names
-// it adds are taken.
+// ratio or training_mode is not a constant or whose ratio is outside [0, 1); for a training
+// Bernoulli draw that is not float32; and when the names it adds are taken.
 TrainingForm to_training_mode(Graph& g, const TrainingModeOptions& options);
 
 // The inference form of g, as PyTorch's eval() runs the module: every Dropout the identity, whatever
-// its training_mode says (an export made in training mode writes training_mode true). For `run`
-// and evaluation. UserError as to_training_mode for a ratio or training_mode that is not constant.
+// its training_mode says (an export made in training mode writes training_mode true), and every
+// Bernoulli its expected value. For `run` and evaluation. UserError as to_training_mode for a
+// ratio or training_mode that is not constant.
 void dropout_as_identity(Graph& g);
 
 // The key of micro-batch `micro_batch` of step `step`: a hash of the three, the same on every

@@ -152,7 +152,7 @@ void check_gpus(const Reader& r, const YAML::Node& root, const TrainConfig& c) {
 void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.check_keys(root, "", {"model", "dims", "loss", "data", "optimizer", "pipeline", "parameters",
                           "device", "threads", "seed", "steps", "eval_every", "checkpoint",
-                          "output"});
+                          "output", "dropout"});
   r.read(root, "", "model", &c->model, "a model file");
   if (c->model.empty())
     throw UserError(r.where(root, "model"), "is missing", "name the ONNX model to train");
@@ -173,6 +173,7 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.read(root, "", "threads", &c->threads, "a whole number");
   r.positive(root, "", "threads", c->threads, 1);
   r.read(root, "", "seed", &c->seed, "a whole number");
+  r.read(root, "", "dropout", &c->dropout, "on or off");
   r.read(root, "", "steps", &c->steps, "a whole number");
   r.positive(root, "", "steps", c->steps, 1);
   r.read(root, "", "eval_every", &c->eval_every, "a whole number");

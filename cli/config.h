@@ -18,6 +18,8 @@
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
 //   threads: 1                       # per stage (CPU)
 //   seed: 0
+//   dropout: on                      # off: every Dropout the identity, every stochastic-depth
+//                                    # draw its expected value (autodiff/training_mode.h)
 //   steps: 200
 //   eval_every: 50
 //   checkpoint: {dir: out/ckpt, every: 100}
@@ -92,6 +94,7 @@ struct TrainConfig {
   std::vector<int> gpus;            // cuda:I,J,...: the GPU indices as written; empty: d mod G
   int threads = 1;                  // per stage
   uint64_t seed = 0;
+  bool dropout = true;              // training-mode Dropout and Bernoulli draws, seeded
   int64_t steps = 1;
   int64_t eval_every = 0;           // 0: no evaluation
 

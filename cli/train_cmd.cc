@@ -349,7 +349,8 @@ void Trainer::build() {
     throw UserError(cfg_.where("loss.output"), "the model has no output '" + loss_.output + "'",
                     "name one of the model's outputs");
   train_ = model_;
-  form_ = at_key(cfg_, "model", [&] { return to_training_mode(train_, TrainingModeOptions{true}); });
+  form_ = at_key(cfg_, "model",
+                 [&] { return to_training_mode(train_, TrainingModeOptions{cfg_.dropout}); });
   sites_ = split_parameter_sites(train_, frozen_parameters(train_, cfg_.frozen));
   for (const BatchNormStats& bn : form_.batch_norms) {
     side_.push_back(bn.batch_mean);

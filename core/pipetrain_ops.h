@@ -53,6 +53,12 @@
 //                                        u(i) = (mix(base + (i + 1) * G) >> 40) / 2^24
 //                                        mask[i] = u(i) >= ratio (bool), Y = X * mask / (1 - ratio)
 //                                      No portable form: lower_to_standard refuses it.
+//   SeededBernoulli(P, key) -> Y       training Bernoulli draw (the stochastic-depth mask as
+//                                      onnx_import/random_rewrite.h reads it), seeded as
+//                                      SeededDropout: stream, the same base and u(i);
+//                                        Y[i] = u(i) < P[i] ? 1 : 0, P and Y of one shape
+//                                      Not differentiable (a draw is piecewise constant in P).
+//                                      No portable form.
 //   ConvGradInput(dY, W) -> dX         Conv's auto_pad (NOTSET only), dilations, group, pads,
 //                                      strides, plus input_shape (ints, X's full shape): the
 //                                      gradient of Conv(X, W) with respect to X

@@ -72,6 +72,7 @@
   /* Training forward ops of the pipetrain domain (autodiff/training_mode.h). */           \
   X("pipetrain::BatchNormTraining", batch_norm_training)                                   \
   X("pipetrain::SeededDropout", seeded_dropout)                                            \
+  X("pipetrain::SeededBernoulli", seeded_bernoulli)                                        \
   /* Backward ops of the pipetrain domain (core/pipetrain_ops.h). */                       \
   X("pipetrain::ReluGrad", relu_grad)                                                      \
   X("pipetrain::ClipGrad", clip_grad)                                                      \

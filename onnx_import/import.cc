@@ -11,6 +11,7 @@
 #include "onnx_import/cast_like.h"
 #include "onnx_import/fold.h"
 #include "onnx_import/gather_rewrite.h"
+#include "onnx_import/random_rewrite.h"
 #include "onnx_import/infer.h"
 #include "onnx_import/load.h"
 #include "onnx_import/op_table.h"
@@ -314,11 +315,13 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
     infer_pass(m.graph(), known, path, default_opset(m));
     const int folded = fold_pass(&m, known, opts, path);
     if (folded + rewrite_constant_gathers(m.mutable_graph(), &known.types, &known.constants, path) +
+            rewrite_uniform_draws(m.mutable_graph(), &known.types, &known.constants, path) +
             fold_sequences(m.mutable_graph(), &known.types, &known.constants, path, default_opset(m)) +
             cast_like_to_cast(m.mutable_graph(), known.types) == 0)
       break;
   }
   drop_unused_initializers(m.mutable_graph());
+  check_uniform_draws_rewritten(m.graph(), path, default_opset(m));
   check_sequences_folded(m.graph(), path, default_opset(m));
   check_folded(m.graph(), path, default_opset(m));
   Graph g = convert(m, known, declared, source_opset, path);

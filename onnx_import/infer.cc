@@ -417,6 +417,13 @@ Result cast(const Args& a) {
   return one(static_cast<DType>(a.node.attr_int("to", 0)), a.shape(0));
 }
 
+// Bernoulli and RandomUniformLike: the input's shape, the dtype attribute (default the input's).
+Result like_input(const Args& a) {
+  if (!a.has(0)) return std::nullopt;
+  return one(static_cast<DType>(a.node.attr_int("dtype", static_cast<int64_t>(a.type(0).dtype))),
+             a.shape(0));
+}
+
 using Rule = std::function<Result(const Args&)>;
 
 // Every op the backends run, and its rule.
@@ -458,6 +465,8 @@ const std::map<std::string, Rule>& rules() {
       {"Gather", gather},
       {"Expand", expand},
       {"Dropout", dropout},
+      {"Bernoulli", like_input},
+      {"RandomUniformLike", like_input},
       {"ReduceMean", reduce},
       {"ReduceSum", reduce},
   };

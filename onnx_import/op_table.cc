@@ -59,11 +59,16 @@ const std::vector<OpEntry>& op_table() {
       {"", "Expand", S::kRun, "shape constant"},
       {"", "Identity", S::kRun, ""},
       {"", "Dropout", S::kRun, "ratio and training_mode constant"},
+      {"", "Bernoulli", S::kRun, "float32; training: a seeded draw; run, evaluation: its expected value",
+       15},
       {"", "ReduceMean", S::kRun, "axes constant (18+: an input)"},
       {"", "ReduceSum", S::kRun, "axes constant"},
       // Fused ops of opset 23, rewritten at import as ops above
       {"", "RMSNormalization", S::kRewritten, "as Mul, ReduceMean, Add, Sqrt, Reciprocal", 23},
       {"", "Attention", S::kRewritten, "4-D, no KV cache, no softcap; as MatMul, Softmax, masks", 23},
+      // Training-mode exports: stochastic depth's draw, rewritten at import (random_rewrite.h)
+      {"", "RandomUniformLike", S::kRewritten, "compared with a constant and cast to float "
+                                                "(stochastic depth): rewritten as Bernoulli"},
       // Shape computations, folded at import once dimensions are bound
       {"", "Shape", S::kFoldOnly, "input shape known once dims are bound"},
       {"", "Constant", S::kFoldOnly, ""},

@@ -23,6 +23,7 @@ const std::map<std::string, Elementwise>& elementwise_table() {
       {"Reciprocal", {1, 3}}, {"IsNaN", {1, 0}}, {"Sin", {10, 11}}, {"Cos", {10, 11}},
       {"CumSum", {1, 1}}, {"HardSigmoid", {3, 4}}, {"HardSwish", {5, 9}},
       {"SeededDropout", {12, 2}},  // a 64-bit hash per element
+      {"SeededBernoulli", {12, 0}}, {"Bernoulli", {12, 0}},  // the same hash; no gradient
   };
   return t;
 }
@@ -149,7 +150,8 @@ std::vector<int> saved_for_backward(const Node& n) {
 
 // Ops through which no gradient flows to any input.
 static bool is_non_differentiable(const std::string& op) {
-  return op == "Equal" || op == "IsNaN" || op == "Shape" || op == "Size";
+  return op == "Equal" || op == "IsNaN" || op == "Shape" || op == "Size" || op == "Bernoulli" ||
+         op == "SeededBernoulli";  // a draw is piecewise constant in its probabilities
 }
 
 // Inputs (by index) that carry a gradient when their value needs one. Index inputs, masks,

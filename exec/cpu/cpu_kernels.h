@@ -87,9 +87,10 @@ std::unique_ptr<Kernel> make_gather_grad(const KernelSpec& s);
 std::unique_ptr<Kernel> make_pad(const KernelSpec& s);
 
 // Training forward ops that autodiff/training_mode.h puts in the graph: batch_norm_train.cc
-// (BatchNormTraining) and dropout_seeded.cc (SeededDropout), plain loops
+// (BatchNormTraining) and dropout_seeded.cc (SeededDropout, SeededBernoulli), plain loops
 std::unique_ptr<Kernel> make_batch_norm_training(const KernelSpec& s);
 std::unique_ptr<Kernel> make_seeded_dropout(const KernelSpec& s);
+std::unique_ptr<Kernel> make_seeded_bernoulli(const KernelSpec& s);
 
 // loss.cc: the fused softmax cross-entropy loss and its gradient
 std::unique_ptr<Kernel> make_softmax_cross_entropy(const KernelSpec& s);

@@ -1,6 +1,7 @@
-// exec/cpu/dropout_seeded.cc: SeededDropout (core/pipetrain_ops.h), training Dropout whose mask
-// element i is a pure function of (key, stream, i) (exec/cpu/seeded_uniform.h). A plain loop,
-// parallel over blocks of elements: any split draws the same mask.
+// exec/cpu/dropout_seeded.cc: SeededDropout and SeededBernoulli (core/pipetrain_ops.h), training
+// Dropout and the stochastic-depth draw, whose element i is a pure function of (key, stream, i)
+// (exec/cpu/seeded_uniform.h). Plain loops, parallel over blocks of elements: any split draws the
+// same mask.
 #include <omp.h>
 
 #include <algorithm>
@@ -47,7 +48,43 @@ class SeededDropout final : public Kernel {
   int threads_;
 };
 
+// P, Y: float32 of n elements; key: int64 scalar.  Y[i] = u(i) < P[i] ? 1 : 0
+class SeededBernoulli final : public Kernel {
+ public:
+  SeededBernoulli(int64_t n, int64_t stream, int threads)
+      : n_(n), stream_(stream), threads_(threads) {}
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float* p = in[0].as<const float>();
+    const uint64_t base = seeded_base(*in[1].as<const int64_t>(), stream_);
+    float* y = out[0].as<float>();
+    const int64_t blocks = (n_ + kBlock - 1) / kBlock;
+#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t end = std::min(n_, (b + 1) * kBlock);
+      for (int64_t i = b * kBlock; i < end; ++i)
+        y[i] = seeded_uniform(base, i) < p[i] ? 1.0f : 0.0f;
+    }
+  }
+
+ private:
+  int64_t n_;
+  int64_t stream_;
+  int threads_;
+};
+
 }  // namespace
+
+// SeededBernoulli(P, key) -> Y, stream. P and Y float32 of one shape, key an int64 scalar.
+std::unique_ptr<Kernel> make_seeded_bernoulli(const KernelSpec& s) {
+  if (s.inputs.size() != 2 || !s.has_input(0) || !s.has_input(1) || s.outputs.size() != 1)
+    return nullptr;
+  const TensorType& p = s.inputs[0];
+  if (p.dtype != DType::kFloat32 || s.inputs[1] != TensorType{DType::kInt64, {}} ||
+      s.outputs[0] != p || !s.node.has_attr("stream"))
+    return nullptr;
+  return std::make_unique<SeededBernoulli>(p.numel(), s.node.attr_int("stream", 0), s.cpu->threads);
+}
 
 // SeededDropout(X, key) -> (Y, mask?), ratio in [0, 1), stream. X float32, key an int64 scalar.
 std::unique_ptr<Kernel> make_seeded_dropout(const KernelSpec& s) {

@@ -1,4 +1,4 @@
-// exec/cpu/seeded_uniform.h: the counter-based generator behind SeededDropout
+// exec/cpu/seeded_uniform.h: the counter-based generator behind SeededDropout and SeededBernoulli
 // (core/pipetrain_ops.h). Each draw is a pure function of (key, stream, index): no state, so a
 // mask is the same whichever thread, schedule or recompute draws it.
 //   mix(z)      splitmix64's finaliser (a bijection of 64-bit words)

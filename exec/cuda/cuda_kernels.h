@@ -70,8 +70,10 @@ std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s, CudaContext& ctx);
 
 // Training forward ops of the pipetrain domain (autodiff/training_mode.h): elementwise.cc
-// SeededDropout (custom kernel, the CPU's generator), norm.cc BatchNormTraining (cuDNN)
+// SeededDropout and SeededBernoulli (custom kernels, the CPU's generator), norm.cc
+// BatchNormTraining (cuDNN)
 std::unique_ptr<Kernel> make_seeded_dropout(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_seeded_bernoulli(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_batch_norm_training(const KernelSpec& s, CudaContext& ctx);
 
 // Backward kernels, pipetrain-domain ops (core/pipetrain_ops.h is their specification).

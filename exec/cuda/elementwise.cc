@@ -239,6 +239,21 @@ std::unique_ptr<Kernel> make_seeded_dropout(const KernelSpec& s, CudaContext& ct
   });
 }
 
+// SeededBernoulli(P, key) -> Y, stream (core/pipetrain_ops.h). P and Y float32 of one shape.
+std::unique_ptr<Kernel> make_seeded_bernoulli(const KernelSpec& s, CudaContext& ctx) {
+  if (s.inputs.size() != 2 || !has_io(s, 2) || s.outputs.size() != 1) return nullptr;
+  const TensorType& p = s.inputs[0];
+  if (p.dtype != DType::kFloat32 || s.inputs[1] != TensorType{DType::kInt64, {}} ||
+      s.outputs[0] != p || !s.node.has_attr("stream"))
+    return nullptr;
+  const int64_t stream_id = s.node.attr_int("stream", 0), n = p.numel();
+  const cudaStream_t stream = ctx.stream;
+  return fn_kernel([=](Args in, Args out, void*) {
+    launch_seeded_bernoulli(n, stream_id, in[0].as<const float>(), in[1].as<const int64_t>(),
+                            out[0].as<float>(), stream);
+  });
+}
+
 // ---- gradients (core/pipetrain_ops.h) ----
 
 std::unique_ptr<Kernel> make_relu_grad(const KernelSpec& s, CudaContext& c) { return unary_grad(s, c, GradOp::kRelu); }

@@ -211,6 +211,12 @@ __global__ void seeded_dropout_kernel(int64_t n, float ratio, float scale, int64
   }
 }
 
+__global__ void seeded_bernoulli_kernel(int64_t n, int64_t stream_id, const float* p,
+                                        const int64_t* key, float* y) {
+  const uint64_t base = mix64(static_cast<uint64_t>(*key) ^ mix64(static_cast<uint64_t>(stream_id)));
+  PT_GRID_STRIDE(i, n) y[i] = seeded_uniform(base, i) < p[i] ? 1.f : 0.f;
+}
+
 // ---- gradients --------------------------------------------------------------------------------
 
 __device__ float grad_factor(GradOp op, float s) {
@@ -377,6 +383,13 @@ void launch_seeded_dropout(int64_t n, float ratio, float scale, int64_t stream_i
   if (n == 0) return;
   seeded_dropout_kernel<<<grid_for(n), kThreads, 0, s>>>(n, ratio, scale, stream_id, x, key, y,
                                                          mask);
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_seeded_bernoulli(int64_t n, int64_t stream_id, const float* p, const int64_t* key,
+                             float* y, cudaStream_t s) {
+  if (n == 0) return;
+  seeded_bernoulli_kernel<<<grid_for(n), kThreads, 0, s>>>(n, stream_id, p, key, y);
   PT_CUDA_LAUNCH_CHECK();
 }
 

@@ -72,6 +72,10 @@ void launch_broadcast_matrix(int64_t m, int64_t n, int64_t c_rows, int64_t c_col
 // CPU's); key is a device int64 scalar; mask may be null.
 void launch_seeded_dropout(int64_t n, float ratio, float scale, int64_t stream_id, const float* x,
                            const int64_t* key, float* y, bool* mask, cudaStream_t stream);
+// SeededBernoulli (core/pipetrain_ops.h): y[i] = u(key, stream, i) < p[i] ? 1 : 0, the same
+// generator and bits as the CPU's.
+void launch_seeded_bernoulli(int64_t n, int64_t stream_id, const float* p, const int64_t* key,
+                             float* y, cudaStream_t stream);
 
 // Gradients of the pipetrain domain (core/pipetrain_ops.h), float32, dY/saved/dX of one shape.
 enum class GradOp { kRelu, kErf, kGeluErf, kGeluTanh };

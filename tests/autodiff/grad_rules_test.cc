@@ -8,6 +8,7 @@
 
 #include "autodiff/grad_context.h"
 #include "autodiff/loss.h"
+#include "exec/cpu/seeded_uniform.h"
 #include "tests/autodiff/grad_check.h"
 
 namespace pt::test {
@@ -194,6 +195,29 @@ void SeededDropout() {
   m.output(m.op("SeededDropout", {x, key}, {4, 8}, {{"ratio", 0.3f}, {"stream", int64_t{-77}}},
                 "pipetrain"));
   check(m);
+}
+
+// A stochastic-depth branch as training runs it: h + (h @ W) * SeededBernoulli(P) / 0.8, one mask
+// value per row. The draw is fixed by the key, so f is smooth in x and W; its gradient flows
+// through Mul and Div (SeededBernoulli is not differentiable: partition/cost_model.cc).
+void StochasticDepthBranch() {
+  GraphMaker m;
+  const ValueId x = m.input("x", {6, 8});
+  const ValueId w = m.param("w", {8, 8});
+  const ValueId key = m.int_input("dropout_key", {}, {20240608});
+  const ValueId p = m.floats({6, 1}, std::vector<float>(6, 0.5f));
+  const ValueId draw =
+      m.op("SeededBernoulli", {p, key}, {6, 1}, {{"stream", int64_t{31}}}, "pipetrain");
+  const ValueId scaled = m.op("Div", {draw, m.floats({}, {0.5f})}, {6, 1});
+  const ValueId branch = m.op("Mul", {m.op("MatMul", {x, w}, {6, 8}), scaled}, {6, 8});
+  m.output(m.op("Add", {x, branch}, {6, 8}));
+  check(m);
+  // This key keeps some rows and drops others, so both paths are checked.
+  const uint64_t base = cpu::seeded_base(20240608, 31);
+  int kept = 0;
+  for (int i = 0; i < 6; ++i) kept += cpu::seeded_uniform(base, i) < 0.5f;
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, 6);
 }
 
 void MatMulWeightBatchedAndBroadcast() {
@@ -394,6 +418,7 @@ const Case kCases[] = {
     {"BatchNormalizationTrainingAndInference", BatchNormalizationTrainingAndInference},
     {"BatchNormTraining", BatchNormTraining},
     {"SeededDropout", SeededDropout},
+    {"StochasticDepthBranch", StochasticDepthBranch},
     {"MatMulWeightBatchedAndBroadcast", MatMulWeightBatchedAndBroadcast},
     {"GemmTransposesAlphaBetaBias", GemmTransposesAlphaBetaBias},
     {"ConvStridesPadsDilationsGroups", ConvStridesPadsDilationsGroups},

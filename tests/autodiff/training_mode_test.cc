@@ -3,8 +3,10 @@
 // the batch statistics against mean and unbiased variance of the BatchNorm input computed here
 // in double; the statistics staying in the F graph of the chunk that makes them; resnet's
 // gradients bit-identical to those of its BatchNormalization(training_mode=1) at 1, 2 and 3
-// stages; and SeededDropout's gradients bit-identical across stages and recompute policies for
-// one key (another key drops other elements).
+// stages; SeededDropout's gradients bit-identical across stages and recompute policies for
+// one key (another key drops other elements); and a stochastic-depth block (Bernoulli): seeded on
+// the same key in training, its expected value (the branch the identity) with dropout off and in
+// evaluation, its gradients bit-identical across stages and recompute.
 #include "autodiff/training_mode.h"
 
 #include <gtest/gtest.h>
@@ -411,6 +413,112 @@ TEST(TrainingMode, KeysDifferPerStepAndMicroBatch) {
   EXPECT_NE(dropout_key_for(42, 3, 4), dropout_key_for(43, 3, 4));
 }
 
+// ---- stochastic depth: Bernoulli ------------------------------------------------------------
+
+// x [4, 16] -> MatMul w1 -> h [4, 32]; h + (h MatMul w2) * Bernoulli(P) / 0.75, P [4, 1] filled
+// with 0.75 (torchvision's StochasticDepth in row mode, as onnx_import/random_rewrite.h reads
+// it) -> MatMul w3 [4, 8].
+Graph stochastic_depth_mlp() {
+  Graph g;
+  g.name = "sd";
+  g.opsets = {{"", 17}};
+  const TensorType h{DType::kFloat32, {4, 32}}, m{DType::kFloat32, {4, 1}};
+  const ValueId x = g.add_value("x", TensorType{DType::kFloat32, {4, 16}});
+  g.inputs = {x};
+  const ValueId w1 = g.add_initializer("w1", random_tensor({16, 32}, 1));
+  const ValueId w2 = g.add_initializer("w2", random_tensor({32, 32}, 2));
+  const ValueId w3 = g.add_initializer("w3", random_tensor({32, 8}, 3));
+  Tensor p = make_tensor(DType::kFloat32, {4, 1});
+  for (int i = 0; i < 4; ++i) p.as<float>()[i] = 0.75f;
+  const ValueId a = add_op(g, "mm1", "MatMul", {x, w1}, h);
+  const ValueId b = add_op(g, "mm2", "MatMul", {a, w2}, h);
+  const ValueId draw = add_op(g, "draw", "Bernoulli", {g.add_initializer("p", p, true)}, m);
+  g.nodes.back().attrs["dtype"] = int64_t{1};
+  const ValueId survival = g.add_initializer("survival", scalar_tensor(0.75f), true);
+  const ValueId scaled = add_op(g, "div", "Div", {draw, survival}, m);
+  const ValueId kept = add_op(g, "mul", "Mul", {b, scaled}, h);
+  const ValueId sum = add_op(g, "add", "Add", {a, kept}, h);
+  g.outputs = {add_op(g, "mm3", "MatMul", {sum, w3}, TensorType{DType::kFloat32, {4, 8}})};
+  g.rebuild_uses();
+  return g;
+}
+
+TEST(TrainingMode, BernoulliBecomesSeededBernoulliOnTheDropoutKey) {
+  Graph g = stochastic_depth_mlp();
+  const TrainingForm form = to_training_mode(g, {.dropout = true});
+  EXPECT_TRUE(form.dropout_key);
+  EXPECT_EQ(form.draws, 1);
+  EXPECT_EQ(form.dropouts, 0);
+  const Node& n = g.nodes[2];
+  EXPECT_EQ(n.op_type, "SeededBernoulli");
+  EXPECT_EQ(n.domain, kPipetrainDomain);
+  ASSERT_EQ(n.inputs.size(), 2u);
+  EXPECT_EQ(g.value(n.inputs[0]).name, "p");
+  EXPECT_EQ(n.inputs[1], g.find(kDropoutKey));
+  EXPECT_EQ(n.attr_int("stream", 0), dropout_stream("draw"));
+  // With Dropout in the same graph, one key serves both.
+  Graph both = dropout_mlp();
+  const ValueId p = both.add_initializer("p", random_tensor({4, 8}, 9), true);
+  const ValueId y = both.add_value("draw.out", TensorType{DType::kFloat32, {4, 8}});
+  both.add_node(Node{"draw", "Bernoulli", "", {p}, {y}, {}});
+  both.outputs.push_back(y);
+  both.rebuild_uses();
+  const TrainingForm f2 = to_training_mode(both, {.dropout = true});
+  EXPECT_EQ(f2.dropouts, 2);
+  EXPECT_EQ(f2.draws, 1);
+  EXPECT_EQ(std::count_if(both.inputs.begin(), both.inputs.end(),
+                          [&](ValueId v) { return both.value(v).name == kDropoutKey; }),
+            1);
+}
+
+// Dropout off and run/evaluation: the draw is its expected value, P itself (Cast where the dtype
+// differs), so the branch is h * (0.75 / 0.75) = h exactly.
+TEST(TrainingMode, BernoulliOffIsItsExpectedValue) {
+  for (bool evaluation : {false, true}) {
+    Graph g = stochastic_depth_mlp();
+    if (evaluation) {
+      dropout_as_identity(g);
+    } else {
+      EXPECT_EQ(to_training_mode(g, {}).draws, 0);
+    }
+    EXPECT_EQ(g.find(kDropoutKey), kNoValue);
+    EXPECT_EQ(g.nodes[2].op_type, "Identity");
+    EXPECT_EQ(g.nodes[2].domain, "");
+    EXPECT_TRUE(g.nodes[2].attrs.empty());
+  }
+  Graph as_double = stochastic_depth_mlp();
+  as_double.nodes[2].attrs["dtype"] = int64_t{11};
+  as_double.value(as_double.nodes[2].outputs[0]).type.dtype = DType::kFloat64;
+  dropout_as_identity(as_double);
+  EXPECT_EQ(as_double.nodes[2].op_type, "Cast");
+  EXPECT_EQ(as_double.nodes[2].attr_int("to", 0), 11);
+  // Trains (no key, no draw) to finite gradients.
+  Graph off = stochastic_depth_mlp();
+  to_training_mode(off, {});
+  const auto [grads, loss] = step_grads(off, 2, "none");
+  EXPECT_EQ(grads.size(), 3u);
+  EXPECT_TRUE(std::isfinite(loss));
+}
+
+// One key: the same gradients whole, cut in two and three, and under full recompute (B draws
+// again the mask F drew). Another key: another mask, other gradients of w2 (dropped rows give it
+// nothing).
+TEST(TrainingMode, SeededBernoulliGradientsAreTheSameForEveryStageCountAndRecompute) {
+  Graph g = stochastic_depth_mlp();
+  to_training_mode(g, {.dropout = true});
+  const auto [want, want_loss] = step_grads(g, 1, "none", 4321);
+  for (int stages : {1, 2, 3})
+    for (const char* policy : {"none", "full"}) {
+      SCOPED_TRACE(std::to_string(stages) + " " + policy);
+      const auto [have, loss] = step_grads(g, stages, policy, 4321);
+      EXPECT_EQ(loss, want_loss);
+      expect_bit_identical(have, want);
+    }
+  const Store other = step_grads(g, 1, "none", 5).first;
+  EXPECT_NE(0, std::memcmp(other.at("w2").data.data(), want.at("w2").data.data(),
+                           want.at("w2").data.size()));
+}
+
 // ---- errors ---------------------------------------------------------------------------------
 
 void expect_user_error(Graph g, const TrainingModeOptions& o, const std::string& node,
@@ -464,6 +572,11 @@ TEST(TrainingMode, ErrorsNameTheNode) {
   Graph key_taken = dropout_mlp();
   key_taken.add_value(kDropoutKey, TensorType{DType::kInt64, {}});
   expect_user_error(key_taken, {.dropout = true}, "drop1", "already has a value named");
+
+  Graph double_draw = stochastic_depth_mlp();
+  double_draw.nodes[2].attrs["dtype"] = int64_t{11};
+  double_draw.value(double_draw.nodes[2].outputs[0]).type.dtype = DType::kFloat64;
+  expect_user_error(double_draw, {.dropout = true}, "draw", "training draws take float32");
 }
 
 }  // namespace

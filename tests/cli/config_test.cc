@@ -41,6 +41,7 @@ parameters: {frozen: [mask, "*.running_*"]}
 device: cpu
 threads: 2
 seed: 7
+dropout: off
 steps: 200
 eval_every: 50
 checkpoint: {dir: out/ckpt, every: 100}
@@ -64,6 +65,7 @@ output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.j
   EXPECT_EQ(c.frozen, (std::vector<std::string>{"mask", "*.running_*"}));
   EXPECT_EQ(c.threads, 2);
   EXPECT_EQ(c.seed, 7u);
+  EXPECT_FALSE(c.dropout);
   EXPECT_EQ(c.steps, 200);
   EXPECT_EQ(c.checkpoint.every, 100);
   EXPECT_EQ(c.output.trace, "out/trace.json");
@@ -88,6 +90,11 @@ TEST(Config, OverridesUseDottedKeys) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
   EXPECT_EQ(c.pipeline.stages, 2);
   EXPECT_EQ(c.steps, 3);
+  EXPECT_TRUE(c.dropout);  // the default: training-mode dropout as the file says
+  EXPECT_FALSE(load_config(path, {"dropout=off"}).dropout);
+  EXPECT_TRUE(load_config(path, {"dropout=on"}).dropout);
+  EXPECT_EQ(error_of(path, {"dropout=sometimes"}),
+            "--set dropout: expected on or off, got 'sometimes'; give on or off");
   EXPECT_EQ(error_of(path, {"pipeline.stagez=2"}),
             "--set pipeline.stagez: unknown key; known keys here: chunks, memory_limit, "
             "micro_batches, partition, recompute, schedule, stages");

@@ -6,7 +6,11 @@
 //     moments);
 //   - SeededDropout: Y = X * mask / (1 - ratio) exactly, the kept fraction within 5 standard
 //     deviations of 1 - ratio, and the mask a pure function of (key, stream, index): the same
-//     for the same pair at any thread count, different for another key or stream.
+//     for the same pair at any thread count, different for another key or stream; over many
+//     masks (1000 keys) the kept fraction is 1 - ratio within 1%;
+//   - SeededBernoulli: Y[i] = u(i) < P[i] exactly (the spec's generator), 0 or 1, P = 0 and 1
+//     drawing all zeros and all ones; over many masks (stochastic depth's [N, 1, 1, 1] draws,
+//     and whole-tensor ones) the fraction of ones is P within 1%; the same at any thread count.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -173,6 +177,72 @@ TEST(SeededDropout, MaskIsAPureFunctionOfKeyStreamAndIndex) {
   const uint64_t base = cpu::seeded_base(1234, 99);
   for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{100000}})
     EXPECT_EQ(a.mask.as<bool>()[i], cpu::seeded_uniform(base, i) >= 0.5f) << i;
+}
+
+// Many masks, as training draws them (one key per step and micro-batch): the kept fraction over
+// all of them is 1 - ratio within 1% (relative). 1000 masks of 1024 elements: at ratio 0.9 the
+// standard deviation of the fraction is 3e-4, a third of the 1% band.
+TEST(SeededDropout, KeptFractionOverManyMasksIsOneMinusRatioWithinOnePercent) {
+  const Tensor x = uniform({4, 256}, 15, 0.5f, 1.5f);
+  for (float ratio : {0.1f, 0.2f, 0.5f, 0.9f}) {
+    SCOPED_TRACE(ratio);
+    int64_t k = 0, n = 0;
+    for (int64_t key = 0; key < 1000; ++key) {
+      k += kept(dropout(x, key * 7919 + 3, 11, ratio, 1).mask);
+      n += x.type.numel();
+    }
+    const double want = 1.0 - ratio;
+    EXPECT_NEAR(double(k) / double(n), want, 0.01 * want);
+  }
+}
+
+// ---- SeededBernoulli ------------------------------------------------------------------------
+
+Tensor bernoulli(const Tensor& p, int64_t key, int64_t stream, int threads = 2) {
+  return run_node("SeededBernoulli", kPipetrainDomain, {p, key_tensor(key)}, {true, false},
+                  {p.type}, {{"stream", stream}}, threads)[0];
+}
+
+Tensor filled(const Dims& shape, float v) {
+  Tensor t = make_tensor(DType::kFloat32, shape);
+  for (int64_t i = 0; i < t.type.numel(); ++i) t.as<float>()[i] = v;
+  return t;
+}
+
+double ones_fraction(const Tensor& y) {
+  double s = 0;
+  for (int64_t i = 0; i < y.type.numel(); ++i) s += y.as<float>()[i];
+  return s / double(y.type.numel());
+}
+
+TEST(SeededBernoulli, DrawsTheSpecsGeneratorAtAnyThreadCount) {
+  const Tensor p = uniform({256, 512}, 16, 0.0f, 1.0f);  // a probability per element
+  const Tensor y = bernoulli(p, 777, -5, 4);
+  EXPECT_EQ(0, std::memcmp(y.data.data(), bernoulli(p, 777, -5, 1).data.data(), y.data.size()));
+  const uint64_t base = cpu::seeded_base(777, -5);
+  for (int64_t i = 0; i < p.type.numel(); ++i)
+    ASSERT_EQ(y.as<float>()[i], cpu::seeded_uniform(base, i) < p.as<float>()[i] ? 1.0f : 0.0f) << i;
+  EXPECT_EQ(ones_fraction(bernoulli(filled({64}, 0.0f), 1, 2)), 0.0);
+  EXPECT_EQ(ones_fraction(bernoulli(filled({64}, 1.0f), 1, 2)), 1.0);
+  const double n = double(p.type.numel());
+  EXPECT_NEAR(double(n) * ones_fraction(bernoulli(filled({256, 512}, 0.5f), 778, -5)), n / 2,
+              5 * std::sqrt(n / 4));
+}
+
+// Stochastic depth draws one value per sample ([N, 1, 1, 1]); over many steps the kept share is
+// the survival probability within 1%, and so for whole-tensor masks.
+TEST(SeededBernoulli, OnesFractionOverManyMasksIsPWithinOnePercent) {
+  for (float survival : {0.8f, 0.5f, 0.1f}) {
+    SCOPED_TRACE(survival);
+    double per_sample = 0, whole = 0;
+    const int masks = 20000;
+    for (int key = 0; key < masks; ++key) {
+      per_sample += ones_fraction(bernoulli(filled({8, 1, 1, 1}, survival), key, 3, 1));
+      if (key < 1000) whole += ones_fraction(bernoulli(filled({4, 256}, survival), key, 4, 1));
+    }
+    EXPECT_NEAR(per_sample / masks, survival, 0.01 * survival);
+    EXPECT_NEAR(whole / 1000, survival, 0.01 * survival);
+  }
 }
 
 }  // namespace

@@ -121,6 +121,8 @@ void elementwise(Cases& c) {
         {f32({3, 5}), cst(scalar(0.3f)), cst(vals(kBool, {}, {0}))}, {F({3, 5})});
   c.grad("SeededDropout", "SeededDropout", {f32({4, 50}), vals(kI64, {}, {12345})},
          {F({4, 50}), T(kBool, {4, 50})}, {{"ratio", 0.25f}, {"stream", int64_t{77}}});
+  c.grad("SeededBernoulli", "SeededBernoulli", {f32({4, 50}, 0, 1), vals(kI64, {}, {12345})},
+         {F({4, 50})}, {{"stream", int64_t{78}}});
 }
 
 void linalg(Cases& c) {

@@ -19,7 +19,8 @@ For each model NAME it writes, under --out:
 
 The reference, made in float64 from the same module: `x` (inputs for the training steps, first axis
 samples), `y` (targets), `probe` (a held-out input) and `probe_out` (the module's output on it
-before training, in eval mode), `losses` (per step), `module_params` (the module's parameter
+before training, in eval mode), `probe_trained` (the trained module's output on it, eval mode),
+`losses` (per step), `module_params` (the module's parameter
 names) `state.<module parameter>` (every parameter the reference trained, by module name; `twins.<name>`
 lists a tied parameter's other names), and `param.<initializer name>` / `buffer.<initializer name>` (every parameter and
 BatchNorm buffer after STEPS steps of SGD with momentum, lr LR, over MICRO micro-batches of BATCH
@@ -252,9 +253,10 @@ def file_parameters(path, module):
     return out
 
 
-def reference(model, held, x, y, dtype=torch.float64, train_mode=True):
+def reference(model, held, x, y, probe, dtype=torch.float64, train_mode=True):
     """SGD with momentum over micro-batches (float64; float32 for the conditioning check); returns
-    losses, the trained parameters (under the file's initializer names) and buffers."""
+    losses, the trained parameters (under the file's initializer names), buffers, the trained
+    parameters by module name, and the trained module's output on `probe` in eval mode."""
     m = Logits(model).to(dtype).train(train_mode)
     wanted = {param for param, _ in held.values()}
     trained = {n: p for n, p in m.named_parameters() if n in wanted}
@@ -286,7 +288,10 @@ def reference(model, held, x, y, dtype=torch.float64, train_mode=True):
         params[name] = v.T.copy() if transposed else v
     buffers = {n: b.detach().numpy().astype(np.float32)
                for n, b in m.named_buffers() if b.is_floating_point() and n in held}
-    return losses, params, buffers, state
+    with torch.no_grad():
+        xp = torch.from_numpy(probe)
+        probe_out = m.eval()(xp.to(dtype) if xp.is_floating_point() else xp).numpy().astype(np.float32)
+    return losses, params, buffers, state, probe_out
 
 
 def make(name, out):
@@ -323,10 +328,10 @@ def make(name, out):
         wrapped.load_state_dict(start)
         held = file_parameters(path, wrapped)
         train_mode = name not in EVAL_MODE_TRAINING
-        losses, params, buffers, state = reference(model, held, x, y, train_mode=train_mode)
+        losses, params, buffers, state, probe_trained = reference(model, held, x, y, probe, train_mode=train_mode)
         model.float()
         wrapped.load_state_dict(start)
-        losses32 = reference(model, held, x, y, torch.float32, train_mode)[0]
+        losses32 = reference(model, held, x, y, probe, torch.float32, train_mode)[0]
         spread = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses32, losses))
         if spread > 1e-5:  # a tenth of the tests' 1e-4: float32 rounding must not move the path
             raise SystemExit(f"{name}{variant}: float32 and float64 losses differ by {spread:.2g}")
@@ -335,6 +340,7 @@ def make(name, out):
         arrays.update({f"param.{k}": v for k, v in params.items()})
         arrays.update({f"buffer.{k}": v for k, v in buffers.items()})
         arrays.update({f"state.{k}": v for k, v in state.items()})
+        arrays["probe_trained"] = probe_trained
         arrays.update({f"twins.{k}": np.array(v) for k, v in twins.items() if len(v) > 1})
         np.savez_compressed(os.path.join(out, f"{name}{variant}.npz"), **arrays)
         frozen = [k for k in module_params if k not in {param for param, _ in held.values()}]

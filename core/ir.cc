@@ -230,7 +230,10 @@ std::string graph_text(const Graph& g) {
     s += n.name + " = " + (n.domain.empty() ? "" : n.domain + "::") + n.op_type + "(";
     for (size_t i = 0; i < n.inputs.size(); ++i) s += (i ? ", " : "") + name(n.inputs[i]);
     s += ") ->";
-    for (ValueId o : n.outputs) s += " " + name(o) + (o == kNoValue ? "" : " " + g.value(o).type.str());
+    for (ValueId o : n.outputs) {
+      s += " " + name(o);
+      if (o != kNoValue) s += " " + g.value(o).type.str();
+    }
     s += "\n";
   }
   for (ValueId v : g.outputs) s += "output " + name(v) + " " + g.value(v).type.str() + "\n";

@@ -11,7 +11,8 @@ files it makes are committed):
 For each model NAME it writes, under --out:
   NAME.onnx (+ NAME.onnx.data)   torch.onnx.export(module, (x,), path) with no flags: the
                                  torch.export-based exporter, opset 20, IR 10, its optimizer on
-  NAME_noopt.onnx (+ .data)      the default exporter with optimize=False and a dynamic batch
+  NAME_noopt.onnx (+ .data)      samples/export_model.py: the default exporter with optimize=False,
+                                 a dynamic batch, and its record of the module's state_dict
   NAME_legacy.onnx               the legacy TorchScript exporter at opset 17, where it still works
   NAME_opset23.onnx              the default exporter asked for opset 23 (Llama: RMSNormalization
                                  and Attention as fused ops)
@@ -167,14 +168,17 @@ def targets(kind, logits_shape, n, seed):
 
 
 def export_default(model, example, path, training, opset=None, optimize=True):
-    """No flags but the input and output names the tests feed (and, for _noopt, optimize=False
-    with a dynamic batch, as samples/export_model.py exports)."""
+    """No flags but the input and output names the tests feed; for _noopt, samples/export_model.py
+    (optimize=False, a dynamic batch, and its record of the module's state_dict)."""
     model.train(training)
-    kw = {"opset_version": opset} if opset else {}
-    if not optimize:
-        kw.update(optimize=False, dynamic_shapes=({0: torch.export.Dim("batch")},))
-    torch.onnx.export(model, (example,), path, input_names=["input"], output_names=["output"],
-                      dynamo=True, **kw)
+    if optimize:
+        kw = {"opset_version": opset} if opset else {}
+        torch.onnx.export(model, (example,), path, input_names=["input"], output_names=["output"],
+                          dynamo=True, **kw)
+    else:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+        from export_model import export_for_pipetrain
+        export_for_pipetrain(model, example, path, train_mode=training, opset=opset)
     drop_stack_traces(path)
 
 
@@ -253,11 +257,15 @@ def file_parameters(path, module):
     return out
 
 
-def reference(model, held, x, y, probe, dtype=torch.float64, train_mode=True):
+def reference(model, held, file_inits, x, y, probe, dtype=torch.float64, train_mode=True):
     """SGD with momentum over micro-batches (float64; float32 for the conditioning check); returns
     losses, the trained parameters (under the file's initializer names), buffers, the trained
     parameters by module name, and the trained module's output on `probe` in eval mode."""
     m = Logits(model).to(dtype).train(train_mode)
+    with torch.no_grad():  # buffers start where the file has them (the legacy exporter's trace
+        for n, b in m.named_buffers():  # in training mode moved its BatchNorm statistics)
+            if b.is_floating_point() and n in file_inits:
+                b.copy_(torch.from_numpy(file_inits[n]).to(dtype))
     wanted = {param for param, _ in held.values()}
     trained = {n: p for n, p in m.named_parameters() if n in wanted}
     for n, p in m.named_parameters():
@@ -287,7 +295,7 @@ def reference(model, held, x, y, probe, dtype=torch.float64, train_mode=True):
         v = trained[param].detach().numpy().astype(np.float32)
         params[name] = v.T.copy() if transposed else v
     buffers = {n: b.detach().numpy().astype(np.float32)
-               for n, b in m.named_buffers() if b.is_floating_point() and n in held}
+               for n, b in m.named_buffers() if b.is_floating_point() and n in file_inits}
     with torch.no_grad():
         xp = torch.from_numpy(probe)
         probe_out = m.eval()(xp.to(dtype) if xp.is_floating_point() else xp).numpy().astype(np.float32)
@@ -303,16 +311,22 @@ def make(name, out):
     x = data(kind, n, 2)
     probe = data(kind, BATCH, 3)
     example = torch.from_numpy(x[:BATCH])
+    # The start, before any export: exporting in training mode runs the forward, which moves
+    # BatchNorm's running statistics; each export starts from it too.
+    start = {k: v.detach().clone() for k, v in wrapped.state_dict().items()}
     files = {"": os.path.join(out, f"{name}.onnx")}
     export_default(wrapped, example, files[""], training)
+    wrapped.load_state_dict(start)
     files["_noopt"] = os.path.join(out, f"{name}_noopt.onnx")
     export_default(wrapped, example, files["_noopt"], training, optimize=False)
+    wrapped.load_state_dict(start)
     if export_legacy(wrapped, example, os.path.join(out, f"{name}_legacy.onnx"), training):
         files["_legacy"] = os.path.join(out, f"{name}_legacy.onnx")
+    wrapped.load_state_dict(start)
     if name in OPSET23_EXPORT:  # the fused RMSNormalization and Attention of opset 23
         files["_opset23"] = os.path.join(out, f"{name}_opset23.onnx")
         export_default(wrapped, example, files["_opset23"], training, opset=23)
-    start = {k: v.detach().clone() for k, v in wrapped.state_dict().items()}
+    wrapped.load_state_dict(start)
     with torch.no_grad():
         ref = Logits(model).double().eval()
         xp = torch.from_numpy(probe)
@@ -328,10 +342,14 @@ def make(name, out):
         wrapped.load_state_dict(start)
         held = file_parameters(path, wrapped)
         train_mode = name not in EVAL_MODE_TRAINING
-        losses, params, buffers, state, probe_trained = reference(model, held, x, y, probe, train_mode=train_mode)
+        import onnx
+        from onnx import numpy_helper
+        file_inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+        losses, params, buffers, state, probe_trained = reference(model, held, file_inits, x, y, probe,
+                                                                  train_mode=train_mode)
         model.float()
         wrapped.load_state_dict(start)
-        losses32 = reference(model, held, x, y, probe, torch.float32, train_mode)[0]
+        losses32 = reference(model, held, file_inits, x, y, probe, torch.float32, train_mode)[0]
         spread = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses32, losses))
         if spread > 1e-5:  # a tenth of the tests' 1e-4: float32 rounding must not move the path
             raise SystemExit(f"{name}{variant}: float32 and float64 losses differ by {spread:.2g}")

@@ -137,7 +137,7 @@ def check_train(args, name, path, ref, tmp, compare):
         err = check_trained_output(args, results[RUNS[-1]], ref, tmp)
         if err:
             return err
-    return check_safetensors(args, results[RUNS[0]], ref)
+    return check_safetensors(args, results[RUNS[0]], ref, path)
 
 
 def check_trained_output(args, trained, ref, tmp):
@@ -149,12 +149,23 @@ def check_trained_output(args, trained, ref, tmp):
     return None if err <= args.tol else f"the trained model's output differs from PyTorch's by {err:.3g}"
 
 
-def check_safetensors(args, trained, ref):
+def recorded_state_dict(path):
+    """The module's state_dict keys samples/export_model.py recorded in the file, or None."""
+    meta = {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
+    return [e["key"] for e in json.loads(meta["pipetrain.state_dict"])] if "pipetrain.state_dict" in meta else None
+
+
+def check_safetensors(args, trained, ref, path):
     """The trained weights as `train` writes them for PyTorch: every module parameter the
     reference trained is there under its module name (or a tied twin's) with PyTorch's value; for
     a file that holds the whole module (optimize=False, legacy) that is every parameter of
-    module_params, so load_state_dict(strict=True) finds each one."""
+    module_params; and where the file carries samples/export_model.py's record (NAME_noopt), its
+    keys are exactly the module's state_dict keys, so load_state_dict(strict=True) takes it."""
     weights, _ = read_safetensors(os.path.splitext(trained)[0] + ".safetensors")
+    keys = recorded_state_dict(path)
+    if keys is not None and set(weights) != set(keys):  # what load_state_dict(strict=True) needs
+        missing, extra = sorted(set(keys) - set(weights)), sorted(set(weights) - set(keys))
+        return f"the safetensors keys are not the module's state_dict: missing {missing[:3]}, extra {extra[:3]}"
     worst, where = 0.0, ""
     for key in ref.files:
         if not key.startswith("state."):

@@ -231,8 +231,8 @@ std::string graph_text(const Graph& g) {
     for (size_t i = 0; i < n.inputs.size(); ++i) s += (i ? ", " : "") + name(n.inputs[i]);
     s += ") ->";
     for (ValueId o : n.outputs) {
-      s += " " + name(o);
-      if (o != kNoValue) s += " " + g.value(o).type.str();
+      s.append(" ").append(name(o));
+      if (o != kNoValue) s.append(" ").append(g.value(o).type.str());
     }
     s += "\n";
   }

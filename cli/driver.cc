@@ -5,6 +5,7 @@
 
 #include <onnx/checker.h>
 
+#include "cli/model_inputs.h"
 #include "cli/report.h"
 #include "core/error.h"
 #include "onnx_import/export.h"
@@ -37,6 +38,18 @@ PartitionOptions partition_options(const PartitionArgs& a) {
     throw UserError("--strategy manual", "needs the nodes to cut after",
                     "pass --cut-after NODE,NODE,...");
   return o;
+}
+
+// `partition --export` without --micro-batch: the stage files hold concrete shapes, the batch
+// bound to 1 where the model's is symbolic; one line says so and how to choose it.
+void note_fixed_batch(const ModelArgs& m) {
+  if (m.micro_batch_given) return;
+  std::string symbolic;
+  for (const onnx::ValueInfoProto& in : declared_inputs(m.model))
+    if (batch_is_symbolic(in, parse_dims(m.dims))) symbolic += (symbolic.empty() ? "'" : ", '") + in.name() + "'";
+  if (symbolic.empty()) return;
+  std::cerr << "note: the stage files have the batch fixed at " << m.micro_batch << " (axis 0 of " << symbolic
+            << " is symbolic in the model); choose it with --micro-batch N\n";
 }
 
 }  // namespace
@@ -93,6 +106,7 @@ int run_partition(const PartitionArgs& a) {
     for (const ChunkPlan& c : plan.chunks)
       files.emplace_back("stage_" + std::to_string(c.index) + ".onnx", cut_chunk(g, c));
     export_graphs(files, a.export_dir);
+    note_fixed_batch(a.model);
   }
   if (a.json)
     std::cout << partition_json(g, plan).dump(2) << "\n";

@@ -21,7 +21,7 @@ namespace {
 ImportOptions import_options(const ModelArgs& m) {
   ImportOptions o;
   o.batch = m.micro_batch;
-  o.dims = parse_dims(m.dims);
+  o.dims = model_dims(m.model, m.dims);
   o.parameters = {m.tied, m.untied};
   return o;
 }
@@ -97,6 +97,9 @@ int run_inspect(const InspectArgs& a) {
 }
 
 int run_partition(const PartitionArgs& a) {
+  if (!a.backward && a.bwd.recompute != "none")
+    throw UserError("--recompute " + a.bwd.recompute, "applies to the backward graphs, which only --backward builds",
+                    "add --backward, or leave --recompute out");
   const PartitionOptions options = partition_options(a);
   Graph g = import_model(a.model.model, import_options(a.model));
   std::vector<NodeCost> costs = estimate_costs(g);
@@ -108,11 +111,14 @@ int run_partition(const PartitionArgs& a) {
     export_graphs(files, a.export_dir);
     note_fixed_batch(a.model);
   }
-  if (a.json)
-    std::cout << partition_json(g, plan).dump(2) << "\n";
-  else
+  if (a.json) {
+    nlohmann::json j = partition_json(g, plan);
+    if (a.backward) report_backward(std::cout, &j, g, plan, a);
+    std::cout << j.dump(2) << "\n";
+  } else {
     print_partition_table(std::cout, g, plan, a.model.model, a.model.micro_batch);
-  if (a.backward) report_backward(a.json ? std::cerr : std::cout, g, plan, a);
+    if (a.backward) report_backward(std::cout, nullptr, g, plan, a);
+  }
   return 0;
 }
 

@@ -23,4 +23,9 @@ std::string declared_str(const onnx::ValueInfoProto& in);
 // axis import binds to the batch (onnx_import/import.h).
 bool batch_is_symbolic(const onnx::ValueInfoProto& in, const std::map<std::string, int64_t>& dims);
 
+// parse_dims(dims) (--dim NAME=VALUE), each NAME checked against the symbolic dims the model's
+// inputs declare: UserError naming the --dim and listing the model's symbolic dims otherwise.
+std::map<std::string, int64_t> model_dims(const std::string& path, const std::vector<std::string>& dims);
+void check_dims_named(const std::map<std::string, int64_t>& dims, const std::vector<onnx::ValueInfoProto>& declared);
+
 }  // namespace pt

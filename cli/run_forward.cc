@@ -14,6 +14,7 @@
 #include "exec/npy.h"
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"
+#include "partition/linear_partition.h"  // format_bytes
 
 namespace pt {
 namespace {
@@ -60,6 +61,7 @@ int run_forward(const RunArgs& a) {
   check_input_names(inputs, declared);
   ImportOptions options;
   options.dims = parse_dims(a.dims);
+  check_dims_named(options.dims, declared);
   options.batch = batch_of(inputs, declared, options.dims);
   Graph g = import_model(a.model, options);
   dropout_as_identity(g);  // run is inference: Dropout is the identity, as in PyTorch's eval()
@@ -92,7 +94,7 @@ int run_forward(const RunArgs& a) {
     write_npy(t, path);
     std::cout << g.value(g.outputs[k]).name << " " << t.type.str() << " -> " << path << "\n";
   }
-  std::cout << "arena " << program.planned_peak_bytes() << " bytes planned\n";
+  std::cout << "arena " << format_bytes(program.planned_peak_bytes()) << " planned\n";
   return 0;
 }
 

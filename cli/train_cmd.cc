@@ -223,9 +223,9 @@ class Progress {
       std::cout << line.str() << "\n" << std::flush;
     }
   }
-  // A line that stays (eval results, checkpoints).
-  void note(const std::string& text) {
-    if (quiet_) return;
+  // A line that stays (eval results, checkpoints); `always`: even with -q (the final eval).
+  void note(const std::string& text, bool always = false) {
+    if (quiet_ && !always) return;
     if (open_) std::cout << "\n";
     open_ = false;
     std::cout << text << "\n" << std::flush;
@@ -663,7 +663,7 @@ void Trainer::step(int64_t s) {
     line << "eval after step " << done << ": loss " << std::fixed << std::setprecision(4) << r.loss;
     if (r.accuracy >= 0) line << ", accuracy " << std::setprecision(3) << r.accuracy;
     line << " (" << r.samples << " held-out samples)";
-    progress_->note(line.str());
+    progress_->note(line.str(), last);
     if (metrics_.is_open()) {
       nlohmann::json j = {{"step", done}, {"eval_loss", r.loss}, {"eval_samples", r.samples}};
       if (r.accuracy >= 0) j["eval_accuracy"] = r.accuracy;

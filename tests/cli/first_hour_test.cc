@@ -76,4 +76,102 @@ TEST(FirstHour, RunNamesAnUnknownInputAndListsTheModelsInputs) {
                         "float32[1,3]); name one of them");
 }
 
+// Item 10: a key written twice is an error naming both lines (yaml-cpp would read the first),
+// at the top level and inside a section; an empty file says so.
+TEST(FirstHour, ConfigKeysWrittenTwiceAndEmptyConfigs) {
+  const fs::path d = scratch("config_keys");
+  const fs::path top = write(d / "top.yaml", "model: samples/mlp/mlp.onnx\nsteps: 3\npipeline:\n  stages: 2\nsteps: 4\n");
+  expect_one_line_error(run("train " + top.string()),
+                        top.string() + ":5: steps: written twice, on lines 2 and 5; keep one of them");
+  const fs::path inner = write(d / "inner.yaml", "model: samples/mlp/mlp.onnx\npipeline:\n  stages: 2\n  stages: 3\n");
+  expect_one_line_error(run("train " + inner.string()),
+                        inner.string() + ":4: pipeline.stages: written twice, on lines 3 and 4; keep one of them");
+  const fs::path empty = write(d / "empty.yaml", "");
+  expect_one_line_error(run("train " + empty.string()),
+                        empty.string() + ": the file is empty (no keys); write the config's keys, starting from "
+                                         "samples/charlm/train.yaml");
+  const fs::path comments = write(d / "comments.yaml", "# nothing yet\n");
+  expect_one_line_error(run("train " + comments.string() + " --set steps=2"),
+                        comments.string() + ": the file is empty (no keys); write the config's keys, starting from "
+                                            "samples/charlm/train.yaml");
+}
+
+// Item 10: --dim naming no symbolic dim of the model's inputs is an error listing those it has.
+TEST(FirstHour, ADimTheModelDoesNotHaveIsAnError) {
+  expect_one_line_error(run("inspect samples/mlp/mlp.onnx --dim foo=3"),
+                        "--dim foo=3: the model's inputs have no symbolic dimension 'foo'; name one of batch");
+  expect_one_line_error(run("partition " + kFixtures + "static_empty.onnx -s 1 --dim foo=3"),
+                        "--dim foo=3: the model's inputs have no symbolic dimension 'foo'; they have none, so "
+                        "leave --dim out");
+  const fs::path d = scratch("dim_run");
+  expect_one_line_error(run("run " + kFixtures + "graph_order.onnx --dim batch=2 --input z=" +
+                            npy(d / "z.npy", {2, 3}, 0).string() + " --input a=" + npy(d / "a.npy", {1, 3}, 0).string() +
+                            " -o " + d.string()),
+                        "--dim batch=2: the model's inputs have no symbolic dimension 'batch'; name one of N");
+  EXPECT_EQ(run("inspect samples/mlp/mlp.onnx --dim batch=3").code, 0);
+}
+
+// Item 10: --recompute only means something with --backward.
+TEST(FirstHour, RecomputeWithoutBackwardIsAnError) {
+  expect_one_line_error(run("partition samples/mlp/mlp.onnx -s 2 --recompute full"),
+                        "--recompute full: applies to the backward graphs, which only --backward builds; add "
+                        "--backward, or leave --recompute out");
+  EXPECT_EQ(run("partition samples/mlp/mlp.onnx -s 2 --recompute full --backward").code, 0);
+}
+
+// Item 10: `partition --backward --json` prints one JSON object, the backward figures inside it.
+TEST(FirstHour, PartitionBackwardJsonHoldsTheBackwardTable) {
+  const Result r = run("partition samples/mlp/mlp.onnx -s 2 --backward --json --recompute full");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("stages"));
+  const nlohmann::json& b = j.at("backward");
+  EXPECT_EQ(b.at("recompute"), "full");
+  ASSERT_EQ(b.at("chunks").size(), 2u);
+  for (const auto& c : b.at("chunks")) {
+    // full recompute keeps what the chunk's input alone needs: no more than keeping everything.
+    EXPECT_EQ(c.at("kept_bytes"), c.at("by_policy").at("full").at("kept_bytes"));
+    EXPECT_LE(c.at("kept_bytes").get<int64_t>(), c.at("by_policy").at("none").at("kept_bytes").get<int64_t>());
+    EXPECT_GT(c.at("recompute_flops").get<int64_t>(), 0);
+  }
+  // The text form has the same kept bytes for the chosen policy.
+  const Result text = run("partition samples/mlp/mlp.onnx -s 2 --backward --recompute full");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("backward (recompute full), per micro-batch:"), std::string::npos) << text.out;
+}
+
+// Item 10: byte figures in human units (run's arena, a schedule's peak over --memory-limit), and
+// --memory-limit takes units; a bare number is bytes, said as such.
+TEST(FirstHour, BytesInHumanUnits) {
+  const fs::path d = scratch("bytes");
+  const Result r = run("run " + kFixtures + "graph_order.onnx --input z=" + npy(d / "z.npy", {2, 3}, 0).string() +
+                       " --input a=" + npy(d / "a.npy", {1, 3}, 0).string() + " -o " + d.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\narena 64 B planned\n"), std::string::npos) << r.out;
+  expect_one_line_error(run("schedule -k 1f1b -s 2 -m 4 --model samples/mlp/mlp.onnx --memory-limit 4"),
+                        "--kind 1f1b: device 0 keeps 1.50 KiB at its peak, over --memory-limit 4; choose a kind "
+                        "with less memory, or --kind auto");
+  EXPECT_EQ(run("partition samples/mlp/mlp.onnx -s 2 --memory-limit 1MiB").code, 0);
+  expect_one_line_error_starting(run("partition samples/mlp/mlp.onnx -s 2 --memory-limit 4"),
+                                 "partition: no split into 2 stages fits the memory limit of 4 B per stage");
+}
+
+// Item 10: -q hides progress, not the result: the final evaluation line is printed.
+TEST(FirstHour, QuietStillPrintsTheFinalEval) {
+  const fs::path d = scratch("quiet");
+  const fs::path cfg = write(d / "c.yaml", "model: samples/mlp/mlp.onnx\n"
+                                           "dims: {batch: 4}\n"
+                                           "data: {kind: synthetic, samples: 64, eval_fraction: 0.25}\n"
+                                           "pipeline: {stages: 2, micro_batches: 4, schedule: 1f1b}\n"
+                                           "steps: 4\n"
+                                           "eval_every: 2\n"
+                                           "output: {model: " + (d / "m.onnx").string() + "}\n");
+  const Result r = run("train -q " + cfg.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("eval after step 4: loss ", 0), 0u) << r.out;  // the first line
+  EXPECT_EQ(r.out.find("eval after step 2"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("] step "), std::string::npos) << r.out;
+}
+
 }  // namespace

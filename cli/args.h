@@ -14,6 +14,7 @@ namespace pt {
 struct ModelArgs {
   std::string model;
   int64_t micro_batch = 1;
+  bool micro_batch_given = false;  // --micro-batch was on the command line
   std::vector<std::string> dims;  // "name=value"
   std::vector<std::string> tied, untied;  // initializer names or globs (onnx_import/module_params.h)
 };

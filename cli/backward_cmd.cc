@@ -8,9 +8,12 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "autodiff/chunk_backward.h"
 #include "autodiff/portable.h"
 #include "cli/driver.h"
+#include "cli/model_inputs.h"
 #include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
@@ -50,10 +53,23 @@ int64_t train_flops(const BackwardGraphs& b) {
   return b.flops_fwd + b.flops_bwd_input + b.flops_bwd_weight;
 }
 
+const std::vector<std::string> kComparedPolicies = {"none", "selective", "every:1", "full"};
+
+// The chunks' backward under each of kComparedPolicies, for comparison with the chosen one.
+std::vector<std::vector<BackwardGraphs>> compared_runs(const Graph& g, const PartitionPlan& plan, const BackwardArgs& a) {
+  std::vector<std::vector<BackwardGraphs>> runs;
+  for (const std::string& p : kComparedPolicies) {
+    BackwardArgs other = a;
+    other.recompute = p;
+    runs.push_back(build_chunk_backward(g, plan, chunk_backward_options(other, plan.devices)));
+  }
+  return runs;
+}
+
 // Per stage: what F keeps for B and W, what B hands W, and what recompute costs, under the
 // chosen policy; then kept bytes and extra FLOPs under the standard policies for comparison.
-void print_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
-                    const std::vector<BackwardGraphs>& chosen, const BackwardArgs& a) {
+void print_backward(std::ostream& os, const PartitionPlan& plan, const std::vector<BackwardGraphs>& chosen,
+                    const std::vector<std::vector<BackwardGraphs>>& runs, const BackwardArgs& a) {
   os << "\nbackward (recompute " << a.recompute << "), per micro-batch:\n";
   os << "  chunk device  kept (F->B,W)  passed (B->W)  recompute FLOPs  extra  params\n";
   for (size_t c = 0; c < chosen.size(); ++c) {
@@ -65,15 +81,8 @@ void print_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
        << "\n";
   }
   os << "\nkept bytes per micro-batch (extra FLOPs) by policy:\n  chunk";
-  const std::vector<std::string> policies = {"none", "selective", "every:1", "full"};
-  for (const std::string& p : policies) os << std::setw(22) << p;
+  for (const std::string& p : kComparedPolicies) os << std::setw(22) << p;
   os << "\n";
-  std::vector<std::vector<BackwardGraphs>> runs;
-  for (const std::string& p : policies) {
-    BackwardArgs other = a;
-    other.recompute = p;
-    runs.push_back(build_chunk_backward(g, plan, chunk_backward_options(other, plan.devices)));
-  }
   for (size_t c = 0; c < chosen.size(); ++c) {
     os << "  " << std::setw(5) << c;
     for (const auto& run : runs) {
@@ -84,6 +93,28 @@ void print_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
     }
     os << "\n";
   }
+}
+
+// The same figures for `partition --backward --json`: bytes as numbers, extra FLOPs as percents.
+nlohmann::json backward_json(const PartitionPlan& plan, const std::vector<BackwardGraphs>& chosen,
+                             const std::vector<std::vector<BackwardGraphs>>& runs, const BackwardArgs& a) {
+  nlohmann::json chunks = nlohmann::json::array();
+  for (size_t c = 0; c < chosen.size(); ++c) {
+    const BackwardGraphs& b = chosen[c];
+    nlohmann::json by_policy;
+    for (size_t p = 0; p < runs.size(); ++p)
+      by_policy[kComparedPolicies[p]] = {{"kept_bytes", runs[p][c].kept_bytes},
+                                         {"extra_flops_percent", percent(runs[p][c].recompute_flops, train_flops(runs[p][c]))}};
+    chunks.push_back({{"chunk", c},
+                      {"device", plan.chunks[c].device},
+                      {"kept_bytes", b.kept_bytes},
+                      {"passed_bytes", b.passed_bytes},
+                      {"recompute_flops", b.recompute_flops},
+                      {"extra_flops_percent", percent(b.recompute_flops, train_flops(b))},
+                      {"params", b.params.size()},
+                      {"by_policy", by_policy}});
+  }
+  return {{"recompute", a.recompute}, {"per_micro_batch", true}, {"chunks", chunks}};
 }
 
 // Rows [m*rows, (m+1)*rows) of t along axis 0.
@@ -107,7 +138,7 @@ Tensor scalar_f32(float v) {
 
 }  // namespace
 
-void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
+void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, const PartitionPlan& plan,
                      const PartitionArgs& a) {
   const std::vector<BackwardGraphs> chunks =
       build_chunk_backward(g, plan, chunk_backward_options(a.bwd, plan.devices));
@@ -126,7 +157,9 @@ void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan
     }
     export_graphs(files, a.export_dir);
   }
-  print_backward(os, g, plan, chunks, a.bwd);
+  const std::vector<std::vector<BackwardGraphs>> runs = compared_runs(g, plan, a.bwd);
+  if (json) (*json)["backward"] = backward_json(plan, chunks, runs, a.bwd);
+  else print_backward(os, plan, chunks, runs, a.bwd);
 }
 
 int run_grad(const GradArgs& a) {
@@ -147,7 +180,7 @@ int run_grad(const GradArgs& a) {
                       "give inputs and target with the same first axis");
   ImportOptions io;
   io.batch = rows;
-  io.dims = parse_dims(a.dims);
+  io.dims = model_dims(a.model, a.dims);
   Graph g = import_model(a.model, io);
   PartitionOptions po;
   po.stages = a.stages;
@@ -193,7 +226,7 @@ int run_grad(const GradArgs& a) {
   std::cout << "loss " << std::setprecision(8) << step.loss() << "\n";
   std::cout << step.grads().size() << " parameter gradients -> " << a.output_dir << "\n";
   for (size_t c = 0; c < chunks.size(); ++c)
-    std::cout << "chunk " << c << " kept " << step.kept_bytes()[c] << " bytes per micro-batch ("
+    std::cout << "chunk " << c << " kept " << format_bytes(step.kept_bytes()[c]) << " per micro-batch ("
               << chunks[c].recomputed.size() << " nodes recomputed)\n";
   return 0;
 }

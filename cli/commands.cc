@@ -29,7 +29,8 @@ void add_backward_args(CLI::App* cmd, BackwardArgs* b) {
 void add_model_args(CLI::App* cmd, ModelArgs* m) {
   cmd->add_option("model", m->model, "ONNX model file")->required();
   cmd->add_option("--micro-batch,-b", m->micro_batch, "binds the batch dimension")
-      ->check(at_least_one());
+      ->check(at_least_one())
+      ->each([m](const std::string&) { m->micro_batch_given = true; });
   cmd->add_option("--dim", m->dims, "binds a named symbolic dimension: NAME=VALUE (repeatable)");
   cmd->add_option("--tied", m->tied, "initializers (names or globs) kept as one parameter where import would untie them");
   cmd->add_option("--untied", m->untied, "initializers (names or globs) given one copy per module that reads them");

@@ -319,6 +319,26 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     c->output.safetensors = std::filesystem::path(c->output.model).replace_extension(".safetensors").string();
 }
 
+// yaml-cpp keeps both entries of a key written twice and reads the first: a second one is an
+// error naming both lines, at any depth.
+void check_no_duplicate_keys(const YAML::Node& n, const std::string& path, const std::string& prefix) {
+  if (n.IsSequence())
+    for (const auto& item : n) check_no_duplicate_keys(item, path, prefix);
+  if (!n.IsMap()) return;
+  std::map<std::string, int> lines;
+  for (const auto& kv : n) {
+    const std::string k = kv.first.Scalar();
+    const std::string key = prefix.empty() ? k : prefix + "." + k;
+    const int line = kv.first.Mark().line + 1;
+    auto [it, fresh] = lines.emplace(k, line);
+    if (!fresh)
+      throw UserError(path + ":" + std::to_string(line) + ": " + key,
+                      "written twice, on lines " + std::to_string(it->second) + " and " + std::to_string(line),
+                      "keep one of them");
+    check_no_duplicate_keys(kv.second, path, key);
+  }
+}
+
 }  // namespace
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -333,7 +353,9 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
     throw UserError(path + ":" + std::to_string(e.mark.line + 1), "not valid YAML: " + e.msg,
                     "fix the syntax there");
   }
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root || root.IsNull())
+    throw UserError(path, "the file is empty (no keys)", "write the config's keys, starting from samples/charlm/train.yaml");
+  check_no_duplicate_keys(root, path, "");
   std::vector<std::string> overridden;
   for (const std::string& o : overrides) {
     apply_override(root, o);

@@ -5,6 +5,7 @@
 
 #include <onnx/checker.h>
 
+#include "cli/model_inputs.h"
 #include "cli/report.h"
 #include "core/error.h"
 #include "onnx_import/export.h"
@@ -20,7 +21,7 @@ namespace {
 ImportOptions import_options(const ModelArgs& m) {
   ImportOptions o;
   o.batch = m.micro_batch;
-  o.dims = parse_dims(m.dims);
+  o.dims = model_dims(m.model, m.dims);
   o.parameters = {m.tied, m.untied};
   return o;
 }
@@ -37,6 +38,18 @@ PartitionOptions partition_options(const PartitionArgs& a) {
     throw UserError("--strategy manual", "needs the nodes to cut after",
                     "pass --cut-after NODE,NODE,...");
   return o;
+}
+
+// `partition --export` without --micro-batch: the stage files hold concrete shapes, the batch
+// bound to 1 where the model's is symbolic; one line says so and how to choose it.
+void note_fixed_batch(const ModelArgs& m) {
+  if (m.micro_batch_given) return;
+  std::string symbolic;
+  for (const onnx::ValueInfoProto& in : declared_inputs(m.model))
+    if (batch_is_symbolic(in, parse_dims(m.dims))) symbolic += (symbolic.empty() ? "'" : ", '") + in.name() + "'";
+  if (symbolic.empty()) return;
+  std::cerr << "note: the stage files have the batch fixed at " << m.micro_batch << " (axis 0 of " << symbolic
+            << " is symbolic in the model); choose it with --micro-batch N\n";
 }
 
 }  // namespace
@@ -84,6 +97,9 @@ int run_inspect(const InspectArgs& a) {
 }
 
 int run_partition(const PartitionArgs& a) {
+  if (!a.backward && a.bwd.recompute != "none")
+    throw UserError("--recompute " + a.bwd.recompute, "applies to the backward graphs, which only --backward builds",
+                    "add --backward, or leave --recompute out");
   const PartitionOptions options = partition_options(a);
   Graph g = import_model(a.model.model, import_options(a.model));
   std::vector<NodeCost> costs = estimate_costs(g);
@@ -93,12 +109,16 @@ int run_partition(const PartitionArgs& a) {
     for (const ChunkPlan& c : plan.chunks)
       files.emplace_back("stage_" + std::to_string(c.index) + ".onnx", cut_chunk(g, c));
     export_graphs(files, a.export_dir);
+    note_fixed_batch(a.model);
   }
-  if (a.json)
-    std::cout << partition_json(g, plan).dump(2) << "\n";
-  else
+  if (a.json) {
+    nlohmann::json j = partition_json(g, plan);
+    if (a.backward) report_backward(std::cout, &j, g, plan, a);
+    std::cout << j.dump(2) << "\n";
+  } else {
     print_partition_table(std::cout, g, plan, a.model.model, a.model.micro_batch);
-  if (a.backward) report_backward(a.json ? std::cerr : std::cout, g, plan, a);
+    if (a.backward) report_backward(std::cout, nullptr, g, plan, a);
+  }
   return 0;
 }
 

@@ -3,6 +3,8 @@
 // process exit code; UserErrors propagate to main, which prints them as one line.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <ostream>
 #include <string>
 #include <utility>
@@ -28,8 +30,9 @@ int run_train(const TrainArgs& a);
 void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir);
 
 // `partition --backward`: builds F, B and W per chunk, exports them with --export, prints the
-// per-stage kept and passed bytes and recompute FLOPs.
-void report_backward(std::ostream& os, const Graph& g, const PartitionPlan& plan,
+// per-stage kept and passed bytes and recompute FLOPs to os, or with `json` puts them under its
+// "backward" key instead.
+void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, const PartitionPlan& plan,
                      const PartitionArgs& a);
 ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices);
 

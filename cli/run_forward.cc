@@ -1,24 +1,54 @@
 // `pipetrain run`: forward inference on the CPU backend, every graph output written as .npy.
+// The batch is bound from the inputs in the graph's order (batch_of); --input names are checked
+// against the model's inputs before anything is imported.
 #include <filesystem>
 #include <iostream>
 #include <map>
 
 #include "autodiff/training_mode.h"
 #include "cli/driver.h"
+#include "cli/model_inputs.h"
 #include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/npy.h"
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"
+#include "partition/linear_partition.h"  // format_bytes
 
 namespace pt {
 namespace {
 
-// The batch dimension is bound to the first axis of the inputs given.
-int64_t batch_of(const std::map<std::string, Tensor>& inputs) {
-  for (const auto& [name, t] : inputs)
-    if (!t.type.shape.empty()) return t.type.shape[0];
+// Every --input names an input of the model; otherwise one line listing the model's inputs.
+void check_input_names(const std::map<std::string, Tensor>& given, const std::vector<onnx::ValueInfoProto>& declared) {
+  for (const auto& [name, t] : given) {
+    bool known = false;
+    std::string all;
+    for (const auto& in : declared) {
+      known = known || in.name() == name;
+      all += (all.empty() ? "" : ", ") + declared_str(in);
+    }
+    if (!known)
+      throw UserError("--input " + name, "the model has no input of that name (its inputs: " + all + ")",
+                      "name one of them");
+  }
+}
+
+// The batch (the symbolic first axis, import.h) is the first axis of the first input, in the
+// graph's order, whose first axis is symbolic and not bound by --dim; 1 when none is (a model
+// with only static shapes).
+int64_t batch_of(const std::map<std::string, Tensor>& given, const std::vector<onnx::ValueInfoProto>& declared,
+                 const std::map<std::string, int64_t>& dims) {
+  for (const auto& in : declared) {
+    if (!batch_is_symbolic(in, dims)) continue;
+    auto it = given.find(in.name());
+    if (it == given.end() || it->second.type.shape.empty()) continue;
+    const int64_t rows = it->second.type.shape[0];
+    if (rows < 1)
+      throw UserError("--input " + in.name(), "holds " + it->second.type.str() + ": its first axis binds the batch and has 0 rows",
+                      "give at least one row");
+    return rows;
+  }
   return 1;
 }
 
@@ -27,9 +57,12 @@ int64_t batch_of(const std::map<std::string, Tensor>& inputs) {
 int run_forward(const RunArgs& a) {
   if (a.threads < 1) throw UserError("--threads", "must be at least 1", "");
   std::map<std::string, Tensor> inputs = read_named_npy(a.inputs);
+  const std::vector<onnx::ValueInfoProto> declared = declared_inputs(a.model);
+  check_input_names(inputs, declared);
   ImportOptions options;
-  options.batch = batch_of(inputs);
   options.dims = parse_dims(a.dims);
+  check_dims_named(options.dims, declared);
+  options.batch = batch_of(inputs, declared, options.dims);
   Graph g = import_model(a.model, options);
   dropout_as_identity(g);  // run is inference: Dropout is the identity, as in PyTorch's eval()
 
@@ -46,12 +79,6 @@ int run_forward(const RunArgs& a) {
                       "give an array of that dtype and shape (the batch axis may differ)");
     feeds.push_back({it->second.data.data(), &val.type});
   }
-  for (const auto& [name, t] : inputs) {
-    bool known = false;
-    for (ValueId v : g.inputs) known = known || g.value(v).name == name;
-    if (!known) throw UserError("--input " + name, "the model has no such input", "check the name with `pipetrain inspect`");
-  }
-
   CpuBackend backend(a.threads);
   StageProgram program(g, backend);
   program.run(feeds);
@@ -67,7 +94,7 @@ int run_forward(const RunArgs& a) {
     write_npy(t, path);
     std::cout << g.value(g.outputs[k]).name << " " << t.type.str() << " -> " << path << "\n";
   }
-  std::cout << "arena " << program.planned_peak_bytes() << " bytes planned\n";
+  std::cout << "arena " << format_bytes(program.planned_peak_bytes()) << " planned\n";
   return 0;
 }
 

@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <sstream>
 
 #include "cli/args.h"
 #include "cli/driver.h"
+#include "cli/model_inputs.h"
 #include "cli/schedule_args.h"
 #include "cli/suggest.h"
 #include "core/bytes.h"
@@ -19,6 +21,7 @@
 #include "core/files.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
+#include "partition/linear_partition.h"  // format_bytes
 #include "partition/partitioner.h"
 #include "schedule/auto.h"
 #include "schedule/generators.h"
@@ -67,7 +70,7 @@ namespace {
 Costs model_costs(const ScheduleArgs& a, int v) {
   ImportOptions io;
   io.batch = a.micro_batch;
-  io.dims = parse_dims(a.dims);
+  io.dims = model_dims(a.model, a.dims);
   const Graph g = import_model(a.model, io);
   const std::vector<NodeCost> nodes = estimate_costs(g);
   PartitionOptions po;
@@ -177,6 +180,13 @@ nlohmann::json to_json(const Schedule& s, const Simulation& sim) {
   return j;
 }
 
+// Activations kept, in micro-batches of a stage's activations: "8" or "3.64".
+std::string format_micro_batches(double v) {
+  std::ostringstream os;
+  os << std::setprecision(3) << v << " micro-batch" << (v == 1 ? "" : "es") << " of activations";
+  return os.str();
+}
+
 int run(const ScheduleArgs& a) {
   Planned p = plan(a);
   const std::string where = a.from_csv.empty() ? "--kind " + p.schedule.kind : a.from_csv;
@@ -189,8 +199,9 @@ int run(const ScheduleArgs& a) {
       const double peak = p.costs.bytes ? r.peak_bytes : r.peak_activations;
       if (peak > limit * (1 + 1e-9))
         throw UserError(where, "device " + std::to_string(r.index) + " keeps " +
-                                   std::to_string(peak) + " at its peak, over --memory-limit " +
-                                   a.memory_limit,
+                                   (p.costs.bytes ? format_bytes(static_cast<int64_t>(peak))
+                                                  : format_micro_batches(peak)) +
+                                   " at its peak, over --memory-limit " + a.memory_limit,
                         "choose a kind with less memory, or --kind auto");
     }
   if (!a.csv.empty()) write_file_atomic(a.csv, format_csv(a.lowered ? lowered : p.schedule), "choose another --csv");

@@ -11,7 +11,8 @@
 // What it writes: progress lines, metrics as JSON lines, checkpoints, the trained model (the
 // input model with new weights), the trained state_dict as safetensors (cli/trained_weights.h),
 // a Chrome trace and an SVG of the measured timeline above the
-// simulated one. Every file is written whole or not at all.
+// simulated one. Every file is written whole or not at all. Ctrl-C or SIGTERM (cli/interrupt.h)
+// stops the loop at the next step boundary: a checkpoint of the last finished step, one line, 130.
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,7 @@
 #include "autodiff/training_mode.h"
 #include "cli/config.h"
 #include "cli/driver.h"
+#include "cli/interrupt.h"
 #include "cli/train_devices.h"
 #include "cli/trained_weights.h"
 #include "core/bytes.h"
@@ -221,9 +223,9 @@ class Progress {
       std::cout << line.str() << "\n" << std::flush;
     }
   }
-  // A line that stays (eval results, checkpoints).
-  void note(const std::string& text) {
-    if (quiet_) return;
+  // A line that stays (eval results, checkpoints); `always`: even with -q (the final eval).
+  void note(const std::string& text, bool always = false) {
+    if (quiet_ && !always) return;
     if (open_) std::cout << "\n";
     open_ = false;
     std::cout << text << "\n" << std::flush;
@@ -283,6 +285,7 @@ class Trainer {
   void resume();
   void step(int64_t s);
   void save_checkpoint(int64_t steps_done);
+  int stop_interrupted(int64_t steps_done);
   void finish();
   void write_weights();
   std::map<std::string, const Tensor*> trained_tensors() const;
@@ -316,6 +319,7 @@ class Trainer {
   std::vector<int64_t> peak_kept_;
   std::vector<double> step_seconds_;  // every step after the first of this process
   double last_loss_ = 0;
+  int64_t saved_step_ = -1;  // the step of the checkpoint this process wrote last
 };
 
 bool Trainer::is_site_copy(const std::string& name) const {
@@ -531,6 +535,27 @@ void Trainer::save_checkpoint(int64_t steps_done) {
     for (const auto& [name, t] : st.tensors) c.tensors.emplace_back("optimizer/" + name, t);
   }
   write_checkpoint(cfg_.checkpoint.dir, c);
+  saved_step_ = steps_done;
+}
+
+// Ctrl-C or SIGTERM between steps: the last finished step is kept where a checkpoint.dir is set,
+// one line says what was kept and how to go on; the outputs of a finished run are not written.
+int Trainer::stop_interrupted(int64_t steps_done) {
+  progress_->end();
+  std::ostringstream line;
+  line << "interrupted at step " << steps_done << " of " << cfg_.steps << ": ";
+  if (cfg_.checkpoint.dir.empty()) {
+    line << "nothing was kept (the config names no checkpoint.dir); add checkpoint: {dir: DIR, every: N} to "
+            "make a run resumable";
+  } else {
+    if (saved_step_ != steps_done) save_checkpoint(steps_done);
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08lld.ckpt", static_cast<long long>(steps_done));
+    line << "checkpoint " << name << " in " << cfg_.checkpoint.dir << "; continue with --resume";
+  }
+  std::cout << std::flush;
+  std::cerr << line.str() << "\n";
+  return kInterruptedExitCode;
 }
 
 void Trainer::resume() {
@@ -638,7 +663,7 @@ void Trainer::step(int64_t s) {
     line << "eval after step " << done << ": loss " << std::fixed << std::setprecision(4) << r.loss;
     if (r.accuracy >= 0) line << ", accuracy " << std::setprecision(3) << r.accuracy;
     line << " (" << r.samples << " held-out samples)";
-    progress_->note(line.str());
+    progress_->note(line.str(), last);
     if (metrics_.is_open()) {
       nlohmann::json j = {{"step", done}, {"eval_loss", r.loss}, {"eval_samples", r.samples}};
       if (r.accuracy >= 0) j["eval_accuracy"] = r.accuracy;
@@ -795,7 +820,13 @@ int Trainer::run() {
               << schedule_.kind << " on " << schedule_.stages << " stage(s), " << cfg_.pipeline.micro_batches
               << " micro-batches of " << rows_ << "\n";
   t0_ = Clock::now();
-  for (int64_t s = first_step_; s < cfg_.steps; ++s) step(s);
+  {
+    const InterruptGuard guard;  // a signal stops the loop at the next step boundary
+    for (int64_t s = first_step_; s < cfg_.steps; ++s) {
+      step(s);
+      if (guard.interrupted() && s + 1 < cfg_.steps) return stop_interrupted(s + 1);
+    }
+  }
   finish();
   return 0;
 }

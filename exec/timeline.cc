@@ -93,6 +93,16 @@ Simulation measured_step(const Schedule& s, const std::vector<std::vector<Action
 void ChromeTrace::add_step(int64_t step, double at, const Schedule& s,
                            const std::vector<std::vector<ActionTime>>& times) {
   char buf[256];
+  // Each track named after its device, once ("M" metadata events, as Perfetto reads them).
+  for (size_t d = devices_; d < s.devices.size(); ++d) {
+    std::snprintf(buf, sizeof buf,
+                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%zu,\"args\":{\"name\":\"device %zu\"}}", d, d);
+    metadata_.emplace_back(buf);
+    std::snprintf(buf, sizeof buf,
+                  "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%zu,\"args\":{\"sort_index\":%zu}}", d, d);
+    metadata_.emplace_back(buf);
+  }
+  devices_ = std::max(devices_, s.devices.size());
   for (size_t d = 0; d < s.devices.size(); ++d)
     for (size_t i = 0; i < s.devices[d].size(); ++i) {
       const Action& a = s.devices[d][i];
@@ -108,7 +118,10 @@ void ChromeTrace::add_step(int64_t step, double at, const Schedule& s,
 
 void ChromeTrace::write(const std::string& path, const std::string& key) const {
   std::string text = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  for (size_t i = 0; i < events_.size(); ++i) text += events_[i] + (i + 1 < events_.size() ? ",\n" : "\n");
+  std::vector<const std::string*> all;
+  for (const std::string& e : metadata_) all.push_back(&e);
+  for (const std::string& e : events_) all.push_back(&e);
+  for (size_t i = 0; i < all.size(); ++i) text += *all[i] + (i + 1 < all.size() ? ",\n" : "\n");
   text += "]}\n";
   write_file_atomic(path, text, "choose another " + key);
 }

@@ -28,7 +28,8 @@ Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& 
 // (compute actions only), makespan = the last end, bubble = 1 - busy / (P x makespan).
 Simulation measured_step(const Schedule& s, const std::vector<std::vector<ActionTime>>& times);
 
-// Chrome trace events ("X" complete events, one track per device), for Perfetto.
+// Chrome trace events ("X" complete events, one track per device, named "device D" by "M"
+// thread_name events), for Perfetto.
 class ChromeTrace {
  public:
   // The step's actions, offset by `at` seconds since the run began.
@@ -36,10 +37,12 @@ class ChromeTrace {
                 const std::vector<std::vector<ActionTime>>& times);
   // Writes {"traceEvents": [...]} atomically; UserError naming the path when it cannot.
   void write(const std::string& path, const std::string& key) const;
-  size_t events() const { return events_.size(); }
+  size_t events() const { return events_.size(); }  // the "X" events
 
  private:
-  std::vector<std::string> events_;  // one JSON object each
+  std::vector<std::string> metadata_;  // track names, one JSON object each
+  std::vector<std::string> events_;    // one JSON object each
+  size_t devices_ = 0;                 // tracks named so far
 };
 
 }  // namespace pt

@@ -123,9 +123,9 @@ constexpr double kSvgRow = 28, kSvgLabel = 70, kSvgWidth = 1200, kSvgTitle = 30;
 double svg_block_height(const Schedule& s) { return kSvgTitle + kSvgRow * s.stages + 10; }
 
 // One timeline: a title line, then a row per device, drawn at vertical offset `top` with
-// `scale` pixels per time unit.
+// `scale` pixels per time unit; tooltips give times x `unit` followed by `unit_name`.
 void svg_block(std::ostream& out, const Schedule& s, const Simulation& sim, const std::string& title,
-               double top, double scale) {
+               double top, double scale, double unit = 1, const char* unit_name = "") {
   out << "<text x=\"4\" y=\"" << top + 18 << "\">" << escape_xml(title) << "</text>\n";
   for (size_t d = 0; d < sim.timeline.size(); ++d) {
     const double y = top + kSvgTitle + kSvgRow * static_cast<double>(d);
@@ -143,8 +143,8 @@ void svg_block(std::ostream& out, const Schedule& s, const Simulation& sim, cons
       const double x = kSvgLabel + t.start * scale, w = (t.end - t.start) * scale;
       out << "<rect x=\"" << x << "\" y=\"" << y + 2 << "\" width=\"" << w << "\" height=\""
           << kSvgRow - 4 << "\" fill=\"" << fill << "\" stroke=\"white\" stroke-width=\"0.5\">"
-          << "<title>" << format_action(t.action) << " " << format_number(t.start) << "-"
-          << format_number(t.end) << "</title></rect>\n";
+          << "<title>" << format_action(t.action) << " " << format_number(t.start * unit) << "-"
+          << format_number(t.end * unit) << unit_name << "</title></rect>\n";
       if (w >= 14)
         out << "<text x=\"" << x + w / 2 << "\" y=\"" << y + kSvgRow * 0.65
             << "\" text-anchor=\"middle\" fill=\"white\">" << t.action.micro_batch << "</text>\n";
@@ -157,6 +157,45 @@ std::string svg_open(double height) {
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kSvgLabel + kSvgWidth + 10
       << "\" height=\"" << height << "\" font-family=\"monospace\" font-size=\"11\">\n";
   return out.str();
+}
+
+constexpr double kSvgAxis = 24, kSvgLegend = 22;
+
+// A time axis under the timelines at `top`: ticks at round milliseconds over [0, longest] s.
+void svg_ms_axis(std::ostream& out, double top, double longest, double scale) {
+  out << "<line x1=\"" << kSvgLabel << "\" y1=\"" << top << "\" x2=\"" << kSvgLabel + kSvgWidth << "\" y2=\"" << top
+      << "\" stroke=\"black\"/>\n";
+  const double ms = longest * 1e3;
+  if (!(ms > 0)) return;
+  // ms between ticks: 1, 2 or 5 x 10^k, at most ten intervals.
+  double step = std::pow(10.0, std::floor(std::log10(ms / 10)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (ms / (step * m) <= 10) {
+      step *= m;
+      break;
+    }
+  for (int k = 0; k * step <= ms * (1 + 1e-9); ++k) {
+    const double t = k * step;
+    const double x = kSvgLabel + t * 1e-3 * scale;
+    out << "<line x1=\"" << x << "\" y1=\"" << top << "\" x2=\"" << x << "\" y2=\"" << top + 4 << "\" stroke=\"black\"/>"
+        << "<text x=\"" << x << "\" y=\"" << top + 15 << "\" text-anchor=\"middle\">" << format_number(t) << "</text>\n";
+  }
+  out << "<text x=\"4\" y=\"" << top + 15 << "\">time (ms)</text>\n";
+}
+
+// The colours of the boxes: F, B, W and fused BW; lighter for a device's later chunks.
+void svg_legend(std::ostream& out, double top) {
+  const std::pair<const char*, const char*> items[] = {{"#3182bd", "F forward"},
+                                                       {"#31a354", "B input gradient"},
+                                                       {"#e6550d", "W weight gradient"},
+                                                       {"#756bb1", "BW fused"},
+                                                       {"#9ecae1", "lighter: a later chunk"}};
+  double x = kSvgLabel;
+  for (const auto& [fill, label] : items) {
+    out << "<rect x=\"" << x << "\" y=\"" << top + 4 << "\" width=\"12\" height=\"12\" fill=\"" << fill << "\"/>"
+        << "<text x=\"" << x + 16 << "\" y=\"" << top + 14 << "\">" << label << "</text>\n";
+    x += 190;
+  }
 }
 
 }  // namespace
@@ -179,16 +218,18 @@ std::string svg_timelines(const Schedule& s,
   for (const auto& [label, sim] : timelines) longest = std::max(longest, sim.makespan);
   const double scale = longest > 0 ? kSvgWidth / longest : 1;
   std::ostringstream out;
-  out << svg_open(svg_block_height(s) * static_cast<double>(timelines.size()));
+  out << svg_open(svg_block_height(s) * static_cast<double>(timelines.size()) + kSvgAxis + kSvgLegend);
   double top = 0;
   for (const auto& [label, sim] : timelines) {
     std::ostringstream title;
     title << label << ": " << s.kind << ", " << s.stages << " stages, " << s.micro_batches
           << " micro-batches; makespan " << format_number(sim.makespan * 1e3) << " ms, bubble "
           << format_number(sim.bubble);
-    svg_block(out, s, sim, title.str(), top, scale);
+    svg_block(out, s, sim, title.str(), top, scale, 1e3, " ms");
     top += svg_block_height(s);
   }
+  svg_ms_axis(out, top, longest, scale);
+  svg_legend(out, top + kSvgAxis);
   out << "</svg>\n";
   return out.str();
 }

@@ -87,16 +87,25 @@ TEST(Train, LearnsAndWritesEveryOutput) {
   // Trace: complete events on one track per device; timeline: an SVG with both rows of boxes.
   const auto trace = nlohmann::json::parse(slurp(d / "trace.json"));
   std::set<int> tracks;
+  std::map<int, std::string> track_names;  // "M" thread_name events name each track
   for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M") {
+      if (e["name"] == "thread_name") track_names[e["tid"].get<int>()] = e["args"]["name"];
+      continue;
+    }
     EXPECT_EQ(e["ph"], "X");
     EXPECT_GE(e["dur"].get<double>(), 0.0);
     tracks.insert(e["tid"].get<int>());
   }
   EXPECT_EQ(tracks, (std::set<int>{0, 1}));
+  EXPECT_EQ(track_names, (std::map<int, std::string>{{0, "device 0"}, {1, "device 1"}}));
   const std::string svg = slurp(d / "timeline.svg");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("measured (last step)"), std::string::npos);
   EXPECT_NE(svg.find("simulated on measured costs"), std::string::npos);
+  EXPECT_NE(svg.find(">time (ms)</text>"), std::string::npos);  // one axis, in ms
+  EXPECT_NE(svg.find(">F forward</text>"), std::string::npos);  // the legend
+  EXPECT_EQ(svg.find(" s</title>"), std::string::npos);
   // The trained model is the input model with new weights.
   EXPECT_TRUE(fs::exists(d / "trained.onnx"));
   EXPECT_NE(slurp(d / "trained.onnx"), slurp("samples/mlp/mlp.onnx"));

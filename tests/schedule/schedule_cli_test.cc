@@ -113,7 +113,7 @@ TEST(ScheduleCli, BadInputIsOneLineAndExitTwo) {
   expect_error(pipetrain("--kind zb-v -s 4 -m 8 --chunks 3"),
                "--kind zb-v: takes 2 chunks per device, not 3; change --chunks");
   expect_error(pipetrain("--kind gpipe -s 4 -m 8 --memory-limit 4"),
-               "--kind gpipe: device 0 keeps 8.000000 at its peak, over --memory-limit 4; "
+               "--kind gpipe: device 0 keeps 8 micro-batches of activations at its peak, over --memory-limit 4; "
                "choose a kind with less memory, or --kind auto");
   expect_error(pipetrain("--kind 1f1b -s 4 -m 8 --costs 1,2"),
                "--costs: has 2 numbers; give F,B,W (3 numbers) or F,B,W for each stage (12)");

@@ -1,5 +1,9 @@
 #include "core/bytes.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
 #include <cctype>
 #include <cmath>
 
@@ -29,6 +33,22 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
   }
   throw UserError(flag, "cannot read '" + text + "' as a size",
                   "write bytes, or a number with KB, MB, GB, KiB, MiB or GiB");
+}
+
+std::string format_bytes(int64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 0) return "-" + format_bytes(-std::max(bytes, -std::numeric_limits<int64_t>::max()));
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024 && unit < 6) {
+    v /= 1024;
+    ++unit;
+  }
+  const int decimals = v < 9.995 ? 2 : v < 99.95 ? 1 : 0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f %s", decimals, v, kUnits[unit]);
+  return buf;
 }
 
 }  // namespace pt

@@ -484,20 +484,5 @@ std::vector<PartRange> split_at(const LinearProblem& p, const std::vector<int>& 
   return out;
 }
 
-std::string format_bytes(int64_t bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 0) return "-" + format_bytes(-std::max(bytes, -kNoLimit));
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (v >= 1024 && unit < 6) {
-    v /= 1024;
-    ++unit;
-  }
-  const int decimals = v < 9.995 ? 2 : v < 99.95 ? 1 : 0;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f %s", decimals, v, kUnits[unit]);
-  return buf;
-}
 
 }  // namespace pt

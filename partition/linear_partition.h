@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"  // format_bytes, for the reports that print part memory
+
 namespace pt {
 
 struct LinearProblem {
@@ -86,7 +88,5 @@ std::vector<PartRange> split_at(const LinearProblem& p, const std::vector<int>& 
 // as a limit means none. Throws UserError when parts is not in [1, n].
 int64_t min_feasible_limit(const LinearProblem& p, int parts, const MemoryModel& m);
 
-// Binary units, three significant digits: "512 B", "3.00 KiB", "12.5 MiB", "1.37 GiB".
-std::string format_bytes(int64_t bytes);
 
 }  // namespace pt

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/bytes.h"
+
 namespace pt {
 
 std::string step_grid(const Schedule& s, const std::vector<GridMark>& marks) {
@@ -110,7 +112,7 @@ std::string ascii_timeline(const Schedule& s, const Simulation& sim, int width) 
   for (const DeviceReport& r : sim.devices) {
     out << "device " << r.index << ": busy " << format_number(r.busy) << "  bubble "
         << format_number(r.bubble) << "  peak activations " << format_number(r.peak_activations);
-    if (sim.bytes) out << " (" << format_number(r.peak_bytes) << " bytes)";
+    if (sim.bytes) out << " (" << format_bytes(static_cast<int64_t>(r.peak_bytes)) << ")";
     out << "\n";
   }
   return out.str();

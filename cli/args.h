@@ -67,6 +67,7 @@ struct RunArgs {
   std::vector<std::string> dims;    // "name=value"
   std::string output_dir;
   int threads = 1;
+  int repeats = 1;  // forward passes timed; the median is printed
 };
 
 struct TrainArgs {

@@ -101,6 +101,8 @@ int run_cli(int argc, char** argv) {
          c->add_option("--dim", forward.dims, "binds a named symbolic dimension: NAME=VALUE");
          c->add_option("--output,-o", forward.output_dir, "folder for the outputs")->required();
          c->add_option("--threads,-t", forward.threads, "CPU threads")->check(at_least_one());
+         c->add_option("--repeats,-r", forward.repeats, "forward passes to time (prints the median)")
+             ->check(at_least_one());
        },
        [&] { return run_forward(forward); }},
       {"grad", "one step's loss and parameter gradients on the CPU, written as .npy",

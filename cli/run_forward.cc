@@ -1,7 +1,10 @@
 // `pipetrain run`: forward inference on the CPU backend, every graph output written as .npy.
 // The batch is bound from the inputs in the graph's order (batch_of); --input names are checked
 // against the model's inputs before anything is imported.
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <map>
 
@@ -81,7 +84,13 @@ int run_forward(const RunArgs& a) {
   }
   CpuBackend backend(a.threads);
   StageProgram program(g, backend);
-  program.run(feeds);
+  std::vector<double> times;  // seconds per forward pass, the program compiled before the first
+  for (int r = 0; r < a.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    program.run(feeds);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
 
   std::filesystem::create_directories(a.output_dir);
   for (size_t k = 0; k < g.outputs.size(); ++k) {
@@ -95,6 +104,8 @@ int run_forward(const RunArgs& a) {
     std::cout << g.value(g.outputs[k]).name << " " << t.type.str() << " -> " << path << "\n";
   }
   std::cout << "arena " << format_bytes(program.planned_peak_bytes()) << " planned\n";
+  std::cout << "forward " << std::fixed << std::setprecision(3) << times[times.size() / 2] * 1e3 << " ms"
+            << (a.repeats > 1 ? " (median of " + std::to_string(a.repeats) + " runs)" : "") << "\n";
   return 0;
 }
 

@@ -171,6 +171,22 @@ TEST(Cli, RunWritesEveryOutput) {
   EXPECT_EQ(y.type.shape, (std::vector<int64_t>{3, 10}));
 }
 
+// --repeats N times N forward passes and prints the median (what bench/exports.py reads).
+TEST(Cli, RunTimesRepeatedForwardPasses) {
+  const fs::path out = fs::temp_directory_path() / "pt_cli_run_repeats";
+  fs::remove_all(out);
+  Result r = run("run samples/mlp/mlp.onnx --input input=" + zeros_npy("mlp_x.npy", {3, 64}).string() +
+                 " --output " + out.string() + " --repeats 5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t at = r.out.find("\nforward ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  EXPECT_GT(std::stod(line.substr(8)), 0.0) << line;
+  EXPECT_NE(line.find(" ms (median of 5 runs)"), std::string::npos) << line;
+  expect_one_line_error_starting(run("run samples/mlp/mlp.onnx --input input=x.npy --output o --repeats 0"),
+                                 "--repeats");
+}
+
 TEST(CliErrors, RunWithAMissingInput) {
   // An input of another name is named first (issue 21, item 10), with the model's inputs.
   expect_one_line_error(run("run samples/mlp/mlp.onnx --input other=" +

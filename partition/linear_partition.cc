@@ -26,6 +26,10 @@ void check_problem(const LinearProblem& p, const MemoryModel& m) {
   PT_CHECK(non_negative(p.cost), "negative cost");
   PT_CHECK(non_negative(p.param_bytes) && non_negative(p.activation_bytes), "negative bytes");
   PT_CHECK(m.limit >= 0 && m.state_factor >= 0, "negative memory model");
+  for (const SharedParam& s : p.shared)
+    PT_CHECK(s.bytes >= 0 && s.readers.size() >= 2 && std::is_sorted(s.readers.begin(), s.readers.end()) &&
+                 s.readers.front() >= 0 && s.readers.back() < static_cast<int>(n),
+             "a shared parameter needs two or more readers in order");
 }
 
 void check_parts(const LinearProblem& p, int parts) {
@@ -83,6 +87,8 @@ Span end_span(const RangeMeasure& r, int n, int parts, int k, int64_t max_cost) 
 
 // Decides whether some split into K parts has every part cost <= max_cost and every part
 // memory <= limit, sweeping the parts left to right over the positions where they can end.
+// Copies of shared parameters are left out (params(0, i) has none), so with shared parameters
+// a "feasible" is only a lower bound, which solve_checked confirms with FewestCrossing.
 //
 // Memory of part k over [j, i), with f = in_flight(k), sf = state factor and prefix sums
 // P (params), A (activations):
@@ -178,6 +184,9 @@ class FewestCrossing {
     for (int k = parts_ - 1; k >= 0; --k) fill_fewest(k);
     for (int k = 0; k < parts_; ++k) group_ends(k);
   }
+
+  // Whether some split has every part cost <= bound and fits the limit (memory exact).
+  bool feasible() { return probe(bound_); }
 
   // The split, knowing no split has a largest cost below least_cost (T*).
   std::vector<PartRange> solve(int64_t least_cost) {
@@ -366,6 +375,32 @@ int64_t smallest_limit(ReachSweep& sweep, int64_t no_cost_bound, int64_t hi) {
   return lo;
 }
 
+// Whether some split has every part cost <= bound and fits `limit`, copies of shared parameters
+// counted (FewestCrossing's memory is exact); monotone in both.
+bool fits_exactly(const LinearProblem& p, int parts, const MemoryModel& m, int64_t limit, int64_t bound) {
+  return FewestCrossing(p, parts, m, limit, bound).feasible();
+}
+
+// The smallest limit that fits with the copies counted, knowing `hi` fits.
+int64_t exact_smallest_limit(const LinearProblem& p, int parts, const MemoryModel& m, int64_t no_cost_bound,
+                             int64_t hi) {
+  int64_t lo = 0;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (fits_exactly(p, parts, m, mid, no_cost_bound))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+// The smallest limit that fits: the sweep's, or with shared parameters the exact one.
+int64_t least_limit(const LinearProblem& p, int parts, const MemoryModel& m, ReachSweep& sweep, int64_t total) {
+  const int64_t hi = some_split_memory(p, parts, m);
+  return p.shared.empty() ? smallest_limit(sweep, total, hi) : exact_smallest_limit(p, parts, m, total, hi);
+}
+
 [[noreturn]] void throw_no_fit(int parts, int64_t limit, int64_t smallest) {
   auto [have, need] = format_pair(limit, smallest);
   throw UserError("partition",
@@ -395,8 +430,10 @@ std::vector<PartRange> solve_checked(const LinearProblem& p, int parts, const Me
   const int64_t total = r.cost(0, n);
   const int64_t limit = m.limit == 0 ? kNoLimit : m.limit;
   ReachSweep sweep(p, parts, m);
-  if (!sweep.feasible(total, limit))
-    throw_no_fit(parts, m.limit, smallest_limit(sweep, total, some_split_memory(p, parts, m)));
+  // The sweep leaves shared parameters' copies out: its answers are confirmed exactly.
+  const bool copies = !p.shared.empty() && limit != kNoLimit;
+  if (!sweep.feasible(total, limit) || (copies && !fits_exactly(p, parts, m, limit, total)))
+    throw_no_fit(parts, m.limit, least_limit(p, parts, m, sweep, total));
 
   // Gallop up from the lower bound, then bisect: probes near the optimum sweep narrow spans.
   int64_t max_cost = 0;
@@ -414,6 +451,17 @@ std::vector<PartRange> solve_checked(const LinearProblem& p, int parts, const Me
     else
       lo = mid + 1;
   }
+  if (copies && !fits_exactly(p, parts, m, limit, lo)) {
+    int64_t a = lo + 1, b = total;
+    while (a < b) {
+      const int64_t mid = a + (b - a) / 2;
+      if (fits_exactly(p, parts, m, limit, mid))
+        b = mid;
+      else
+        a = mid + 1;
+    }
+    lo = a;
+  }
   return FewestCrossing(p, parts, m, limit, slack_bound(lo, opts.slack, total)).solve(lo);
 }
 
@@ -426,6 +474,16 @@ RangeMeasure::RangeMeasure(const LinearProblem& p)
     params_[i + 1] = params_[i] + p.param_bytes[i];
     act_[i + 1] = act_[i] + p.activation_bytes[i];
   }
+}
+
+int64_t RangeMeasure::params(int begin, int end) const {
+  int64_t bytes = params_[end] - params_[begin];
+  for (const SharedParam& s : p_.shared) {
+    if (s.readers.front() >= begin) continue;  // counted where first read, or not in the range
+    const auto next = std::lower_bound(s.readers.begin(), s.readers.end(), begin);
+    if (next != s.readers.end() && *next < end) bytes += s.bytes;
+  }
+  return bytes;
 }
 
 int64_t RangeMeasure::memory(int begin, int end, int part, int parts,
@@ -447,8 +505,7 @@ int64_t min_feasible_limit(const LinearProblem& p, int parts, const MemoryModel&
   check_parts(p, parts);
   ReachSweep sweep(p, parts, m);
   RangeMeasure r(p);
-  return smallest_limit(sweep, r.cost(0, static_cast<int>(p.size())),
-                        some_split_memory(p, parts, m));
+  return least_limit(p, parts, m, sweep, r.cost(0, static_cast<int>(p.size())));
 }
 
 std::vector<PartRange> split_at(const LinearProblem& p, const std::vector<int>& cuts,

@@ -15,9 +15,17 @@
 
 namespace pt {
 
+// A parameter read at several positions (a tie, a module called twice): param_bytes counts it at
+// its first reader; every other part holding one of its readers holds a copy of it too.
+struct SharedParam {
+  int64_t bytes = 0;
+  std::vector<int> readers;  // positions, ascending, at least two
+};
+
 struct LinearProblem {
   std::vector<int64_t> cost;              // n: cost of position i (>= 0)
   std::vector<int64_t> param_bytes;       // n: parameter bytes first used at position i (>= 0)
+  std::vector<SharedParam> shared;        // parameters read at several positions
   std::vector<int64_t> activation_bytes;  // n: bytes position i keeps per micro-batch (>= 0)
   std::vector<int64_t> cut_bytes;         // n+1: bytes of tensors crossing a cut placed just
                                           // before position i (cut_bytes[0]: the graph inputs)
@@ -26,6 +34,8 @@ struct LinearProblem {
 
 // Memory of part k (0-based) of K covering [begin, end):
 //   state_factor * params + in_flight(k) * (activations + cut_bytes[begin])
+// where params are the bytes first used in the range plus a copy of every shared parameter that
+// a position in the range reads and an earlier part read first;
 // where in_flight(k) = K - k: under 1F1B the k-th part holds K - k micro-batches at once, and
 // it keeps the tensors it received for its backward. limit 0 means no limit.
 struct MemoryModel {
@@ -47,7 +57,7 @@ class RangeMeasure {
  public:
   explicit RangeMeasure(const LinearProblem& p);
   int64_t cost(int begin, int end) const { return cost_[end] - cost_[begin]; }
-  int64_t params(int begin, int end) const { return params_[end] - params_[begin]; }
+  int64_t params(int begin, int end) const;  // with the copies of shared parameters
   int64_t activations(int begin, int end) const { return act_[end] - act_[begin]; }
   int64_t memory(int begin, int end, int part, int parts, const MemoryModel& m) const;
 

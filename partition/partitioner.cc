@@ -155,11 +155,15 @@ LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs)
     p.cost[static_cast<size_t>(i)] = costs[static_cast<size_t>(i)].cost();
     p.activation_bytes[static_cast<size_t>(i)] = costs[static_cast<size_t>(i)].saved_bytes;
   }
-  std::set<ValueId> seen;
+  std::map<ValueId, std::vector<int>> readers;  // parameter -> the positions reading it, ascending
   for (int i = 0; i < n; ++i)
     for (ValueId v : g.nodes[static_cast<size_t>(i)].inputs)
-      if (v != kNoValue && g.value(v).is_parameter() && seen.insert(v).second)
-        p.param_bytes[static_cast<size_t>(i)] += g.value(v).type.bytes();
+      if (v != kNoValue && g.value(v).is_parameter() && (readers[v].empty() || readers[v].back() != i)) {
+        if (readers[v].empty()) p.param_bytes[static_cast<size_t>(i)] += g.value(v).type.bytes();
+        readers[v].push_back(i);
+      }
+  for (auto& [v, at] : readers)
+    if (at.size() > 1) p.shared.push_back({g.value(v).type.bytes(), std::move(at)});
   // cut_bytes[i]: tensors made before position i and needed at or after it.
   const Lifetimes L = lifetimes(g);
   std::vector<int64_t> diff(static_cast<size_t>(n) + 2, 0);

@@ -31,6 +31,11 @@ int64_t naive_memory(const LinearProblem& p, int begin, int end, int part, int p
     params += p.param_bytes[i];
     acts += p.activation_bytes[i];
   }
+  for (const SharedParam& s : p.shared) {  // a copy where a later part reads it again
+    bool read_here = false;
+    for (int r : s.readers) read_here = read_here || (r >= begin && r < end);
+    if (read_here && s.readers.front() < begin) params += s.bytes;
+  }
   return m.state_factor * params + (parts - part) * (acts + p.cut_bytes[begin]);
 }
 
@@ -150,6 +155,15 @@ LinearProblem random_problem(std::mt19937_64& rng, int n) {
     p.activation_bytes.push_back(draw(300));
   }
   for (int i = 0; i <= n; ++i) p.cut_bytes.push_back(draw(500));  // not monotone
+  // Half the problems share a parameter or two among positions (a tie, a module called twice).
+  for (int k = draw(1) == 0 ? 0 : 1 + static_cast<int>(draw(1)); k > 0 && n >= 2; --k) {
+    SharedParam s{draw(1000), {}};
+    for (int i = 0; i < n; ++i)
+      if (draw(2) == 0) s.readers.push_back(i);
+    if (s.readers.size() < 2) s.readers = {0, n - 1};
+    p.param_bytes[static_cast<size_t>(s.readers.front())] += s.bytes;
+    p.shared.push_back(std::move(s));
+  }
   return p;
 }
 

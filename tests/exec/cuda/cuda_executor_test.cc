@@ -30,6 +30,7 @@
 #include "schedule/generators.h"
 #include "schedule/lower.h"
 #include "tests/autodiff/sample_chunks.h"
+#include "tests/exec/cuda/gradient_compare.h"
 #include "tests/exec/test_tensors.h"
 
 namespace pt {
@@ -152,9 +153,10 @@ double relative_error(const Tensor& want, const Tensor& have) {
 void expect_close(const Result& cpu, const Result& gpu) {
   EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4 * std::fabs(cpu.loss)) << "loss";
   ASSERT_EQ(cpu.grads.size(), gpu.grads.size());
+  const double largest = cuda_test::largest_gradient(cpu.grads);
   for (const auto& [p, t] : cpu.grads) {
     ASSERT_EQ(t.type, gpu.grads.at(p).type) << p;
-    EXPECT_LE(relative_error(t, gpu.grads.at(p)), 1e-3) << "gradient of " << p;
+    EXPECT_LE(cuda_test::gradient_error(p, t, gpu.grads.at(p), largest), 1.0) << "gradient of " << p;
   }
   for (size_t m = 0; m < cpu.side.size(); ++m)
     for (size_t i = 0; i < cpu.side[m].size(); ++i)

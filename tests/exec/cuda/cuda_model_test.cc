@@ -22,6 +22,7 @@
 #include "exec/reference_step.h"
 #include "exec/stage_program.h"
 #include "tests/autodiff/sample_chunks.h"
+#include "tests/exec/cuda/gradient_compare.h"
 #include "tests/exec/test_tensors.h"
 
 namespace pt {
@@ -110,12 +111,6 @@ Step step(const BackwardGraphs& c, const std::vector<Store>& micro_batches, Back
   return s;
 }
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.type.numel(); ++i) m = std::max(m, double(std::fabs(t.as<float>()[i])));
-  return m;
-}
-
 class CudaModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaModel, OneStepMatchesCpu) {
@@ -129,14 +124,11 @@ TEST_P(CudaModel, OneStepMatchesCpu) {
   cuda::CudaBackend gpu;
   const Step have = step(chunks[0], in, gpu);
   EXPECT_NEAR(have.loss, want.loss, 1e-4 * std::fabs(want.loss)) << "loss";
+  const double largest = cuda_test::largest_gradient(want.grads);
   for (const auto& [p, w] : want.grads) {
     const Tensor& h = have.grads.at(p);
     ASSERT_EQ(h.type, w.type) << p;
-    const double scale = std::max(max_abs(w), 1e-30);
-    double worst = 0;
-    for (int64_t i = 0; i < w.type.numel(); ++i)
-      worst = std::max(worst, std::fabs(double(h.as<float>()[i]) - w.as<float>()[i]) / scale);
-    EXPECT_LE(worst, 1e-3) << "gradient of " << p;
+    EXPECT_LE(cuda_test::gradient_error(p, w, h, largest), 1.0) << "gradient of " << p;
   }
   const Step again = step(chunks[0], in, gpu);
   EXPECT_EQ(again.loss, have.loss);
@@ -155,6 +147,30 @@ TEST_P(CudaModel, HarnessIsReferenceStepOnCpu) {
   ASSERT_EQ(mine.grads.size(), ref.grads().size());
   for (const auto& [p, g] : ref.grads()) EXPECT_EQ(mine.grads.at(p).data, g.data) << p;
   EXPECT_FALSE(mine.grads.empty());
+}
+
+// The premise of gradient_compare.h, on the CPU: every key bias gradient of the attention samples
+// is under kNoise of the step's largest gradient, while the query bias beside it, the same shape
+// and scale, is a real gradient well above that.
+TEST_P(CudaModel, KeyBiasGradientIsNoise) {
+  const std::vector<BackwardGraphs> chunks = one_chunk(GetParam());
+  const std::vector<Store> in = feeds(chunks[0]);
+  CpuBackend cpu(2);
+  const Step s = step(chunks[0], in, cpu);
+  const double largest = cuda_test::largest_gradient(s.grads);
+  ASSERT_GT(largest, 0);
+  int key_biases = 0;
+  for (const auto& [p, g] : s.grads) {
+    if (!cuda_test::is_key_bias(p)) continue;
+    ++key_biases;
+    EXPECT_LT(cuda_test::max_abs(g), cuda_test::kNoise * largest) << p << " of the step's " << largest;
+    std::string q = p;
+    q.replace(q.find("attn.k.bias"), 11, "attn.q.bias");
+    ASSERT_TRUE(s.grads.count(q)) << q;
+    EXPECT_GT(cuda_test::max_abs(s.grads.at(q)), 100 * cuda_test::kNoise * largest) << q;
+  }
+  const bool attention = GetParam() == "gpt" || GetParam() == "bert" || GetParam() == "vit";
+  EXPECT_EQ(key_biases > 0, attention);
 }
 
 INSTANTIATE_TEST_SUITE_P(Samples, CudaModel,

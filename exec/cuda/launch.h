@@ -127,6 +127,12 @@ void launch_pad(const PadPlan& p, const void* x, const void* value_ptr, uint64_t
 
 // ---- reductions (reduce.cu) -----------------------------------------------------------------
 
+// Sums over many rows for few outputs (a bias gradient: [8192, 1024] summed over rows) are split
+// into this many blocks of consecutive rows so that enough threads run: one thread per output
+// and block sums its rows in order into a double partial (scratch), then one thread per output
+// sums the partials in order. The split depends on the shape alone, so the bits do too. 1: none.
+int64_t sum_splits(int64_t rows, int64_t outputs);
+
 // y[o] = scale * sum_r x[kept_offset(o) + reduced_offset(r)], every sum in a fixed order.
 struct ReducePlan {
   int kept_rank = 0, reduced_rank = 0;
@@ -135,8 +141,10 @@ struct ReducePlan {
   int64_t out_numel = 1, count = 1;
   float scale = 1.f;
   bool inner_reduced = false;  // the input's innermost dim is reduced: a block per output
+  int64_t splits = 1;          // inner kept: sum_splits(count, out_numel)
+  size_t scratch_bytes() const { return splits > 1 ? sizeof(double) * size_t(splits * out_numel) : 0; }
 };
-void launch_reduce(const ReducePlan& p, const float* x, float* y, cudaStream_t stream);
+void launch_reduce(const ReducePlan& p, const float* x, float* y, void* scratch, cudaStream_t stream);
 
 // ---- normalisation (norm.cu) ----------------------------------------------------------------
 
@@ -145,10 +153,14 @@ void launch_reduce(const ReducePlan& p, const float* x, float* y, cudaStream_t s
 void launch_layer_norm(int64_t outer, int64_t inner, float epsilon, const float* x,
                        const float* scale, const float* bias, float* y, float* mean,
                        float* inv_std, cudaStream_t stream);
-// LayerNormGrad (core/pipetrain_ops.h); any of dx, dscale, dbias may be null.
+// LayerNormGrad (core/pipetrain_ops.h); any of dx, dscale, dbias may be null. dScale and dBias
+// are sums over the `outer` rows, split as sum_splits says; scratch holds
+// layer_norm_grad_scratch(outer, inner) bytes.
+size_t layer_norm_grad_scratch(int64_t outer, int64_t inner);
 void launch_layer_norm_grad(int64_t outer, int64_t inner, const float* dy, const float* x,
                             const float* scale, const float* mean, const float* inv_std,
-                            float* dx, float* dscale, float* dbias, cudaStream_t stream);
+                            float* dx, float* dscale, float* dbias, void* scratch,
+                            cudaStream_t stream);
 // BatchNormalization's running statistics (ONNX: biased batch variance):
 //   out_mean = in_mean * momentum + batch_mean * (1 - momentum)
 //   out_var  = in_var * momentum + unbiased_var * (count - 1) / count * (1 - momentum)

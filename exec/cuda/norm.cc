@@ -257,15 +257,15 @@ std::unique_ptr<Kernel> make_layer_norm_grad(const KernelSpec& s, CudaContext& c
   for (size_t k = 1; k < 3; ++k)
     if (wanted(s, k) && s.outputs[k].shape != s.inputs[2].shape) return nullptr;
   const cudaStream_t stream = ctx.stream;
-  return fn_kernel([=](Args in, Args out, void*) {
+  return fn_kernel([=](Args in, Args out, void* scratch) {
     auto present = [&](size_t k) {
       return k < out.size() && out[k].present() ? out[k].as<float>() : nullptr;
     };
     launch_layer_norm_grad(outer, inner, in[0].as<const float>(),
                            in[1].as<const float>(), in[2].as<const float>(),
                            in[3].as<const float>(), in[4].as<const float>(),
-                           present(0), present(1), present(2), stream);
-  });
+                           present(0), present(1), present(2), scratch, stream);
+  }, layer_norm_grad_scratch(outer, inner));
 }
 
 }  // namespace pt::cuda

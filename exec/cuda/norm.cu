@@ -1,7 +1,8 @@
 // exec/cuda/norm.cu: device code of LayerNormalization, LayerNormGrad and BatchNormalization's
 // running statistics (cuDNN computes the batch statistics; see nn.cc). One block per row for
 // the row statistics (two passes: mean, then squared deviations, as the CPU's), one thread per
-// column for the sums over rows (dScale, dBias); partial sums in double, fixed order.
+// column and block of rows for the sums over rows (dScale, dBias; blocks as sum_splits says,
+// then the blocks' partials in order); partial sums in double, fixed order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -65,16 +66,39 @@ __global__ void layer_norm_dx_kernel(int64_t outer, int64_t inner, const float* 
   }
 }
 
-// dScale[j] = sum_r dy * xhat, dBias[j] = sum_r dy, rows in order.
-__global__ void layer_norm_dparams_kernel(int64_t outer, int64_t inner, const float* dy,
-                                          const float* x, const float* mean, const float* inv_std,
-                                          float* dscale, float* dbias) {
-  PT_GRID_STRIDE(j, inner) {
+// Block b of the rows: part_scale[b * inner + j] = sum_r dy * xhat, part_bias[...] = sum_r dy,
+// rows in order (one block of all rows: straight into dscale and dbias as float).
+__global__ void layer_norm_dparams_kernel(int64_t outer, int64_t inner, int64_t splits,
+                                          const float* dy, const float* x, const float* mean,
+                                          const float* inv_std, double* part_scale,
+                                          double* part_bias, float* dscale, float* dbias) {
+  const int64_t chunk = (outer + splits - 1) / splits;
+  PT_GRID_STRIDE(i, inner * splits) {
+    const int64_t j = i % inner, b = i / inner, end = min(outer, (b + 1) * chunk);
     double ss = 0, sb = 0;
-    for (int64_t r = 0; r < outer; ++r) {
+    for (int64_t r = b * chunk; r < end; ++r) {
       const float d = dy[r * inner + j];
       ss += double(d) * double((x[r * inner + j] - mean[r]) * inv_std[r]);
       sb += d;
+    }
+    if (splits == 1) {
+      if (dscale) dscale[j] = static_cast<float>(ss);
+      if (dbias) dbias[j] = static_cast<float>(sb);
+    } else {
+      part_scale[i] = ss;
+      part_bias[i] = sb;
+    }
+  }
+}
+
+// The blocks' partials of column j, in block order.
+__global__ void layer_norm_dparams_sum_kernel(int64_t inner, int64_t splits, const double* part_scale,
+                                              const double* part_bias, float* dscale, float* dbias) {
+  PT_GRID_STRIDE(j, inner) {
+    double ss = 0, sb = 0;
+    for (int64_t b = 0; b < splits; ++b) {
+      ss += part_scale[b * inner + j];
+      sb += part_bias[b * inner + j];
     }
     if (dscale) dscale[j] = static_cast<float>(ss);
     if (dbias) dbias[j] = static_cast<float>(sb);
@@ -111,18 +135,31 @@ void launch_layer_norm(int64_t outer, int64_t inner, float epsilon, const float*
   PT_CUDA_LAUNCH_CHECK();
 }
 
+size_t layer_norm_grad_scratch(int64_t outer, int64_t inner) {
+  const int64_t splits = sum_splits(outer, inner);
+  return splits > 1 ? 2 * sizeof(double) * size_t(splits * inner) : 0;
+}
+
 void launch_layer_norm_grad(int64_t outer, int64_t inner, const float* dy, const float* x,
                             const float* scale, const float* mean, const float* inv_std,
-                            float* dx, float* dscale, float* dbias, cudaStream_t s) {
+                            float* dx, float* dscale, float* dbias, void* scratch, cudaStream_t s) {
   if (dx && outer > 0) {
     layer_norm_dx_kernel<<<row_blocks(outer), kThreads, 0, s>>>(outer, inner, dy, x, scale, mean,
                                                                 inv_std, dx);
     PT_CUDA_LAUNCH_CHECK();
   }
   if ((dscale || dbias) && inner > 0) {
-    layer_norm_dparams_kernel<<<grid_for(inner), kThreads, 0, s>>>(outer, inner, dy, x, mean,
-                                                                   inv_std, dscale, dbias);
+    const int64_t splits = sum_splits(outer, inner);
+    auto* part_scale = static_cast<double*>(scratch);
+    double* part_bias = splits > 1 ? part_scale + splits * inner : nullptr;
+    layer_norm_dparams_kernel<<<grid_for(inner * splits), kThreads, 0, s>>>(
+        outer, inner, splits, dy, x, mean, inv_std, part_scale, part_bias, dscale, dbias);
     PT_CUDA_LAUNCH_CHECK();
+    if (splits > 1) {
+      layer_norm_dparams_sum_kernel<<<grid_for(inner), kThreads, 0, s>>>(inner, splits, part_scale,
+                                                                        part_bias, dscale, dbias);
+      PT_CUDA_LAUNCH_CHECK();
+    }
   }
 }
 

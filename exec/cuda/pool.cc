@@ -140,7 +140,7 @@ std::unique_ptr<Kernel> make_global_average_pool(const KernelSpec& s, CudaContex
   p.inner_reduced = true;
   const cudaStream_t stream = ctx.stream;
   return fn_kernel([=](Args in, Args out, void*) {
-    launch_reduce(p, in[0].as<const float>(), out[0].as<float>(), stream);
+    launch_reduce(p, in[0].as<const float>(), out[0].as<float>(), nullptr, stream);
   });
 }
 

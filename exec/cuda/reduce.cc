@@ -46,6 +46,7 @@ std::optional<ReducePlan> plan_reduce(const Dims& shape, const std::vector<bool>
     }
   }
   p.inner_reduced = !dims.empty() && dims.back().reduced;
+  if (!p.inner_reduced) p.splits = sum_splits(p.count, p.out_numel);
   return p;
 }
 
@@ -55,9 +56,9 @@ std::unique_ptr<Kernel> make_reduce(const KernelSpec& s, CudaContext& ctx, bool 
   const auto p = plan_reduce(s.inputs[0].shape, *reduced, mean);
   if (!p) return nullptr;
   const cudaStream_t stream = ctx.stream;
-  return fn_kernel([p = *p, stream](Args in, Args out, void*) {
-    launch_reduce(p, in[0].as<const float>(), out[0].as<float>(), stream);
-  });
+  return fn_kernel([p = *p, stream](Args in, Args out, void* scratch) {
+    launch_reduce(p, in[0].as<const float>(), out[0].as<float>(), scratch, stream);
+  }, p->scratch_bytes());
 }
 
 }  // namespace

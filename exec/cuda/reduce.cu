@@ -3,7 +3,9 @@
 //   innermost input dim reduced: one block per output, its threads striding over the reduced
 //     elements (consecutive threads read consecutive addresses), then a block tree;
 //   innermost dim kept: one thread per output walking the reduced elements in order
-//     (consecutive threads read consecutive addresses).
+//     (consecutive threads read consecutive addresses); with few outputs over many reduced
+//     elements the walk is split in blocks of elements (sum_splits), each block's partial kept
+//     in double, then the partials summed in order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -45,22 +47,61 @@ __global__ void reduce_block_kernel(ReducePlan p, const float* x, float* y) {
   }
 }
 
+// The sum of reduced elements [begin, end) for output o, in order.
+__device__ inline double sum_range(const ReducePlan& p, const float* x, int64_t o, int64_t begin,
+                                   int64_t end) {
+  const float* base = x + kept_offset(p, o);
+  double s = 0;
+  if (p.reduced_rank == 1) {  // one reduced dim: a plain stride
+    const int64_t stride = p.reduced_strides[0];
+    for (int64_t r = begin; r < end; ++r) s += base[r * stride];
+  } else {
+    for (int64_t r = begin; r < end; ++r) s += base[reduced_offset(p, r)];
+  }
+  return s;
+}
+
 __global__ void reduce_thread_kernel(ReducePlan p, const float* x, float* y) {
-  PT_GRID_STRIDE(o, p.out_numel) {
-    const float* base = x + kept_offset(p, o);
+  PT_GRID_STRIDE(o, p.out_numel) y[o] = static_cast<float>(sum_range(p, x, o, 0, p.count) * p.scale);
+}
+
+// Thread (block b, output o) sums block b of the reduced elements into part[b * out_numel + o].
+__global__ void reduce_split_kernel(ReducePlan p, const float* x, double* part) {
+  const int64_t chunk = (p.count + p.splits - 1) / p.splits;
+  PT_GRID_STRIDE(i, p.out_numel * p.splits) {
+    const int64_t o = i % p.out_numel, b = i / p.out_numel;
+    part[i] = sum_range(p, x, o, b * chunk, min(p.count, (b + 1) * chunk));
+  }
+}
+
+// y[o] = scale * the partials of output o, in block order.
+__global__ void sum_parts_kernel(int64_t outputs, int64_t splits, float scale, const double* part, float* y) {
+  PT_GRID_STRIDE(o, outputs) {
     double s = 0;
-    for (int64_t r = 0; r < p.count; ++r) s += base[reduced_offset(p, r)];
-    y[o] = static_cast<float>(s * p.scale);
+    for (int64_t b = 0; b < splits; ++b) s += part[b * outputs + o];
+    y[o] = static_cast<float>(s * scale);
   }
 }
 
 }  // namespace
 
-void launch_reduce(const ReducePlan& p, const float* x, float* y, cudaStream_t s) {
+int64_t sum_splits(int64_t rows, int64_t outputs) {
+  constexpr int64_t kFill = 132 * 2048;  // threads resident on an H100/H200 (132 SMs x 2048)
+  constexpr int64_t kLeast = 32;         // rows a block sums at the least
+  if (outputs <= 0 || rows < 2 * kLeast || outputs >= kFill) return 1;
+  return std::clamp<int64_t>(std::min((kFill + outputs - 1) / outputs, rows / kLeast), 1, 1024);
+}
+
+void launch_reduce(const ReducePlan& p, const float* x, float* y, void* scratch, cudaStream_t s) {
   if (p.out_numel == 0) return;
   if (p.inner_reduced) {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.out_numel, 65535 * 8));
     reduce_block_kernel<<<blocks, kThreads, 0, s>>>(p, x, y);
+  } else if (p.splits > 1) {
+    auto* part = static_cast<double*>(scratch);
+    reduce_split_kernel<<<grid_for(p.out_numel * p.splits), kThreads, 0, s>>>(p, x, part);
+    PT_CUDA_LAUNCH_CHECK();
+    sum_parts_kernel<<<grid_for(p.out_numel), kThreads, 0, s>>>(p.out_numel, p.splits, p.scale, part, y);
   } else {
     reduce_thread_kernel<<<grid_for(p.out_numel), kThreads, 0, s>>>(p, x, y);
   }

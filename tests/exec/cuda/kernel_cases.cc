@@ -252,6 +252,11 @@ void norm(Cases& c) {
   c.grad("LayerNormGrad_WithoutDScale", "LayerNormGrad",
          {f32({4, 21}), f32({4, 21}), f32({21}), f32({4, 1}), f32({4, 1}, 0.5, 2)},
          {F({4, 21}), kNone, F({21})});
+  // Many rows over few columns: dScale and dBias summed in blocks of rows (sum_splits), the
+  // last block shorter.
+  c.grad("LayerNormGrad_ManyRows", "LayerNormGrad",
+         {f32({300, 16}), f32({300, 16}, -2, 3), f32({16}, 0.5, 1.5), f32({300, 1}), f32({300, 1}, 0.5, 2)},
+         {F({300, 16}), F({16}), F({16})});
   c.grad("LayerNormGrad_Axis1", "LayerNormGrad",
          {f32(s), f32(s), f32({3, 8}), f32({2, 1, 1}), f32({2, 1, 1}, 0.5, 2)}, {F(s), F({3, 8}), F({3, 8})},
          {{"axis", int64_t{1}}});
@@ -303,6 +308,9 @@ void movement(Cases& c) {
         {{"keepdims", int64_t{0}}});
   c.add("ReduceSum_All", "ReduceSum", {f32({3, 4})}, {F({})}, {{"keepdims", int64_t{0}}});
   c.add("ReduceSum_Rows", "ReduceSum", {f32({4096, 24}), cst(i64s({0}))}, {F({1, 24})});
+  // Two reduced dims around kept ones, split into blocks of rows that do not divide the count.
+  c.add("ReduceSum_SplitUneven", "ReduceSum", {f32({50, 3, 40, 7}), cst(i64s({0, 2}))}, {F({3, 7})},
+        {{"keepdims", int64_t{0}}});
   c.add("Pad_ConstantValue", "Pad", {f32({2, 3, 4}), cst(i64s({0, 1, -1, 1, 0, 2})), cst(scalar(1.5f))},
         {F({3, 4, 5})});
   c.add("Pad_Int64AxesFedValue", "Pad",

@@ -10,7 +10,12 @@ Reads the models with the onnx package when it is installed, else with a minimal
 here (ModelProto.graph.initializer: name, dims, data_type, raw_data or float/int64/int32 data),
 since the GPU machine may have numpy but no onnx.
 
-Usage: gpu_compare.py A.onnx B.onnx [--tol 1e-3] [--exact]
+With --update-from INIT.onnx (the model both runs started from) the training updates are compared
+instead: over every float initializer, ||(A - INIT) - (B - INIT)|| / ||B - INIT|| (2-norms over all
+tensors together), against --tol. That is the check for a run in a lower precision (bf16 GEMMs),
+whose parameters differ from the fp32 run's by a fraction of the update, not of the weight.
+
+Usage: gpu_compare.py A.onnx B.onnx [--tol 1e-3] [--exact | --update-from INIT.onnx]
 """
 import argparse
 import os
@@ -123,21 +128,43 @@ def initializers(path):
     return out
 
 
+def compare_updates(a, b, init, tol):
+    num = den = 0.0
+    for name, want in b.items():
+        if not np.issubdtype(want.dtype, np.floating) or name not in init:
+            continue
+        start = init[name].astype(np.float64)
+        da, db = a[name].astype(np.float64) - start, want.astype(np.float64) - start
+        num += float(np.sum((da - db) ** 2))
+        den += float(np.sum(db ** 2))
+    if den == 0:
+        print("FAIL the reference run changed no parameter")
+        return 1
+    err = (num / den) ** 0.5
+    ok = err <= tol
+    print(f"{'PASS' if ok else 'FAIL'} update error {err:.3e} (||dA - dB|| / ||dB||, tol {tol:g})")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--update-from")
     args = ap.parse_args()
     try:
         a, b = initializers(args.a), initializers(args.b)
+        init = initializers(args.update_from) if args.update_from else None
     except (OSError, ValueError, KeyError) as e:
         print(f"ERROR cannot read: {e}")
         return 2
     if a.keys() != b.keys():
         print(f"FAIL initializers in one only: {sorted(a.keys() ^ b.keys())[:3]}")
         return 1
+    if init is not None:
+        return compare_updates(a, b, init, args.tol)
     worst, worst_name, identical = 0.0, "-", 0
     for name, want in b.items():
         have = a[name]

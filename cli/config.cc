@@ -152,7 +152,7 @@ void check_gpus(const Reader& r, const YAML::Node& root, const TrainConfig& c) {
 void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.check_keys(root, "", {"model", "dims", "loss", "data", "optimizer", "pipeline", "parameters",
                           "device", "threads", "seed", "steps", "eval_every", "checkpoint",
-                          "output", "dropout"});
+                          "output", "dropout", "precision"});
   r.read(root, "", "model", &c->model, "a model file");
   if (c->model.empty())
     throw UserError(r.where(root, "model"), "is missing", "name the ONNX model to train");
@@ -170,6 +170,11 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     }
   }
   read_device(r, root, c);
+  r.read(root, "", "precision", &c->precision, "fp32 or bf16");
+  r.one_of(root, "", "precision", c->precision, {"fp32", "bf16"});
+  if (c->precision == "bf16" && c->device != "cuda")
+    throw UserError(r.where(root["precision"], "precision"), "bf16 runs on the CUDA backend only",
+                    "set device: cuda, or precision: fp32");
   r.read(root, "", "threads", &c->threads, "a whole number");
   r.positive(root, "", "threads", c->threads, 1);
   r.read(root, "", "seed", &c->seed, "a whole number");

@@ -16,6 +16,8 @@
 //              recompute: selective, memory_limit: 8GiB}
 //   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"]}   # names or globs
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
+//   precision: fp32                  # fp32 | bf16 (CUDA: GEMM inputs rounded to bf16, fp32
+//                                    # accumulation, fp32 tensors and master weights)
 //   threads: 1                       # per stage (CPU)
 //   seed: 0
 //   dropout: on                      # off: every Dropout the identity, every stochastic-depth
@@ -92,6 +94,7 @@ struct TrainConfig {
   ParameterChoices parameters;      // parameters.tied / untied (onnx_import/module_params.h)
   std::string device = "cpu";       // cpu | cuda (the `device:` text up to a ':')
   std::vector<int> gpus;            // cuda:I,J,...: the GPU indices as written; empty: d mod G
+  std::string precision = "fp32";   // fp32 | bf16 (device: cuda only)
   int threads = 1;                  // per stage
   uint64_t seed = 0;
   bool dropout = true;              // training-mode Dropout and Bernoulli draws, seeded

@@ -58,14 +58,16 @@ TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered) {
   const std::vector<int> gpus = gpu_of_device(cfg, lowered.stages);
   TrainDevices t;
   std::vector<cuda::CudaBackend*> cuda;
+  const cuda::Precision precision = cfg.precision == "bf16" ? cuda::Precision::kBf16 : cuda::Precision::kFloat32;
   for (int g : gpus) {
-    auto b = std::make_unique<cuda::CudaBackend>(cuda::CudaOptions{g, cuda::Precision::kFloat32});
+    auto b = std::make_unique<cuda::CudaBackend>(cuda::CudaOptions{g, precision});
     cuda.push_back(b.get());
     t.backends.push_back(b.get());
     t.owned.push_back(std::move(b));
   }
   t.summary = "cuda: GPU";
   for (size_t d = 0; d < gpus.size(); ++d) t.summary += (d ? "," : " ") + std::to_string(gpus[d]);
+  if (cfg.precision == "bf16") t.summary += ", bf16 GEMMs";
   const std::vector<std::pair<int, int>> links = links_of(lowered);
   if (links.empty()) {  // one pipeline device: nothing is ever sent
     t.comm = std::make_unique<cuda::PeerComm>(cuda, links);

@@ -135,6 +135,17 @@ TEST(ConfigErrors, DeviceNamesTheLine) {
   EXPECT_EQ(error_of(tpu, {"device=cuda:-1"}), "--set device: '-1' in 'cuda:-1' is no GPU index" + use);
 }
 
+// precision: fp32 (default) | bf16, and bf16 only where the CUDA backend runs.
+TEST(Config, PrecisionIsFp32OrBf16OnCuda) {
+  const std::string path = write("pt_cfg_precision.yaml", "model: samples/mlp/mlp.onnx\ndevice: cuda\n");
+  EXPECT_EQ(load_config(path).precision, "fp32");
+  EXPECT_EQ(load_config(path, {"precision=bf16"}).precision, "bf16");
+  EXPECT_EQ(error_of(path, {"precision=fp16"}),
+            "--set precision: unknown value 'fp16'; use one of bf16, fp32");
+  EXPECT_EQ(error_of(path, {"precision=bf16", "device=cpu"}),
+            "--set precision: bf16 runs on the CUDA backend only; set device: cuda, or precision: fp32");
+}
+
 TEST(ConfigErrors, UnknownKeyNamesTheLine) {
   const std::string path = write("pt_cfg_unknown.yaml", "model: samples/mlp/mlp.onnx\noptimizer:\n  kind: sgd\n  lrate: 0.1\n");
   EXPECT_EQ(error_of(path), path + ":4: optimizer.lrate: unknown key; known keys here: betas, "

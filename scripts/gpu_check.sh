@@ -5,8 +5,9 @@
 #                                           build-cuda): writes build-gpu-pack/pack.tar.xz with
 #                                           the binaries and the shared libraries a bare GPU
 #                                           machine lacks (at most 60 MiB)
-#   scripts/gpu_check.sh run                on the GPU machine, from the repository root with
-#                                           build-gpu-pack/ beside it
+#   scripts/gpu_check.sh run [PART ...]     on the GPU machine, from the repository root with
+#                                           build-gpu-pack/ beside it; PARTs: 1 to 4 below (all
+#                                           by default); PT_GPU_OUT=DIR keeps the logs there
 #
 # The GPU machine (H100/H200, CUDA 13, python3 with torch and numpy, no package registries)
 # supplies cuBLAS, cublasLt, cuDNN 9 and NCCL 2 itself: from the CUDA toolkit or from the NVIDIA
@@ -25,7 +26,11 @@
 #      2 chunks (zb-v, `device=cuda:0`: both stages on GPU 0, peer copies):
 #      every CUDA run's trained model within 1e-3 (relative to each tensor's largest value) of
 #      the CPU run's, and the multi-stage CUDA runs bit-identical to the 1-stage CUDA run (the
-#      determinism contract), compared by bench/gpu_compare.py; with step times
+#      determinism contract), compared by bench/gpu_compare.py; and `precision: bf16` at 1 stage,
+#      its training updates within BF16_UPDATE_TOL of the fp32 run's; with step times
+#   4. bench/gpu_train.py: the charlm model's training step against PyTorch eager on the same GPU
+#      (fp32 and bf16), and the fraction of the GPU's peak FLOP/s it reaches
+# A test binary that crashes or hangs names its test and runs again without it.
 # Prints PASS/FAIL per part and exits 1 when any part fails (2: the machine is not usable).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +83,52 @@ machine_lib_dirs() {
   done | awk '!seen[$0]++'
 }
 
+# Runs test binary $2 with a time limit; a test that crashes or hangs is named, and the binary is
+# run again without it (at most 8 times), so one fault does not hide the other tests' results.
+# Then checks the JSON report: nothing failed, nothing skipped on a GPU machine (two-GPU tests
+# excepted where there is one GPU).
+run_tests() {
+  local work="$1" t="$2" gpus="$3" filter="" lost=() attempt rc=0 last
+  for attempt in 1 2 3 4 5 6 7 8; do
+    PT_CUDA_FIGURES="$work/kernels_${t}_$attempt.csv" timeout -k 5 "${PT_TEST_TIMEOUT:-300}" \
+      env LD_LIBRARY_PATH="$PT_LIB_PATH" "$PT_BIN/$t" --gtest_output="json:$work/${t}_$attempt.json" \
+      ${filter:+--gtest_filter="-$filter"} >"$work/${t}_$attempt.log" 2>&1
+    rc=$?
+    grep -E '^\[  FAILED  \] [A-Za-z]' "$work/${t}_$attempt.log" | head -20 | sed 's/^/    /'
+    [ -s "$work/${t}_$attempt.json" ] && break
+    # No report: the binary died (a signal, an abort) or hung; its last started test is named.
+    last=$(grep -E '^\[ RUN      \]' "$work/${t}_$attempt.log" | tail -1 | awk '{print $4}')
+    if [ -z "$last" ]; then
+      echo "    $t: no test started (exit $rc)"; tail -5 "$work/${t}_$attempt.log" | sed 's/^/    /'; return 1
+    fi
+    if ((rc == 124 || rc == 137)); then echo "    $t: $last hung (killed at the time limit)"
+    else echo "    $t: $last crashed (exit $rc):"; fi
+    grep -v -E '^\[' "$work/${t}_$attempt.log" | tail -4 | sed 's/^/      /'
+    lost+=("$last")
+    filter="${filter:+$filter:}$last"
+  done
+  cat "$work/${t}"_*.log >"$work/$t.log"
+  python3 - "$t" "$gpus" "${#lost[@]}" "$work/${t}_$attempt.json" <<'EOF'
+import json, sys
+name, gpus, lost = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    report = json.load(open(sys.argv[4]))
+except (OSError, ValueError):
+    report = {"testsuites": []}
+cases = [c for s in report["testsuites"] for c in s["testsuite"]]
+failed = [c["name"] for c in cases if c.get("failures")]
+skipped = [f"{c['classname']}.{c['name']}" for c in cases if c.get("result") == "SKIPPED"]
+allowed = [s for s in skipped if gpus < 2 and "TwoGpus" in s]
+bad = [s for s in skipped if s not in allowed]
+print(f"  {name}: {len(cases) + lost} tests, {len(failed) + lost} failed"
+      + (f" ({lost} crashed or hung)" if lost else "") + f", {len(skipped)} skipped"
+      + (f" ({len(allowed)} need two GPUs)" if allowed else ""))
+for s in bad[:10]:
+    print(f"    skipped on a GPU machine: {s}")
+sys.exit(1 if failed or bad or lost else 0)
+EOF
+}
+
 part() { printf '\n==== %s\n' "$*"; }
 
 run() {
@@ -106,27 +157,15 @@ run() {
   [ "${gpus:-0}" -ge 1 ] || { echo "run: no GPU"; exit 2; }
   local failed=()
 
+  local parts="${*:-1 2 3 4}"
+  # Whatever happens, the logs go to $PT_GPU_OUT when it is set (the device tool's $OUT).
+  GPU_CHECK_WORK="$work"
+  trap '[ -n "${PT_GPU_OUT:-}" ] && tar -C "$GPU_CHECK_WORK" -czf "$PT_GPU_OUT/gpu_check_logs.tar.gz" --exclude=bin --exclude=lib --exclude="*.onnx" . 2>/dev/null' EXIT
+
+  if [[ " $parts " == *" 1 "* ]]; then
   part "1. CUDA kernels against the CPU kernels, backend, comms ($gpus GPU(s))"
   for t in cuda_kernels_test cuda_backend_test cuda_model_test gpu_comm_test cuda_executor_test; do
-    PT_CUDA_FIGURES="$work/kernels_$t.csv" bin "$t" --gtest_brief=1 --gtest_output="json:$work/$t.json" \
-      >"$work/$t.log" 2>&1
-    local rc=$?
-    grep -E 'Failure|error|FAILED  \] [A-Za-z]' "$work/$t.log" | head -20 | sed 's/^/    /'
-    # Nothing may be skipped on a GPU machine but the two-GPU comm tests where there is one GPU.
-    python3 - "$work/$t.json" "$t" "$gpus" <<'EOF' && [ $rc -eq 0 ] || failed+=("$t")
-import json, sys
-report, name, gpus = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
-cases = [c for s in report["testsuites"] for c in s["testsuite"]]
-failed = [c["name"] for c in cases if c.get("failures")]
-skipped = [f"{c['classname']}.{c['name']}" for c in cases if c.get("result") == "SKIPPED"]
-allowed = [s for s in skipped if gpus < 2 and "TwoGpus" in s]
-bad = [s for s in skipped if s not in allowed]
-print(f"  {name}: {len(cases)} tests, {len(failed)} failed, {len(skipped)} skipped"
-      + (f" ({len(allowed)} need two GPUs)" if allowed else ""))
-for s in bad[:10]:
-    print(f"    skipped on a GPU machine: {s}")
-sys.exit(1 if failed or bad else 0)
-EOF
+    run_tests "$work" "$t" "$gpus" || failed+=("$t")
   done
   cat "$work"/kernels_*.csv 2>/dev/null | awk 'NR == 1 || !/^case,/' >"$work/kernels.csv"
   if [ -s "$work/kernels.csv" ]; then
@@ -142,13 +181,24 @@ for r in sorted(rows, key=lambda r: -float(r["worst_error_fraction"]))[:15]:
           f"{float(r['cuda_us']):9.1f}")
 EOF
   fi
+  fi
 
+  if [[ " $parts " == *" 4 "* ]]; then
+  part "4. training step against PyTorch eager on this GPU (bench/gpu_train.py)"
+  timeout -k 5 "${PT_TRAIN_BENCH_TIMEOUT:-240}" env LD_LIBRARY_PATH="$PT_LIB_PATH" PYTHONUNBUFFERED=1 \
+    python3 bench/gpu_train.py --pipetrain "$PT_BIN/pipetrain" --json "$work/gpu_train.json" || failed+=(gpu_train)
+  fi
+
+  if [[ " $parts " == *" 2 "* ]]; then
   part "2. kernels at model sizes (bench/gpu_bench)"
-  bin gpu_bench --runs 10 || failed+=(gpu_bench)
+  timeout -k 5 120 env LD_LIBRARY_PATH="$PT_LIB_PATH" "$PT_BIN/gpu_bench" --runs 10 || failed+=(gpu_bench)
+  fi
 
+  if [[ " $parts " == *" 3 "* ]]; then
   part "3. pipetrain train: CUDA against CPU (3 steps, synthetic data)"
   printf '  %-8s %-22s %10s  %s\n' model run "s/step" "trained model"
   train_all "$work" || failed+=(train)
+  fi
 
   part "summary"
   if ((${#failed[@]})); then echo "FAIL: ${failed[*]}"; exit 1; fi
@@ -162,6 +212,10 @@ declare -A SAMPLE=(
   [gpt]="1 4 cross_entropy {kind: sgd, lr: 0.1, momentum: 0.9, weight_decay: 0.01, clip_grad_norm: 0.5}"
   [vit]="1 4 mse {kind: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0.01}"
 )
+
+# precision: bf16 (GEMM inputs rounded to bf16, 8 significant bits, fp32 accumulation) against
+# fp32 after 3 steps: the updates may differ by this fraction (gpu_compare.py --update-from).
+BF16_UPDATE_TOL=0.05
 
 train_all() {
   local work="$1" ok=0
@@ -183,6 +237,8 @@ EOF
     train_one "$work" "$s" cpu "device=cpu" || { ok=1; continue; }
     printf '  %-8s %-22s %10s  (reference)\n' "$s" cpu "$RUN_SECONDS"
     train_one "$work" "$s" cuda1 "device=cuda" && compare "$work" "$s" cuda1 cpu --tol 1e-3 || ok=1
+    train_one "$work" "$s" cuda_bf16 "device=cuda" "precision=bf16" &&
+      compare "$work" "$s" cuda_bf16 cuda1 --update-from "samples/$s/$s.onnx" --tol "$BF16_UPDATE_TOL" || ok=1
     train_one "$work" "$s" cuda2 "device=cuda" "pipeline.stages=2" &&
       compare "$work" "$s" cuda2 cuda1 --exact || ok=1
     train_one "$work" "$s" cuda_zbv "device=cuda:0" "pipeline.stages=2" "pipeline.chunks=2" "pipeline.schedule=zb-v" &&
@@ -199,7 +255,7 @@ train_one() {
   for o in "$@"; do args+=(--set "$o"); done
   local t0 t1
   t0=$(date +%s.%N)
-  if ! LD_LIBRARY_PATH="$PT_LIB_PATH" "$PT_BIN/pipetrain" train "$work/$s.yaml" --quiet "${args[@]}" \
+  if ! LD_LIBRARY_PATH="$PT_LIB_PATH" timeout -k 5 120 "$PT_BIN/pipetrain" train "$work/$s.yaml" --quiet "${args[@]}" \
       --set "output.model=$work/$s.$name.onnx" >"$work/$s.$name.log" 2>&1; then
     printf '  %-8s %-22s %10s  ERROR %s\n' "$s" "$name" - "$(tail -1 "$work/$s.$name.log")"
     return 1
@@ -220,6 +276,6 @@ compare() {
 
 case "${1:-}" in
   pack) pack "${2:-}" ;;
-  run) run ;;
-  *) sed -n '2,29p' "$0"; exit 2 ;;
+  run) shift; run "$@" ;;
+  *) sed -n '2,34p' "$0"; exit 2 ;;
 esac

@@ -18,7 +18,7 @@ over the step time, against the GPU's dense peak for that precision (--peak-fp32
 defaults: the H100/H200 SXM data-sheet figures, 67 and 989 TFLOP/s).
 
 Usage (on the GPU machine, from the repository root):
-  python3 bench/gpu_train.py --pipetrain PATH [--sizes 64x4x64,1024x4x256] [--steps 8]
+  python3 bench/gpu_train.py --pipetrain PATH [--sizes 64x4x64,1024x4x256] [--steps 8] [--profile]
 Prints a Markdown table; --json FILE writes the rows too.
 """
 import argparse
@@ -95,7 +95,7 @@ def torch_step(model, context, steps, bf16):
     return statistics.median(times[2:])
 
 
-def pipetrain_step(binary, onnx_path, out, steps, precision):
+def pipetrain_step(binary, onnx_path, out, steps, precision, profile=False):
     metrics = os.path.join(out, f"metrics_{precision}.jsonl")
     cfg = os.path.join(out, "gpu_train.yaml")
     with open(cfg, "w") as f:
@@ -112,10 +112,14 @@ seed: 0
 steps: {steps}
 output: {{metrics: {metrics}}}
 """)
-    r = subprocess.run([binary, "train", cfg, "-q"], capture_output=True, text=True)
+    r = subprocess.run([binary, "train", cfg, "-q"] + (["--profile"] if profile else []), capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"pipetrain train ({precision}) exited {r.returncode}: "
                            + (r.stderr.strip().splitlines() or ["?"])[-1])
+    if profile:
+        lines = r.stdout.splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith("kernel time per step")), len(lines))
+        print("\n".join(lines[start:]))
     with open(metrics) as f:
         for line in f:
             j = json.loads(line)
@@ -132,6 +136,8 @@ def main():
     ap.add_argument("--peak-fp32", type=float, default=67e12)
     ap.add_argument("--peak-bf16", type=float, default=989e12)
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true",
+                    help="then pipetrain's --profile of the last size (fp32 and bf16): where its step's time goes")
     a = ap.parse_args()
     out = tempfile.mkdtemp(prefix="pt_gpu_train_")
     gpu = torch.cuda.get_device_name(0)
@@ -171,6 +177,12 @@ def main():
                   f"| {rate('pipetrain_s')} | {rate('torch_s')} |", flush=True)
     print(f"\n(8 micro-batches of 8 sequences, AdamW, clipping; peaks: fp32 {a.peak_fp32 / 1e12:.0f}, "
           f"bf16 {a.peak_bf16 / 1e12:.0f} TFLOP/s dense; exported by the {rows[0]['exporter'] if rows else '?'})")
+    if a.profile:
+        d, layers, context = parse_size(a.sizes.split(",")[-1])
+        for precision in ("fp32", "bf16"):
+            print(f"\n## pipetrain --profile, {d} x {layers} x {context}, {precision}\n")
+            pipetrain_step(a.pipetrain, os.path.join(out, f"charlm_{a.sizes.split(',')[-1]}.onnx"), out, 3,
+                           precision, profile=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"gpu": gpu, "torch": torch.__version__, "rows": rows}, f, indent=1)

@@ -76,6 +76,7 @@ struct TrainArgs {
   bool resume = false;           // continue from checkpoint.dir's latest checkpoint
   bool overwrite = false;        // a fresh run clears checkpoint.dir's old checkpoints first
   bool quiet = false;            // no progress lines
+  bool profile = false;          // time every kernel after the first step; print where time goes
 };
 
 // {"seq=32", "len=7"} -> {{"seq",32},{"len",7}}. Throws UserError naming --dim.

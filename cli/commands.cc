@@ -131,6 +131,9 @@ int run_cli(int argc, char** argv) {
                      "start over: delete the checkpoints checkpoint.dir holds from an earlier run")
              ->excludes(resume);
          c->add_flag("--quiet,-q", train.quiet, "no progress lines");
+         c->add_flag("--profile", train.profile,
+                     "time every kernel from the second step on (slower steps) and print where the "
+                     "step's time goes, per pass and op type");
        },
        [&] { return run_train(train); }},
       {"schedule", "build or read a pipeline schedule; check, simulate and draw it",

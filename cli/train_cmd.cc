@@ -283,6 +283,7 @@ class Trainer {
   void open_data();
   void claim_checkpoint_dir() const;
   void resume();
+  void print_profile() const;
   void step(int64_t s);
   void save_checkpoint(int64_t steps_done);
   int stop_interrupted(int64_t steps_done);
@@ -304,6 +305,7 @@ class Trainer {
   std::vector<BackwardGraphs> chunks_;
   TrainDevices devices_;  // backends and comm: outlive the executor
   std::unique_ptr<PipelineExecutor> executor_;
+  int64_t profiled_from_ = -1;  // --profile: the first profiled step
   std::vector<std::unique_ptr<Optimizer>> optimizers_;  // per device
   std::vector<std::string> params_;                    // trained, in first-chunk order
   std::vector<ParameterSites> sites_;                  // parameters read at several nodes
@@ -692,6 +694,28 @@ void trim_metrics(const std::string& path, int64_t steps_done) {
   write_file_atomic(path, kept, "choose another output.metrics");
 }
 
+// --profile: per pass (F, B, W) and op type, the kernel time per step summed over every device,
+// largest first, and the share of all kernel time.
+void Trainer::print_profile() const {
+  const std::vector<PipelineExecutor::OpTime> rows = executor_->op_profile();
+  const double steps = static_cast<double>(cfg_.steps - profiled_from_);
+  double total = 0;
+  for (const auto& r : rows) total += r.seconds;
+  if (total <= 0 || steps <= 0) return;
+  std::cout << "kernel time per step, steps " << profiled_from_ + 1 << " to " << cfg_.steps
+            << " (each kernel timed alone, all devices): " << std::fixed << std::setprecision(2)
+            << total / steps * 1e3 << " ms\n";
+  std::cout << "  pass  op                          nodes        ms  share\n";
+  double shown = 0;
+  for (size_t i = 0; i < rows.size() && (i < 12 || shown < 0.95 * total) && i < 30; ++i) {
+    const auto& r = rows[i];
+    shown += r.seconds;
+    std::cout << "  " << std::left << std::setw(6) << r.pass << std::setw(28) << r.op << std::right << std::setw(5)
+              << r.nodes << std::setw(10) << std::setprecision(3) << r.seconds / steps * 1e3 << std::setw(6)
+              << std::setprecision(1) << 100 * r.seconds / total << "%\n";
+  }
+}
+
 void Trainer::finish() {
   progress_->end();
   if (timed_.empty()) timed_.push_back(executor_->action_times());
@@ -737,6 +761,7 @@ void Trainer::finish() {
                         {"chunk_costs_s", chunk_costs_s}};
     metrics_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
   }
+  if (profiled_from_ >= 0) print_profile();
   if (!cfg_.output.model.empty()) {
     make_parent(cfg_.output.model);
     save_model_with_weights(cfg_.model, trained_tensors(), cfg_.output.model, cfg_.parameters);
@@ -823,6 +848,11 @@ int Trainer::run() {
   {
     const InterruptGuard guard;  // a signal stops the loop at the next step boundary
     for (int64_t s = first_step_; s < cfg_.steps; ++s) {
+      // The first step warms up (library heuristics, first touches); profile the rest.
+      if (args_.profile && (s == first_step_ + 1 || cfg_.steps - first_step_ == 1) && profiled_from_ < 0) {
+        executor_->profile_ops();
+        profiled_from_ = s;
+      }
       step(s);
       if (guard.interrupted() && s + 1 < cfg_.steps) return stop_interrupted(s + 1);
     }

@@ -304,4 +304,33 @@ void PipelineExecutor::throw_failure() {
                        f.what, std::move(grid));
 }
 
+void PipelineExecutor::profile_ops() {
+  for (auto& c : chunks_) {
+    c->f.profile_into(&c->profile[0]);
+    c->b.profile_into(&c->profile[1]);
+    c->w.profile_into(&c->profile[2]);
+  }
+}
+
+std::vector<PipelineExecutor::OpTime> PipelineExecutor::op_profile() const {
+  std::map<std::pair<std::string, std::string>, OpTime> by;
+  for (const auto& c : chunks_) {
+    const StageProgram* programs[3] = {&c->f, &c->b, &c->w};
+    for (int k = 0; k < 3; ++k) {
+      const Graph& g = programs[k]->graph();
+      for (size_t i = 0; i < c->profile[k].size() && i < g.nodes.size(); ++i) {
+        OpTime& t = by[{std::string(1, "FBW"[k]), g.nodes[i].op_type}];
+        t.pass = std::string(1, "FBW"[k]);
+        t.op = g.nodes[i].op_type;
+        t.seconds += c->profile[k][i];
+        ++t.nodes;
+      }
+    }
+  }
+  std::vector<OpTime> out;
+  for (auto& [key, t] : by) out.push_back(std::move(t));
+  std::sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
 }  // namespace pt

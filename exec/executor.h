@@ -96,6 +96,17 @@ class PipelineExecutor {
   const std::vector<int64_t>& peak_slot_bytes() const { return peak_slot_; }
   const Schedule& schedule() const { return schedule_; }
 
+  // From the next step on, every kernel of every chunk is timed on its own (the backend
+  // synchronised after each, which slows the step): op_profile() sums the times per pass
+  // (F, B, W) and op type over the profiled steps, largest first.
+  void profile_ops();
+  struct OpTime {
+    std::string pass, op;
+    double seconds = 0;
+    int64_t nodes = 0;  // nodes of this op type in the pass, over every chunk
+  };
+  std::vector<OpTime> op_profile() const;
+
  private:
   struct Accumulator;
   struct Chunk;

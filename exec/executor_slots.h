@@ -188,6 +188,7 @@ struct PipelineExecutor::Chunk {
   std::vector<std::string> recv_in_msg, ograd_msg;  // message names, per entry
   std::vector<int> send_f_from;  // per kRecvIn entry of chunk c+1: our kOut entry
   std::vector<int> send_b_from;  // per kOGrad entry of chunk c-1: our kIGrad entry
+  std::vector<double> profile[3];  // per node of f, b, w: seconds summed (profile_ops)
 
   Chunk(const BackwardGraphs& graphs, int i, int d, Backend& be)
       : g(graphs), index(i), device(d), backend(be), f(graphs.forward, be),

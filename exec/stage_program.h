@@ -29,6 +29,10 @@ class StageProgram {
   void run(std::span<const Buffer> inputs);
   // run(), timing each node: seconds[i] += wall time of node i (sized to the node count).
   void run_profiled(std::span<const Buffer> inputs, std::vector<double>* seconds);
+  // From now on every run() is run_profiled() into `seconds` (null: plain runs again). The
+  // backend is synchronised after each node, so the times are each kernel's own.
+  void profile_into(std::vector<double>* seconds);
+  const Graph& graph() const { return graph_; }
   // Graph output k, valid until the next run.
   Buffer output(size_t k) const;
 
@@ -49,6 +53,7 @@ class StageProgram {
   // Where each graph input is read: (step, argument slot) per input.
   std::vector<std::vector<std::pair<size_t, size_t>>> input_uses_;
   std::vector<size_t> output_from_input_;  // per output: input index + 1, or 0
+  std::vector<double>* profile_ = nullptr;
 
   void bind_inputs(std::span<const Buffer> inputs);
 };

@@ -7,7 +7,8 @@
 #                                           machine lacks (at most 60 MiB)
 #   scripts/gpu_check.sh run [PART ...]     on the GPU machine, from the repository root with
 #                                           build-gpu-pack/ beside it; PARTs: 1 to 4 below (all
-#                                           by default); PT_GPU_OUT=DIR keeps the logs there
+#                                           by default); PT_GPU_OUT=DIR keeps the logs there;
+#                                           PT_TRAIN_PROFILE=1 adds part 4's --profile tables
 #
 # The GPU machine (H100/H200, CUDA 13, python3 with torch and numpy, no package registries)
 # supplies cuBLAS, cublasLt, cuDNN 9 and NCCL 2 itself: from the CUDA toolkit or from the NVIDIA
@@ -186,7 +187,7 @@ EOF
   if [[ " $parts " == *" 4 "* ]]; then
   part "4. training step against PyTorch eager on this GPU (bench/gpu_train.py)"
   timeout -k 5 "${PT_TRAIN_BENCH_TIMEOUT:-240}" env LD_LIBRARY_PATH="$PT_LIB_PATH" PYTHONUNBUFFERED=1 \
-    python3 bench/gpu_train.py --pipetrain "$PT_BIN/pipetrain" --json "$work/gpu_train.json" || failed+=(gpu_train)
+    python3 bench/gpu_train.py --pipetrain "$PT_BIN/pipetrain" --json "$work/gpu_train.json" ${PT_TRAIN_PROFILE:+--profile} || failed+=(gpu_train)
   fi
 
   if [[ " $parts " == *" 2 "* ]]; then
@@ -277,5 +278,5 @@ compare() {
 case "${1:-}" in
   pack) pack "${2:-}" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,34p' "$0"; exit 2 ;;
+  *) sed -n '2,35p' "$0"; exit 2 ;;
 esac

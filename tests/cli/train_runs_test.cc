@@ -3,6 +3,7 @@
 // the message, and what is on disk afterwards.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <sstream>
 
 #include "exec/checkpoint.h"
@@ -184,6 +185,43 @@ TEST(TrainRuns, AFolderWhereAFileBelongsGetsOneLine) {
                                      "samples/charlm/train.yaml");
   const fs::path cfg = write(d / "c.yaml", "model: " + d.string() + "\n");
   expect_one_line_error_starting(run("train " + cfg.string()), cfg.string() + ":1: model: " + d.string() + ": is a folder");
+}
+
+// --profile: the kernel time per step from the second step on, per pass and op type, every row
+// of a small model shown (shares adding up to the whole); profiling changes no result.
+TEST(TrainRuns, ProfileSaysWhereTheStepsTimeGoes) {
+  const fs::path d = scratch("profile");
+  const fs::path cfg = mlp_config(d, 3, 0);
+  const std::string plain_args = " -q --set checkpoint.dir= --set output.trace= --set output.timeline=";
+  ASSERT_EQ(run("train " + cfg.string() + plain_args).code, 0);
+  const std::string plain = slurp(d / "trained.onnx");
+  const Result r = run("train " + cfg.string() + plain_args + " --profile");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(d / "trained.onnx"), plain);
+  const size_t at = r.out.find("kernel time per step, steps 2 to 3 (each kernel timed alone, all devices): ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::istringstream rows(r.out.substr(at));
+  std::string line;
+  std::getline(rows, line);
+  std::getline(rows, line);
+  EXPECT_EQ(line, "  pass  op                          nodes        ms  share");
+  double share = 0;
+  std::set<std::string> passes, ops;
+  while (std::getline(rows, line) && line.rfind("  ", 0) == 0) {
+    std::istringstream f(line);
+    std::string pass, op;
+    int nodes = 0;
+    double ms = 0, pct = 0;
+    f >> pass >> op >> nodes >> ms >> pct;
+    passes.insert(pass);
+    ops.insert(op);
+    EXPECT_GT(nodes, 0) << line;
+    EXPECT_GE(ms, 0) << line;
+    share += pct;
+  }
+  EXPECT_NEAR(share, 100, 1.0) << r.out;
+  EXPECT_EQ(passes, (std::set<std::string>{"F", "B", "W"})) << r.out;
+  EXPECT_TRUE(ops.count("Gemm") || ops.count("MatMul")) << r.out;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 //   allocate_host/release_host  host memory for staging data to the backend (pinned on CUDA)
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -39,8 +40,10 @@ class Backend {
 
   // Memory hooks (see the header comment). Host defaults; never called in a kernel's run().
   static constexpr size_t kHostAlignment = 64;
+  // aligned_alloc takes a size that is a multiple of the alignment (C11 7.22.3.1): rounded up.
   virtual void* allocate(size_t bytes) {
-    return std::aligned_alloc(kHostAlignment, bytes < kHostAlignment ? kHostAlignment : bytes);
+    const size_t rounded = (std::max<size_t>(bytes, 1) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    return std::aligned_alloc(kHostAlignment, rounded);
   }
   virtual void release(void* p) { std::free(p); }
   virtual const void* device_constant(const Tensor& t) { return t.data.data(); }

@@ -35,6 +35,10 @@ class Comm {
                     size_t bytes) = 0;
   virtual void abort() = 0;
   virtual void reset() = 0;
+  // Every message name a step may carry (the executor's plan, the same in every process) and
+  // the micro-batch count, before the first step: a Comm between processes numbers its
+  // messages from them. The in-process Comms need nothing.
+  virtual void plan(const std::vector<std::string>& message_names, int micro_batches) {}
 };
 
 // Devices as threads of one process: a mailbox keyed by (name, micro_batch, to) under one mutex.

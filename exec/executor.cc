@@ -18,7 +18,7 @@ void PipelineExecutor::bind_feeds(const std::vector<std::map<std::string, Tensor
                                          std::to_string(schedule_.micro_batches),
                     "give one feed map per micro-batch");
   for (auto& c : chunks_)
-    for (size_t m = 0; m < feeds.size(); ++m)
+    for (size_t m = 0; m < feeds.size() && c->local; ++m)
       for (size_t k = 0; k < c->feed_names.size(); ++k) {
         const std::string where = "micro-batch " + std::to_string(m);
         auto it = feeds[m].find(c->feed_names[k]);
@@ -120,26 +120,26 @@ struct PipelineExecutor::Worker {
     const int m = a.micro_batch;
     upload_feeds(c, m);
     bind(c, c.f_src, c.f_in, m, false);
-    c.f.run(c.f_in);
+    c.f->run(c.f_in);
     for (const Copy& d : c.f_dst) {
       Group& g = c.groups[d.group];
       const void* from = d.input ? c.f_in[static_cast<size_t>(d.k)].data
-                                 : c.f.output(static_cast<size_t>(d.k)).data;
+                                 : c.f->output(static_cast<size_t>(d.k)).data;
       c.backend.copy(g.at(m, d.entry), from, g.entries[static_cast<size_t>(d.entry)].bytes);
     }
     for (const auto& [k, i] : c.side_dst) {
       Tensor& t = ex.side_[static_cast<size_t>(m)][static_cast<size_t>(i)];
-      c.backend.copy(t.data.data(), c.f.output(static_cast<size_t>(k)).data, t.data.size());
+      c.backend.copy(t.data.data(), c.f->output(static_cast<size_t>(k)).data, t.data.size());
     }
     if (c.loss_output >= 0)
       c.backend.copy(&ex.losses_[static_cast<size_t>(m)],
-                     c.f.output(static_cast<size_t>(c.loss_output)).data, sizeof(float));
+                     c.f->output(static_cast<size_t>(c.loss_output)).data, sizeof(float));
   }
   void backward_input(const Action& a) {
     Chunk& c = chunk(a.chunk);
     bind(c, c.b_src, c.b_in, a.micro_batch, false);
-    c.b.run(c.b_in);
-    store(c, c.b, c.b_dst, a.micro_batch);
+    c.b->run(c.b_in);
+    store(c, *c.b, c.b_dst, a.micro_batch);
   }
   // In micro-batch order straight into the accumulators; otherwise alone into held[m], added
   // when the micro-batches before it are in (or after the step, for shared parameters).
@@ -148,11 +148,11 @@ struct PipelineExecutor::Worker {
     const int m = a.micro_batch;
     const bool direct = !c.shared && m == c.next_m;
     bind(c, c.w_src, c.w_in, m, direct);
-    c.w.run(c.w_in);
+    c.w->run(c.w_in);
     for (size_t k = 0; k < c.w_out_param.size(); ++k) {
       const size_t p = static_cast<size_t>(c.w_out_param[k]);
       std::byte* dst = direct ? c.acc[p]->sum.get() : c.held_at(m, p);
-      c.backend.copy(dst, c.w.output(k).data, static_cast<size_t>(c.param_type(p).bytes()));
+      c.backend.copy(dst, c.w->output(k).data, static_cast<size_t>(c.param_type(p).bytes()));
     }
     if (!direct) {
       c.held_ready[static_cast<size_t>(m)] = 1;
@@ -248,7 +248,7 @@ void PipelineExecutor::run_step(const std::vector<std::map<std::string, Tensor>>
   const Clock::time_point t0 = Clock::now();
   std::vector<std::thread> workers;
   for (auto& d : devices_)
-    workers.emplace_back([this, &d, t0] { Worker{*this, *d, t0, schedule_.micro_batches}.run(); });
+    if (d->local) workers.emplace_back([this, &d, t0] { Worker{*this, *d, t0, schedule_.micro_batches}.run(); });
   for (std::thread& t : workers) t.join();
   if (failure_->set) throw_failure();
   fold_shared_gradients();
@@ -269,7 +269,7 @@ void PipelineExecutor::fold_shared_gradients() {
   for (int m = 0; m < schedule_.micro_batches; ++m)
     for (size_t c = chunks_.size(); c-- > 0;) {
       Chunk& ch = *chunks_[c];
-      if (!ch.shared) continue;
+      if (!ch.shared || !ch.local) continue;
       for (size_t p = 0; p < ch.acc.size(); ++p) {
         Backend& on = *ch.acc[p]->backend;
         const std::byte* held = ch.held_at(m, p);
@@ -283,7 +283,8 @@ void PipelineExecutor::fold_shared_gradients() {
       }
     }
   if (any)
-    for (auto& d : devices_) d->backend->synchronize();
+    for (auto& d : devices_)
+      if (d->local) d->backend->synchronize();
 }
 
 // The step's gradients, from each accumulator's backend into grads_.
@@ -306,16 +307,18 @@ void PipelineExecutor::throw_failure() {
 
 void PipelineExecutor::profile_ops() {
   for (auto& c : chunks_) {
-    c->f.profile_into(&c->profile[0]);
-    c->b.profile_into(&c->profile[1]);
-    c->w.profile_into(&c->profile[2]);
+    if (!c->local) continue;
+    c->f->profile_into(&c->profile[0]);
+    c->b->profile_into(&c->profile[1]);
+    c->w->profile_into(&c->profile[2]);
   }
 }
 
 std::vector<PipelineExecutor::OpTime> PipelineExecutor::op_profile() const {
   std::map<std::pair<std::string, std::string>, OpTime> by;
   for (const auto& c : chunks_) {
-    const StageProgram* programs[3] = {&c->f, &c->b, &c->w};
+    if (!c->local) continue;
+    const StageProgram* programs[3] = {&*c->f, &*c->b, &*c->w};
     for (int k = 0; k < 3; ++k) {
       const Graph& g = programs[k]->graph();
       for (size_t i = 0; i < c->profile[k].size() && i < g.nodes.size(); ++i) {

@@ -22,6 +22,14 @@
 // in Backend::allocate_host memory by run_step); the loss, the side outputs and, after the
 // step, the gradients come back to the host through Backend::copy. Comm sees device pointers.
 //
+// Across processes: a null backends[d] means another process runs device d. Its chunks are
+// planned here too (both sides derive the same message names and layouts from the same graphs,
+// and the Comm learns every message name through Comm::plan), but nothing is compiled,
+// allocated or run for them: run_step() runs the workers of this process's devices, and loss(),
+// side_outputs(), grads() and the measurements cover those devices only (the loss lives where
+// the last chunk runs). A parameter read by chunks of this process and of another one is a
+// UserError (a tie across processes is not summed yet).
+//
 // Determinism: gradients are accumulated exactly as ReferenceStep does (micro-batch order, and
 // for a parameter several chunks share, the later chunk first), so every schedule gives the
 // same bits. A W that runs before the W of the micro-batch before it computes its gradient

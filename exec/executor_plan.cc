@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "autodiff/loss.h"
 #include "exec/executor.h"
@@ -172,17 +173,31 @@ PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
     : graphs_(chunks), schedule_(schedule), comm_(comm), failure_(std::make_unique<Failure>()) {
   check_placement(device_of_chunk, backends.size());
   for (int d = 0; d < schedule_.stages; ++d) {
-    devices_.push_back(std::make_unique<Device>());
-    devices_.back()->index = d;
-    devices_.back()->backend = backends[static_cast<size_t>(d)];
+    auto dev = std::make_unique<Device>();
+    dev->index = d;
+    dev->backend = backends[static_cast<size_t>(d)];
+    if (!dev->backend) {
+      dev->local = false;
+      dev->remote = std::make_unique<RemoteDevice>(d);
+      dev->backend = dev->remote.get();
+    }
+    devices_.push_back(std::move(dev));
   }
-  std::map<std::string, int> readers;  // parameter -> chunks reading it
+  std::map<std::string, int> readers;         // parameter -> chunks reading it
+  std::map<std::string, std::set<bool>> where;  // parameter -> read here, elsewhere
   for (size_t c = 0; c < chunks.size(); ++c) {
-    const int d = device_of_chunk[c];
-    chunks_.push_back(std::make_unique<Chunk>(chunks[c], static_cast<int>(c), d,
-                                              *backends[static_cast<size_t>(d)]));
-    for (const std::string& p : chunks[c].params) ++readers[p];
+    const Device& dev = *devices_[static_cast<size_t>(device_of_chunk[c])];
+    chunks_.push_back(std::make_unique<Chunk>(chunks[c], static_cast<int>(c), dev.index, *dev.backend, dev.local));
+    for (const std::string& p : chunks[c].params) {
+      ++readers[p];
+      where[p].insert(dev.local);
+    }
   }
+  for (const auto& [p, sides] : where)
+    if (sides.size() == 2)
+      throw UserError("parameter '" + p + "'",
+                      "is read by stages of this process and of another one (a tie across processes)",
+                      "place the stages that read it in one process, or untie it (parameters.untied)");
   std::vector<const TensorType*> side_type(side_outputs.size(), nullptr);
   for (auto& c : chunks_)
     plan_forward(chunks_, *c, c->index + 1 == static_cast<int>(chunks_.size()), side_outputs, side_type);
@@ -194,10 +209,17 @@ PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
   side_.assign(static_cast<size_t>(schedule_.micro_batches), side);
   for (size_t c = chunks_.size(); c-- > 0;) plan_backward_input(chunks_, *chunks_[c]);
   for (auto& c : chunks_) {
+    if (!c->local) continue;  // its parameters are another process's
     plan_backward_weight(*c, grads_, accs_);
     for (const std::string& p : c->g.params) c->shared = c->shared || readers[p] > 1;
   }
   size_slots();
+  std::vector<std::string> messages;
+  for (const auto& c : chunks_) {
+    messages.insert(messages.end(), c->recv_in_msg.begin(), c->recv_in_msg.end());
+    messages.insert(messages.end(), c->ograd_msg.begin(), c->ograd_msg.end());
+  }
+  comm_.plan(messages, schedule_.micro_batches);
   losses_.assign(static_cast<size_t>(schedule_.micro_batches), 0.0f);
   peak_kept_.assign(devices_.size(), 0);
   peak_slot_.assign(devices_.size(), 0);
@@ -295,6 +317,7 @@ void PipelineExecutor::size_slots() {
   }
   for (size_t c = 0; c < chunks_.size(); ++c) {
     Chunk& ch = *chunks_[c];
+    if (!ch.local) continue;
     for (int g = 0; g < kGroups; ++g) {
       Group& grp = ch.groups[g];
       for (int k = 0; k < most[c][static_cast<size_t>(g)]; ++k) grp.pool.emplace_back(ch.backend, grp.bytes);

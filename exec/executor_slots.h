@@ -15,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,27 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace exec_detail
 
+// The backend of a device another process runs: the executor plans that device's chunks (the
+// messages and slot layouts both sides must agree on) but never allocates or runs anything for
+// them; every use is an internal error naming the device.
+class RemoteDevice : public Backend {
+ public:
+  explicit RemoteDevice(int device) : device_(device) {}
+  const char* name() const override { return "remote"; }
+  std::string supports(const KernelSpec&) const override { return refuse(); }
+  std::unique_ptr<Kernel> create_kernel(const KernelSpec&) const override { return refuse(), nullptr; }
+  void* allocate(size_t) override { return refuse(), nullptr; }
+  void copy(void*, const void*, size_t) override { refuse(); }
+  void fill(void*, unsigned char, size_t) override { refuse(); }
+
+ private:
+  std::string refuse() const {
+    PT_CHECK(false, "device " + std::to_string(device_) + " runs in another process");
+    return {};
+  }
+  int device_;
+};
+
 // One parameter's gradient sum for the step, in the memory of the backend of the first chunk
 // that reads the parameter; copied to `host` (the executor's grads()) after the step.
 struct PipelineExecutor::Accumulator {
@@ -158,8 +180,9 @@ struct PipelineExecutor::Chunk {
   using Effects = exec_detail::Effects;
   const BackwardGraphs& g;
   int index, device;
-  Backend& backend;
-  StageProgram f, b, w;
+  Backend& backend;  // for a chunk of another process: a placeholder that refuses every use
+  bool local;        // run by this process; otherwise only planned (message names, layouts)
+  std::optional<StageProgram> f, b, w;  // compiled when local
   Group groups[exec_detail::kGroups];
   std::vector<Source> f_src, b_src, w_src;
   std::vector<Buffer> f_in, b_in, w_in;  // types fixed here; run() patches the addresses
@@ -190,9 +213,13 @@ struct PipelineExecutor::Chunk {
   std::vector<int> send_b_from;  // per kOGrad entry of chunk c-1: our kIGrad entry
   std::vector<double> profile[3];  // per node of f, b, w: seconds summed (profile_ops)
 
-  Chunk(const BackwardGraphs& graphs, int i, int d, Backend& be)
-      : g(graphs), index(i), device(d), backend(be), f(graphs.forward, be),
-        b(graphs.backward_input, be), w(graphs.backward_weight, be) {}
+  Chunk(const BackwardGraphs& graphs, int i, int d, Backend& be, bool here)
+      : g(graphs), index(i), device(d), backend(be), local(here) {
+    if (!local) return;
+    f.emplace(graphs.forward, be);
+    b.emplace(graphs.backward_input, be);
+    w.emplace(graphs.backward_weight, be);
+  }
 
   int feed(const std::string& name, const TensorType& type) {
     int k = exec_detail::index_of(feed_names, name);
@@ -220,7 +247,9 @@ struct PipelineExecutor::Chunk {
 struct PipelineExecutor::Device {
   using Effects = exec_detail::Effects;
   int index = 0;
-  Backend* backend = nullptr;
+  Backend* backend = nullptr;  // a RemoteDevice when another process runs it
+  bool local = true;
+  std::unique_ptr<RemoteDevice> remote;
   std::vector<Effects> effects;  // per step of the device's list
   int64_t live_kept = 0, live_slot = 0, peak_kept = 0, peak_slot = 0;
 };

@@ -42,6 +42,7 @@ done
 [ -n "$mirror" ] || fail "no Debian mirror found in /etc/apt/sources.list{,.d}"
 
 cleanup() {
+  $SUDO umount "$root/dev/shm" 2>/dev/null || true
   $SUDO umount "$root/proc" 2>/dev/null || true
   [ "${PT_FRESH_KEEP:-0}" = 1 ] || $SUDO rm -rf "$work"
 }
@@ -71,6 +72,8 @@ $SUDO cp /etc/resolv.conf "$root/etc/" 2>/dev/null || true
 $SUDO git clone -q "$top" "$root/root/project"
 [ -d "$top/../shared" ] && $SUDO cp -r "$top/../shared" "$root/root/shared"
 $SUDO mount -t proc proc "$root/proc"
+# A machine's shared memory (MPI's shared-memory transport between ranks uses it).
+$SUDO mkdir -p "$root/dev/shm" && $SUDO mount -t tmpfs -o size=1g tmpfs "$root/dev/shm"
 echo "fresh_root: root ready in $((SECONDS - t0)) s; running '$cmd' on $(git -C "$top" log --oneline -1)"
 
 set +e

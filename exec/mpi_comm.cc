@@ -1,0 +1,169 @@
+#include "exec/mpi_comm.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "core/error.h"
+
+namespace pt {
+
+struct MpiComm::Pending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<std::byte> data;
+};
+
+MpiWorld::MpiWorld() {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    MPI_Finalize();
+    throw UserError("MPI", "the MPI library runs without MPI_THREAD_MULTIPLE",
+                    "use an MPI built with thread support (Debian's OpenMPI 4.1 has it)");
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiWorld::~MpiWorld() { MPI_Finalize(); }
+
+bool MpiWorld::launched() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+    const char* s = std::getenv(v);
+    if (s && std::atoi(s) > 1) return true;
+  }
+  return false;
+}
+
+std::vector<int> MpiWorld::rank_of_devices(int devices, int ranks) {
+  std::vector<int> out;
+  for (int d = 0; d < devices; ++d) out.push_back(static_cast<int>(int64_t{d} * ranks / devices));
+  return out;
+}
+
+void MpiWorld::check_same(uint64_t value, const std::string& what) const {
+  std::vector<unsigned long long> all(static_cast<size_t>(size_));
+  unsigned long long mine = value;
+  MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
+  std::string differ;
+  for (int r = 1; r < size_; ++r)
+    if (all[static_cast<size_t>(r)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw UserError("ranks " + differ, what + " differs from rank 0's",
+                    "start every rank with the same model, config and overrides");
+}
+
+MpiComm::MpiComm(std::vector<int> rank_of_device, int rank)
+    : rank_of_(std::move(rank_of_device)), rank_(rank) {}
+
+// After an abort a peer may never take our sends (the job is ending: the caller aborts MPI);
+// waiting for them would hang, so their buffers are left to the process's end.
+MpiComm::~MpiComm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) {
+    for (Pending& p : pending_) new std::vector<std::byte>(std::move(p.data));  // kept for MPI
+    return;
+  }
+  collect(true);
+}
+
+bool MpiComm::here(int device) const {
+  PT_CHECK(device >= 0 && device < static_cast<int>(rank_of_.size()), "device " + std::to_string(device) + " has no rank");
+  return rank_of_[static_cast<size_t>(device)] == rank_;
+}
+
+void MpiComm::plan(const std::vector<std::string>& message_names, int micro_batches) {
+  std::vector<std::string> names = message_names;
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  index_.clear();
+  for (size_t i = 0; i < names.size(); ++i) index_.emplace(names[i], static_cast<int>(i));
+  micro_batches_ = std::max(1, micro_batches);
+  int* upper = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &upper, &found);
+  const int64_t tags = static_cast<int64_t>(names.size()) * micro_batches_;
+  if (found && tags > *upper)
+    throw UserError("pipeline", "needs " + std::to_string(tags) + " message tags, MPI offers " + std::to_string(*upper),
+                    "use fewer micro-batches or fewer stages");
+}
+
+int MpiComm::tag_of(std::string_view name, int micro_batch) const {
+  auto it = index_.find(name);
+  PT_CHECK(it != index_.end(), "message '" + std::string(name) + "' is not in the plan");
+  PT_CHECK(micro_batch >= 0 && micro_batch < micro_batches_, "micro-batch out of the plan");
+  return it->second * micro_batches_ + micro_batch;
+}
+
+void MpiComm::collect(bool wait) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    int done = 0;
+    if (wait) {
+      MPI_Wait(&it->request, MPI_STATUS_IGNORE);
+      done = 1;
+    } else {
+      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+    }
+    it = done ? pending_.erase(it) : std::next(it);
+  }
+}
+
+void MpiComm::send(std::string_view name, int micro_batch, int from, int to, const void* data, size_t bytes) {
+  if (here(to)) return local_.send(name, micro_batch, from, to, data, bytes);
+  const int tag = tag_of(name, micro_batch);
+  std::lock_guard<std::mutex> lock(mu_);
+  collect(false);
+  Pending& p = pending_.emplace_back();
+  p.data.resize(bytes);
+  if (bytes) std::memcpy(p.data.data(), data, bytes);
+  PT_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()), "a message over 2 GiB");
+  MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, rank_of_[static_cast<size_t>(to)], tag,
+            MPI_COMM_WORLD, &p.request);
+}
+
+void MpiComm::recv(std::string_view name, int micro_batch, int from, int to, void* data, size_t bytes) {
+  if (here(from)) return local_.recv(name, micro_batch, from, to, data, bytes);
+  const int tag = tag_of(name, micro_batch);
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, rank_of_[static_cast<size_t>(from)], tag, MPI_COMM_WORLD,
+            &request);
+  MPI_Status status;
+  for (int spins = 0;; ++spins) {
+    int done = 0;
+    MPI_Test(&request, &done, &status);
+    if (done) break;
+    if (aborted_.load(std::memory_order_relaxed)) {
+      MPI_Cancel(&request);
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      throw CommAborted();
+    }
+    // Spin briefly (a message usually follows soon), then sleep in short naps.
+    if (spins < 1000) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  PT_CHECK(static_cast<size_t>(count) == bytes, "message '" + std::string(name) + "' has " + std::to_string(count) +
+                                                    " bytes, expected " + std::to_string(bytes));
+}
+
+void MpiComm::abort() {
+  aborted_ = true;
+  local_.abort();
+}
+
+void MpiComm::reset() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    collect(true);
+  }
+  aborted_ = false;
+  local_.reset();
+}
+
+}  // namespace pt

@@ -1,0 +1,83 @@
+// exec/mpi_comm.h: the pipeline's devices in several processes (one MPI rank each, started by
+// mpirun or srun), and the Comm between them. In: the device -> rank map, the same in every
+// process. Out: Comm's contract (exec/comm.h) across processes.
+//
+// A message between two devices of one process goes through an in-process mailbox; one between
+// processes is an MPI point-to-point message whose tag is its number in the executor's plan
+// (Comm::plan: the message names sorted, tag = name index x micro-batches + micro-batch), so
+// both sides match it without a name on the wire and two messages never share a tag.
+//
+// send() copies the bytes into a buffer of its own and starts MPI_Isend; the buffer is kept until
+// the send completes (finished sends are collected at the next send, all of them at reset() and
+// in the destructor). recv() posts MPI_Irecv and polls it, so that abort() (another device of
+// this process failed) ends it with CommAborted instead of leaving the thread blocked. A rank
+// that dies ends the job: mpirun stops every rank (MPI_COMM_WORLD's error handler is fatal).
+// Host memory only: the CPU backend's tensors (GPU tensors between processes are NCCL's).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <list>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "exec/comm.h"
+
+namespace pt {
+
+// MPI for the life of the object: MPI_Init_thread with MPI_THREAD_MULTIPLE (every device thread
+// sends and receives), MPI_Finalize at the end. A UserError when the MPI library gives less.
+class MpiWorld {
+ public:
+  MpiWorld();
+  ~MpiWorld();
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Whether this process was started as one of several ranks (mpirun's or Slurm's environment
+  // says so); a plain start is a single process and needs no MPI.
+  static bool launched();
+  // The rank of each of `devices` pipeline devices on `ranks` processes: contiguous blocks,
+  // rank r runs devices [r * devices / ranks, (r + 1) * devices / ranks).
+  static std::vector<int> rank_of_devices(int devices, int ranks);
+  // The same 64-bit value on every rank, else a UserError naming the ranks that differ from
+  // rank 0 (`what` says what the value is, e.g. "the plan").
+  void check_same(uint64_t value, const std::string& what) const;
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+class MpiComm : public Comm {
+ public:
+  MpiComm(std::vector<int> rank_of_device, int rank);
+  ~MpiComm() override;
+  void send(std::string_view name, int micro_batch, int from, int to, const void* data,
+            size_t bytes) override;
+  void recv(std::string_view name, int micro_batch, int from, int to, void* data,
+            size_t bytes) override;
+  void abort() override;
+  void reset() override;
+  void plan(const std::vector<std::string>& message_names, int micro_batches) override;
+
+ private:
+  struct Pending;
+  int tag_of(std::string_view name, int micro_batch) const;
+  bool here(int device) const;
+  void collect(bool wait);  // frees finished sends (all of them when wait); caller holds mu_
+
+  std::vector<int> rank_of_;
+  int rank_;
+  InProcessComm local_;
+  std::map<std::string, int, std::less<>> index_;  // message name -> its number in the plan
+  int micro_batches_ = 1;
+  std::mutex mu_;
+  std::list<Pending> pending_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace pt

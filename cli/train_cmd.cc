@@ -27,6 +27,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -38,6 +39,7 @@
 #include "cli/driver.h"
 #include "cli/interrupt.h"
 #include "cli/train_devices.h"
+#include "cli/train_ranks.h"
 #include "cli/trained_weights.h"
 #include "core/bytes.h"
 #include "core/files.h"
@@ -273,7 +275,8 @@ OptimizerConfig optimizer_config(const TrainConfig& cfg, bool quiet) {
 
 class Trainer {
  public:
-  Trainer(TrainConfig cfg, const TrainArgs& args) : cfg_(std::move(cfg)), args_(args) {}
+  Trainer(TrainConfig cfg, const TrainArgs& args, const TrainRanks& ranks)
+      : cfg_(std::move(cfg)), args_(args), ranks_(ranks) {}
   int run();
 
  private:
@@ -292,9 +295,19 @@ class Trainer {
   std::map<std::string, const Tensor*> trained_tensors() const;
   Tensor& mutable_initializer(const std::string& name);
   bool is_site_copy(const std::string& name) const;  // a copy split_parameter_sites made
+  // Across processes (cli/train_ranks.h): what such a run cannot do yet, refused in one line;
+  // the plan compared between ranks; every trained parameter brought to every rank.
+  void check_across_processes() const;
+  void check_plan_across_processes() const;
+  void share_parameters();
+  int owner_of(const std::string& param) const;  // the rank whose device updates it
+  std::vector<std::vector<ActionTime>> step_times() const;  // every device's, from its rank
 
   TrainConfig cfg_;
   TrainArgs args_;
+  const TrainRanks& ranks_;
+  std::vector<int> rank_of_;  // per pipeline device
+  std::map<std::string, int> first_device_;  // trained parameter -> device of its first reader
   int64_t rows_ = 1;
   LossSpec loss_;
   Graph model_;     // as imported: the eval graph
@@ -380,12 +393,14 @@ void Trainer::build() {
   const ChunkBackwardOptions co = at_key(cfg_, "pipeline.recompute", [&] { return chunk_backward_options(b, plan.devices); });
   chunks_ = at_key(cfg_, "model", [&] { return build_chunk_backward(train_, plan, co); });
 
-  devices_ = make_train_devices(cfg_, lowered_);
+  rank_of_ = ranks_.rank_of_devices(schedule_.stages);
+  devices_ = make_train_devices(cfg_, lowered_, rank_of_, ranks_.rank());
   if (cfg_.device != "cpu" && !args_.quiet) std::cout << "devices: " << devices_.summary << "\n";
   std::vector<int> placement;
   for (int c = 0; c < schedule_.total_chunks(); ++c) placement.push_back(schedule_.device_of(c));
   executor_ = std::make_unique<PipelineExecutor>(chunks_, placement, devices_.backends, *devices_.comm,
                                                  lowered_, side_);
+  check_plan_across_processes();
 
   // One optimizer per device over the parameters whose first reader lives there.
   const OptimizerConfig oc = optimizer_config(cfg_, args_.quiet);
@@ -394,7 +409,10 @@ void Trainer::build() {
     for (const std::string& p : chunks_[c].params) {
       if (std::find(params_.begin(), params_.end(), p) != params_.end() || is_site_copy(p)) continue;
       params_.push_back(p);
-      per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
+      first_device_[p] = placement[c];
+      // Another process's device: that process updates it (and keeps its optimizer state).
+      if (rank_of_[static_cast<size_t>(placement[c])] == ranks_.rank())
+        per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
     }
   for (auto& list : per_device) optimizers_.push_back(std::make_unique<Optimizer>(oc, std::move(list)));
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
@@ -635,31 +653,37 @@ void Trainer::step(int64_t s) {
   sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
   std::vector<double> squares;
   for (const auto& o : optimizers_) squares.push_back(o->squared_norm(executor_->grads()));
+  ranks_.sum(squares);  // each device's from its rank: the same norm as in one process
   const double norm = Optimizer::global_norm(squares);
   const double lr = optimizers_.front()->current_lr();
   for (const auto& o : optimizers_) o->step(executor_->grads(), norm);
   devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
 
-  const Simulation measured = measured_step(lowered_, executor_->action_times());
-  last_loss_ = executor_->loss();
+  const std::vector<std::vector<ActionTime>> times = step_times();
+  const Simulation measured = measured_step(lowered_, times);
+  std::vector<double> loss = {executor_->loss()};
+  ranks_.sum(loss);  // held where the last chunk runs
+  last_loss_ = loss[0];
+  std::vector<int64_t> peak_kept = executor_->peak_kept_bytes();
+  ranks_.max(peak_kept);
   const double samples_per_s = static_cast<double>(rows_ * M) / seconds;
   if (s > first_step_) step_seconds_.push_back(seconds);
   if (s - first_step_ < kTraceSteps)
-    trace_.add_step(s, std::chrono::duration<double>(begin - t0_).count(), lowered_, executor_->action_times());
-  if (s > first_step_ && timed_.size() < 8) timed_.push_back(executor_->action_times());  // the first warms up
-  for (size_t d = 0; d < peak_kept_.size(); ++d)
-    peak_kept_[d] = std::max(peak_kept_[d], executor_->peak_kept_bytes()[d]);
+    trace_.add_step(s, std::chrono::duration<double>(begin - t0_).count(), lowered_, times);
+  if (s > first_step_ && timed_.size() < 8) timed_.push_back(times);  // the first warms up
+  for (size_t d = 0; d < peak_kept_.size(); ++d) peak_kept_[d] = std::max(peak_kept_[d], peak_kept[d]);
   progress_->step(s, last_loss_, lr, samples_per_s, measured.bubble);
   if (metrics_.is_open()) {
     nlohmann::json j = {{"step", s + 1},       {"loss", last_loss_},   {"lr", lr},
                         {"grad_norm", norm},   {"step_s", seconds},    {"samples_per_s", samples_per_s},
-                        {"bubble", measured.bubble}, {"peak_kept_bytes", executor_->peak_kept_bytes()}};
+                        {"bubble", measured.bubble}, {"peak_kept_bytes", peak_kept}};
     metrics_ << j.dump() << "\n" << std::flush;
   }
   const int64_t done = s + 1;
   const bool last = done == cfg_.steps;
   if (cfg_.eval_every > 0 && data_->eval_batches() > 0 && (done % cfg_.eval_every == 0 || last)) {
+    share_parameters();  // the whole model evaluates on every rank; rank 0 reports
     const EvalResult r = eval_->run(*data_);
     std::ostringstream line;
     line << "eval after step " << done << ": loss " << std::fixed << std::setprecision(4) << r.loss;
@@ -718,10 +742,11 @@ void Trainer::print_profile() const {
 
 void Trainer::finish() {
   progress_->end();
-  if (timed_.empty()) timed_.push_back(executor_->action_times());
+  share_parameters();  // the trained model, whole, on every rank (rank 0 writes it)
+  if (timed_.empty()) timed_.push_back(step_times());
   const Costs costs = measured_costs(chunks_, lowered_, timed_);
   const Simulation predicted = simulate(lowered_, costs);
-  const Simulation measured = measured_step(lowered_, executor_->action_times());
+  const Simulation measured = measured_step(lowered_, timed_.back());
   double bubble = 0, makespan = 0;
   for (const auto& times : timed_) {
     const Simulation m = measured_step(lowered_, times);
@@ -813,7 +838,86 @@ void Trainer::claim_checkpoint_dir() const {
                   "checkpoint.dir=ANOTHER");
 }
 
+void Trainer::check_across_processes() const {
+  const int n = ranks_.size();
+  const auto refuse = [&](const std::string& key, const std::string& what, const std::string& todo) {
+    throw UserError(cfg_.where(key), what + " (running on " + std::to_string(n) + " processes)", todo);
+  };
+  if (cfg_.pipeline.stages % n != 0)
+    refuse("pipeline.stages", std::to_string(cfg_.pipeline.stages) + " stages do not split evenly over the ranks",
+           "use a multiple of " + std::to_string(n) + " stages, or start " + std::to_string(cfg_.pipeline.stages) +
+               " processes or fewer that divide it");
+  if (!cfg_.checkpoint.dir.empty() && cfg_.checkpoint.every > 0)
+    refuse("checkpoint.dir", "checkpoints across processes are not written yet",
+           "--set checkpoint.dir= for a run across processes, or train in one process");
+  if (args_.resume) refuse("checkpoint.dir", "--resume across processes is not supported yet", "resume in one process");
+}
+
+// Every rank must run the same plan: the lowered schedule's actions and each chunk's nodes and
+// parameters, hashed and compared before the first step.
+void Trainer::check_plan_across_processes() const {
+  if (ranks_.alone()) return;
+  std::string text = lowered_.kind + "/" + std::to_string(lowered_.micro_batches);
+  for (const auto& list : lowered_.devices)
+    for (const Action& a : list) text += format_action(a) + ";";
+  for (const BackwardGraphs& c : chunks_) {
+    for (const Node& n : c.forward.nodes) text += n.op_type + ",";
+    for (const std::string& p : c.params) text += p + ",";
+  }
+  ranks_.check_same(fnv1a(text), "the plan (schedule, stages and their parameters)");
+  if (!side_.empty())
+    throw UserError(cfg_.where("model"), "has BatchNormalization, whose running statistics do not yet cross processes",
+                    "train it in one process");
+  // A parameter read at several nodes sums its sites' gradients where it is updated: every
+  // site must be on that rank.
+  for (const ParameterSites& s : sites_) {
+    std::set<int> ranks;
+    for (size_t c = 0; c < chunks_.size(); ++c)
+      for (const std::string& p : chunks_[c].params)
+        if (p == s.parameter || std::count(s.copies.begin(), s.copies.end(), p))
+          ranks.insert(rank_of_[static_cast<size_t>(schedule_.device_of(static_cast<int>(c)))]);
+    if (ranks.size() > 1)
+      throw UserError("parameter '" + s.parameter + "'",
+                      "is read by stages on " + std::to_string(ranks.size()) + " processes (a tie across processes)",
+                      "untie it (parameters.untied), or train in one process");
+  }
+}
+
+int Trainer::owner_of(const std::string& param) const {
+  return rank_of_[static_cast<size_t>(first_device_.at(param))];
+}
+
+void Trainer::share_parameters() {
+  if (ranks_.alone()) return;
+  for (const std::string& p : params_) {
+    Tensor& t = mutable_initializer(p);
+    ranks_.share(t.data.data(), t.data.size(), owner_of(p) == ranks_.rank());
+  }
+  devices_.refresh_constants();
+}
+
+std::vector<std::vector<ActionTime>> Trainer::step_times() const {
+  std::vector<std::vector<ActionTime>> times = executor_->action_times();
+  if (ranks_.alone()) return times;
+  std::vector<double> flat;
+  for (size_t d = 0; d < times.size(); ++d)
+    for (const ActionTime& t : times[d]) {
+      const bool mine = rank_of_[d] == ranks_.rank();
+      flat.push_back(mine ? t.start : 0.0);
+      flat.push_back(mine ? t.end : 0.0);
+    }
+  ranks_.sum(flat);
+  size_t i = 0;
+  for (auto& list : times)
+    for (ActionTime& t : list) {
+      t.start = flat[i++];
+      t.end = flat[i++];
+    }
+  return times;
+}
+
 int Trainer::run() {
+  if (!ranks_.alone()) check_across_processes();
   if (args_.resume && cfg_.checkpoint.dir.empty())
     throw UserError("--resume", "the config names no checkpoint.dir", "add checkpoint: {dir: DIR, every: N}");
   if (!args_.resume) claim_checkpoint_dir();
@@ -854,7 +958,10 @@ int Trainer::run() {
         profiled_from_ = s;
       }
       step(s);
-      if (guard.interrupted() && s + 1 < cfg_.steps) return stop_interrupted(s + 1);
+      // Across processes every rank stops at the same boundary: a signal seen by any of them.
+      std::vector<double> stop = {guard.interrupted() ? 1.0 : 0.0};
+      ranks_.sum(stop);
+      if (stop[0] > 0 && s + 1 < cfg_.steps) return stop_interrupted(s + 1);
     }
   }
   finish();
@@ -863,9 +970,34 @@ int Trainer::run() {
 
 }  // namespace
 
+// One process, or each rank of an mpirun: a rank other than 0 prints nothing and writes no file;
+// an error on any rank ends every rank (the others would wait for its messages).
 int run_train(const TrainArgs& a) {
-  Trainer t(load_config(a.config, a.set), a);
-  return t.run();
+  const TrainRanks ranks;
+  if (ranks.alone()) {
+    Trainer t(load_config(a.config, a.set), a, ranks);
+    return t.run();
+  }
+  std::streambuf* out = std::cout.rdbuf();
+  std::ofstream discard;
+  if (ranks.rank() != 0) std::cout.rdbuf(discard.rdbuf());
+  try {
+    TrainConfig cfg = load_config(a.config, a.set);
+    if (ranks.rank() != 0) cfg.output = {};
+    Trainer t(std::move(cfg), a, ranks);
+    const int code = t.run();
+    std::cout.rdbuf(out);
+    return code;
+  } catch (const std::exception& e) {
+    std::cout.rdbuf(out);
+    std::cout.flush();
+    // One write: mpirun forwards every rank's stderr, and a line in pieces would interleave.
+    const std::string line = "error: rank " + std::to_string(ranks.rank()) + " of " + std::to_string(ranks.size()) +
+                             ": " + e.what() + "\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+    ranks.abort(2);
+  }
 }
 
 }  // namespace pt

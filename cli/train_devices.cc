@@ -5,6 +5,9 @@
 
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
+#ifdef PT_HAVE_MPI
+#include "exec/mpi_comm.h"
+#endif
 #ifdef PT_HAVE_CUDA
 #include "exec/cuda/cuda_backend.h"
 #include "exec/cuda/gpu_comm.h"
@@ -13,15 +16,30 @@
 namespace pt {
 namespace {
 
-TrainDevices cpu_devices(const TrainConfig& cfg, int stages) {
+TrainDevices cpu_devices(const TrainConfig& cfg, int stages, const std::vector<int>& rank_of, int rank) {
   TrainDevices t;
+  bool alone = true;
   for (int d = 0; d < stages; ++d) {
+    if (rank_of[static_cast<size_t>(d)] != rank) {
+      alone = false;
+      t.backends.push_back(nullptr);  // another process runs it
+      continue;
+    }
     t.owned.push_back(std::make_unique<CpuBackend>(cfg.threads));
     t.backends.push_back(t.owned.back().get());
   }
-  t.comm = std::make_unique<InProcessComm>();
   t.summary = "cpu";
+  if (alone) {
+    t.comm = std::make_unique<InProcessComm>();
+    return t;
+  }
+#ifdef PT_HAVE_MPI
+  t.comm = std::make_unique<MpiComm>(rank_of, rank);
   return t;
+#else
+  PT_CHECK(false, "devices of other processes in a build without MPI");
+  return t;
+#endif
 }
 
 #ifdef PT_HAVE_CUDA
@@ -88,8 +106,13 @@ TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered) {
 
 }  // namespace
 
-TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered) {
-  if (cfg.device == "cpu") return cpu_devices(cfg, lowered.stages);
+TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
+                                int rank) {
+  if (cfg.device == "cpu") return cpu_devices(cfg, lowered.stages, rank_of_device, rank);
+  for (int r : rank_of_device)
+    if (r != rank)
+      throw UserError(cfg.where("device"), "runs on one process only so far (GPU tensors between processes need NCCL across ranks)",
+                      "set device: cpu for a run across processes, or start one process");
 #ifdef PT_HAVE_CUDA
   return cuda_devices(cfg, lowered);
 #else

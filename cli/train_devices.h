@@ -8,6 +8,9 @@
 //         NcclComm when every pipeline device has a GPU of its own and NCCL starts on them;
 //         otherwise PeerComm (cudaMemcpyPeerAsync, device to device on one GPU).
 //
+// Across processes (mpirun): the devices of this rank only, MpiComm between ranks; CPU devices only
+// so far (GPU tensors between processes need NCCL across ranks).
+//
 // A UserError naming the `device:` line when this build has no CUDA backend, when no GPU is
 // found, or when a named GPU does not exist.
 #pragma once
@@ -31,10 +34,14 @@ struct TrainDevices {
 
   // After the optimizer updated the parameters on the host: every device copy follows.
   void refresh_constants() {
-    for (Backend* b : backends) b->refresh_constants();
+    for (Backend* b : backends)
+      if (b) b->refresh_constants();
   }
 };
 
-TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered);
+// here[d]: this process runs pipeline device d (cli/train_ranks.h); the others get a null
+// backend, and the Comm reaches them over MPI. All true: one process, as before.
+TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
+                                int rank);
 
 }  // namespace pt

@@ -32,20 +32,6 @@ MpiWorld::MpiWorld() {
 
 MpiWorld::~MpiWorld() { MPI_Finalize(); }
 
-bool MpiWorld::launched() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
-    const char* s = std::getenv(v);
-    if (s && std::atoi(s) > 1) return true;
-  }
-  return false;
-}
-
-std::vector<int> MpiWorld::rank_of_devices(int devices, int ranks) {
-  std::vector<int> out;
-  for (int d = 0; d < devices; ++d) out.push_back(static_cast<int>(int64_t{d} * ranks / devices));
-  return out;
-}
-
 void MpiWorld::check_same(uint64_t value, const std::string& what) const {
   std::vector<unsigned long long> all(static_cast<size_t>(size_));
   unsigned long long mine = value;
@@ -56,6 +42,27 @@ void MpiWorld::check_same(uint64_t value, const std::string& what) const {
   if (!differ.empty())
     throw UserError("ranks " + differ, what + " differs from rank 0's",
                     "start every rank with the same model, config and overrides");
+}
+
+void MpiWorld::sum(std::vector<double>& values) const {
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+}
+
+void MpiWorld::max(std::vector<int64_t>& values) const {
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+}
+
+void MpiWorld::share(void* data, size_t bytes, bool mine) const {
+  if (!mine && bytes) std::memset(data, 0, bytes);
+  constexpr size_t kPiece = size_t{1} << 30;  // MPI counts are ints
+  for (size_t at = 0; at < bytes; at += kPiece)
+    MPI_Allreduce(MPI_IN_PLACE, static_cast<std::byte*>(data) + at, static_cast<int>(std::min(kPiece, bytes - at)),
+                  MPI_BYTE, MPI_BOR, MPI_COMM_WORLD);
+}
+
+void MpiWorld::abort(int code) const {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
 }
 
 MpiComm::MpiComm(std::vector<int> rank_of_device, int rank)

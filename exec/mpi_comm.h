@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "exec/comm.h"
+#include "exec/ranks.h"
 
 namespace pt {
 
@@ -38,15 +39,17 @@ class MpiWorld {
   MpiWorld& operator=(const MpiWorld&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // Whether this process was started as one of several ranks (mpirun's or Slurm's environment
-  // says so); a plain start is a single process and needs no MPI.
-  static bool launched();
-  // The rank of each of `devices` pipeline devices on `ranks` processes: contiguous blocks,
-  // rank r runs devices [r * devices / ranks, (r + 1) * devices / ranks).
-  static std::vector<int> rank_of_devices(int devices, int ranks);
   // The same 64-bit value on every rank, else a UserError naming the ranks that differ from
   // rank 0 (`what` says what the value is, e.g. "the plan").
   void check_same(uint64_t value, const std::string& what) const;
+  // Exact collectives over every rank, for values one rank holds and the others hold as zeros:
+  // sums (x + 0 is x), maxima, and the owner's bytes to everyone (a bitwise OR with zeros).
+  void sum(std::vector<double>& values) const;
+  void max(std::vector<int64_t>& values) const;
+  void share(void* data, size_t bytes, bool mine) const;
+  // Ends every rank of the job with `code` (a rank that failed alone must not leave the others
+  // waiting for its messages).
+  [[noreturn]] void abort(int code) const;
 
  private:
   int rank_ = 0, size_ = 1;

@@ -23,11 +23,12 @@ struct Result {
   std::string err;  // stderr
 };
 
-inline Result run(const std::string& args) {
+// A shell command line, its stdout and stderr captured.
+inline Result run_command(const std::string& command) {
   // One file per process: ctest runs the tests of this binary in parallel processes.
   const fs::path err_file =
       fs::temp_directory_path() / ("pt_cli_test_stderr_" + std::to_string(getpid()) + ".txt");
-  const std::string cmd = std::string(PT_BINARY) + " " + args + " 2>" + err_file.string();
+  const std::string cmd = command + " 2>" + err_file.string();
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};
@@ -39,6 +40,8 @@ inline Result run(const std::string& args) {
   r.err.assign(std::istreambuf_iterator<char>(in), {});
   return r;
 }
+
+inline Result run(const std::string& args) { return run_command(std::string(PT_BINARY) + " " + args); }
 
 // Bad input: exit 2 and exactly one line on stderr, starting with "error: ".
 inline void expect_one_line_error(const Result& r, const std::string& text) {

@@ -231,6 +231,8 @@ def main():
     root = make_scratch(repo, args.pipetrain, args.python)
     used_skips = set()
     env = dict(os.environ)
+    # mpirun refuses to start as root unless told; CI runs as root in its fresh Debian root.
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     ran = 0
     try:
         cwd, block = root, None

@@ -1,5 +1,5 @@
 // The pipeline across processes (exec/mpi_comm.h), run by ctest under mpirun: every schedule kind
-// at 2, 4 and 8 stages (those the rank count divides) on this process's devices (MpiWorld::rank_of_devices) gives the loss and the
+// at 2, 4 and 8 stages (those the rank count divides) on this process's devices (rank_of_devices) gives the loss and the
 // parameter gradients of the devices it runs bit for bit as the single-process executor does
 // (every rank computes that reference itself). A second step reuses every message tag; a tie
 // across processes and a plan that differs between ranks are one-line errors.
@@ -70,7 +70,7 @@ struct StepResult {
 StepResult run(const std::vector<BackwardGraphs>& chunks, const Schedule& s, const Feeds& feeds, bool across) {
   std::vector<std::unique_ptr<CpuBackend>> owned;
   std::vector<Backend*> backends;
-  const std::vector<int> rank_of = MpiWorld::rank_of_devices(s.stages, world->size());
+  const std::vector<int> rank_of = rank_of_devices(s.stages, world->size());
   for (int d = 0; d < s.stages; ++d) {
     const bool here = !across || rank_of[static_cast<size_t>(d)] == world->rank();
     owned.push_back(here ? std::make_unique<CpuBackend>(1) : nullptr);
@@ -113,7 +113,7 @@ TEST_P(AcrossProcesses, EveryScheduleBitIdenticalToOneProcess) {
         const StepResult many = run(chunks, s, feeds, true);
         // The loss is where the last chunk runs.
         const int last_device = s.device_of(s.total_chunks() - 1);
-        if (MpiWorld::rank_of_devices(stages, world->size())[static_cast<size_t>(last_device)] == world->rank())
+        if (rank_of_devices(stages, world->size())[static_cast<size_t>(last_device)] == world->rank())
           EXPECT_EQ(many.loss, one.loss);
         else
           EXPECT_EQ(many.loss, 0.0);
@@ -159,10 +159,10 @@ TEST(AcrossProcesses, APlanThatDiffersBetweenRanksIsNamed) {
 }
 
 TEST(AcrossProcesses, RanksOwnContiguousDevices) {
-  EXPECT_EQ(MpiWorld::rank_of_devices(4, 2), (std::vector<int>{0, 0, 1, 1}));
-  EXPECT_EQ(MpiWorld::rank_of_devices(2, 2), (std::vector<int>{0, 1}));
-  EXPECT_EQ(MpiWorld::rank_of_devices(6, 3), (std::vector<int>{0, 0, 1, 1, 2, 2}));
-  EXPECT_EQ(MpiWorld::rank_of_devices(3, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(rank_of_devices(4, 2), (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(rank_of_devices(2, 2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(rank_of_devices(6, 3), (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(rank_of_devices(3, 1), (std::vector<int>{0, 0, 0}));
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+// cli/train_ranks.h: the processes one `pipetrain train` runs in. Alone by default (no MPI at
+// run time); as one of several ranks when mpirun or srun started it (MpiWorld::launched), in a
+// build with MPI (exec/mpi_comm.h). Rank r runs the pipeline devices MpiWorld::rank_of_devices
+// gives it; every rank reads the same config, data and model and makes the same plan.
+//
+// The collectives here are exact, so a run on N ranks gives the bits of the run in one process:
+// each value is held by one rank and read as zero by the others (sum: x + 0 is x; share: the
+// owner's bytes OR zeros). Alone they do nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+class MpiWorld;
+
+class TrainRanks {
+ public:
+  // MPI when launched as one of several ranks, else alone. UserError when launched so but the
+  // build has no MPI.
+  TrainRanks();
+  ~TrainRanks();
+  TrainRanks(const TrainRanks&) = delete;
+  TrainRanks& operator=(const TrainRanks&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool alone() const { return size_ == 1; }
+  // Which rank runs each of `devices` pipeline devices.
+  std::vector<int> rank_of_devices(int devices) const;
+
+  void sum(std::vector<double>& values) const;
+  void max(std::vector<int64_t>& values) const;
+  void share(void* data, size_t bytes, bool mine) const;
+  void check_same(uint64_t value, const std::string& what) const;
+  [[noreturn]] void abort(int code) const;
+  MpiWorld* world() const { return world_.get(); }
+
+ private:
+  std::unique_ptr<MpiWorld> world_;
+  int rank_ = 0, size_ = 1;
+};
+
+// FNV-1a, 64 bits: the same on every rank for the same text (std::hash promises no such thing).
+uint64_t fnv1a(const std::string& text, uint64_t h = 1469598103934665603ull);
+
+}  // namespace pt

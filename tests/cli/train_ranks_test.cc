@@ -1,0 +1,119 @@
+// `mpirun -n N pipetrain train`: the pipeline's devices on N processes (cli/train_ranks.h) give
+// the very bytes of the run in one process (trained model, weights, every loss and gradient
+// norm), over shared memory and over TCP; what such a run cannot do yet is one line; a rank
+// that dies ends the job instead of leaving the others waiting.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <sstream>
+
+#include "tests/cli/run_cli.h"
+
+namespace {
+
+// charlm (the main job's model and data), every output under `dir`; `sets` appended.
+std::string charlm(const fs::path& dir, const std::string& sets) {
+  return "train samples/charlm/train.yaml -q --set checkpoint.dir= --set output.trace= --set output.timeline= "
+         "--set output.model=" + (dir / "charlm.onnx").string() + " --set output.metrics=" +
+         (dir / "metrics.jsonl").string() + " " + sets;
+}
+
+Result mpirun(int ranks, const std::string& args, const std::string& mca = "") {
+  return run_command(std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -n " + std::to_string(ranks) +
+                     " " + mca + " " + PT_BINARY + " " + args);
+}
+
+// The metrics lines without their timings (step_s, samples_per_s, bubble differ run to run).
+std::string without_timings(const std::string& metrics) {
+  std::istringstream in(metrics);
+  std::string out, line;
+  while (std::getline(in, line)) {
+    for (const char* key : {"\"bubble\":", "\"step_s\":", "\"samples_per_s\":"}) {
+      const size_t at = line.find(key);
+      if (at == std::string::npos) continue;
+      const size_t end = line.find_first_of(",}", at);
+      line.erase(at, end - at);
+    }
+    if (line.find("\"summary\"") == std::string::npos) out += line + "\n";
+  }
+  return out;
+}
+
+void expect_same_run(const fs::path& one, const fs::path& many) {
+  EXPECT_EQ(slurp(many / "charlm.onnx"), slurp(one / "charlm.onnx"));
+  EXPECT_EQ(slurp(many / "charlm.safetensors"), slurp(one / "charlm.safetensors"));
+  EXPECT_EQ(without_timings(slurp(many / "metrics.jsonl")), without_timings(slurp(one / "metrics.jsonl")));
+  EXPECT_FALSE(without_timings(slurp(one / "metrics.jsonl")).empty());
+}
+
+TEST(TrainRanks, TwoRanksGiveTheBytesOfOneProcess) {
+  const fs::path one = scratch("ranks_one"), two = scratch("ranks_two");
+  const std::string sets = "--set steps=6 --set eval_every=3";
+  ASSERT_EQ(run(charlm(one, sets)).code, 0);
+  const Result r = mpirun(2, charlm(two, sets));
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_run(one, two);
+  // Rank 0 alone prints: the final eval line once.
+  size_t evals = 0;
+  for (size_t at = 0; (at = r.out.find("eval after step 6", at)) != std::string::npos; ++at) ++evals;
+  EXPECT_EQ(evals, 1u) << r.out;
+}
+
+// Four ranks over TCP alone (no shared memory), one device each, under three schedule kinds.
+TEST(TrainRanks, FourRanksOverTcpUnderEveryKindOfSchedule) {
+  for (const char* kind : {"1f1b", "zb-h1", "interleaved"}) {
+    SCOPED_TRACE(kind);
+    const fs::path one = scratch("ranks4_one"), four = scratch("ranks4_four");
+    const std::string sets = std::string("--set steps=2 --set pipeline.schedule=") + kind;
+    ASSERT_EQ(run(charlm(one, sets)).code, 0);
+    const Result r = mpirun(4, charlm(four, sets), "--mca btl self,tcp");
+    ASSERT_EQ(r.code, 0) << r.err;
+    expect_same_run(one, four);
+  }
+}
+
+TEST(TrainRanks, StagesMustSplitOverTheRanks) {
+  const fs::path d = scratch("ranks_split");
+  const Result r = mpirun(2, charlm(d, "--set steps=2 --set pipeline.stages=3 --set pipeline.schedule=1f1b"));
+  EXPECT_NE(r.code, 0);
+  // Every rank finds it; whichever aborts first may end the other before it prints.
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("error: rank [01] of 2: "))) << r.err;
+  EXPECT_NE(r.err.find(" of 2: --set pipeline.stages: 3 stages do not split evenly over the ranks "
+                       "(running on 2 processes); use a multiple of 2 stages, or start 3 processes or fewer that "
+                       "divide it\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(d / "charlm.onnx"));
+}
+
+TEST(TrainRanks, CheckpointsAcrossProcessesAreRefusedInOneLine) {
+  const fs::path d = scratch("ranks_ckpt");
+  const Result r = mpirun(2, charlm(d, "--set steps=2 --set checkpoint.dir=" + (d / "ckpt").string()));
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("error: rank [01] of 2: "))) << r.err;
+  EXPECT_NE(r.err.find(" of 2: --set checkpoint.dir: checkpoints across processes are not written yet "
+                       "(running on 2 processes); --set checkpoint.dir= for a run across processes, or train in "
+                       "one process\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(d / "ckpt"));
+}
+
+// A rank killed mid-run: mpirun ends the others and names the lost rank; nothing hangs.
+TEST(TrainRanks, ALostRankEndsTheJob) {
+  const fs::path d = scratch("ranks_kill");
+  // In the command lines of mpirun and both ranks; the newest of them is the last rank started.
+  const std::string marker = (d / "marker.onnx").string();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = run_command(
+      "(" + std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -n 2 " + PT_BINARY + " " +
+      charlm(d, "--set steps=100000 --set output.model=" + marker) +
+      " & sleep 4; pgrep -f '" + marker + "' | tail -1 | xargs -r kill -9; wait $!)");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(seconds, 60);
+  EXPECT_NE(r.err.find("exited on signal 9"), std::string::npos) << r.err;
+}
+
+}  // namespace

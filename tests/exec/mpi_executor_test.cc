@@ -30,29 +30,8 @@ constexpr int kMicroBatch = 2;
 constexpr int kMicroBatches = 4;
 using Feeds = std::vector<std::map<std::string, Tensor>>;
 
-// Per micro-batch: the model inputs, a target in range, loss_scale; the same on every rank.
 Feeds random_feeds(const Graph& g, const std::vector<BackwardGraphs>& chunks) {
-  const Graph& first = chunks.front().forward;
-  const Graph& last = chunks.back().forward;
-  int64_t classes = 1;
-  for (const Node& n : last.nodes)
-    if (n.op_type == "SoftmaxCrossEntropy") classes = last.value(n.inputs[0]).type.shape.back();
-  Feeds feeds(kMicroBatches);
-  std::mt19937 rng(7);
-  for (auto& f : feeds) {
-    for (ValueId v : g.inputs) {
-      const std::string& name = g.value(v).name;
-      f[name] = testing::random_tensor(first.value(first.find(name)).type, rng, 16);
-    }
-    f[kLossTarget] = testing::random_tensor(last.value(last.find(kLossTarget)).type, rng, classes);
-    Tensor scale;
-    scale.type = TensorType{DType::kFloat32, {}};
-    scale.data.resize(4);
-    const float s = 1.0f / (kMicroBatches * kMicroBatch);
-    std::memcpy(scale.data.data(), &s, 4);
-    f[kLossScale] = std::move(scale);
-  }
-  return feeds;
+  return testing::step_feeds(g, chunks, kMicroBatches, kMicroBatch);
 }
 
 std::vector<int> placement(const Schedule& s) {

@@ -301,6 +301,7 @@ class Trainer {
   void check_plan_across_processes() const;
   void share_parameters();
   int owner_of(const std::string& param) const;  // the rank whose device updates it
+  bool here(size_t device) const { return rank_of_[device] == ranks_.rank(); }
   std::vector<std::vector<ActionTime>> step_times() const;  // every device's, from its rank
 
   TrainConfig cfg_;
@@ -410,9 +411,9 @@ void Trainer::build() {
       if (std::find(params_.begin(), params_.end(), p) != params_.end() || is_site_copy(p)) continue;
       params_.push_back(p);
       first_device_[p] = placement[c];
-      // Another process's device: that process updates it (and keeps its optimizer state).
-      if (rank_of_[static_cast<size_t>(placement[c])] == ranks_.rank())
-        per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
+      // Across processes every rank holds every device's optimizer (the model is whole on every
+      // rank too) but steps its own devices' only; checkpoints bring the others' state over.
+      per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
     }
   for (auto& list : per_device) optimizers_.push_back(std::make_unique<Optimizer>(oc, std::move(list)));
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
@@ -548,13 +549,19 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches);
   c.meta["stages"] = std::to_string(cfg_.pipeline.stages);
   c.meta["optimizer"] = cfg_.optimizer.kind;
+  share_parameters();  // across processes: every device's parameters and optimizer state
   for (const auto& [name, t] : trained_tensors()) c.tensors.emplace_back("model/" + name, *t);
   for (size_t d = 0; d < optimizers_.size(); ++d) {
-    const OptimizerState st = optimizers_[d]->state();
+    OptimizerState st = optimizers_[d]->state();
+    std::vector<double> step = {here(d) ? static_cast<double>(st.step) : 0.0};
+    ranks_.sum(step);
+    st.step = static_cast<int64_t>(step[0]);
+    for (auto& [name, t] : st.tensors) ranks_.share(t.data.data(), t.data.size(), here(d));
     c.meta["optimizer" + std::to_string(d) + ".step"] = std::to_string(st.step);
     for (const auto& [name, t] : st.tensors) c.tensors.emplace_back("optimizer/" + name, t);
   }
-  write_checkpoint(cfg_.checkpoint.dir, c);
+  // One file, the one a single process writes, by rank 0: any layout resumes from it.
+  if (ranks_.rank() == 0) write_checkpoint(cfg_.checkpoint.dir, c);
   saved_step_ = steps_done;
 }
 
@@ -574,7 +581,7 @@ int Trainer::stop_interrupted(int64_t steps_done) {
     line << "checkpoint " << name << " in " << cfg_.checkpoint.dir << "; continue with --resume";
   }
   std::cout << std::flush;
-  std::cerr << line.str() << "\n";
+  if (ranks_.rank() == 0) std::cerr << line.str() << "\n";
   return kInterruptedExitCode;
 }
 
@@ -652,11 +659,13 @@ void Trainer::step(int64_t s) {
     }
   sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
   std::vector<double> squares;
-  for (const auto& o : optimizers_) squares.push_back(o->squared_norm(executor_->grads()));
+  for (size_t d = 0; d < optimizers_.size(); ++d)
+    squares.push_back(here(d) ? optimizers_[d]->squared_norm(executor_->grads()) : 0.0);
   ranks_.sum(squares);  // each device's from its rank: the same norm as in one process
   const double norm = Optimizer::global_norm(squares);
   const double lr = optimizers_.front()->current_lr();
-  for (const auto& o : optimizers_) o->step(executor_->grads(), norm);
+  for (size_t d = 0; d < optimizers_.size(); ++d)
+    if (here(d)) optimizers_[d]->step(executor_->grads(), norm);
   devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
 
@@ -847,10 +856,6 @@ void Trainer::check_across_processes() const {
     refuse("pipeline.stages", std::to_string(cfg_.pipeline.stages) + " stages do not split evenly over the ranks",
            "use a multiple of " + std::to_string(n) + " stages, or start " + std::to_string(cfg_.pipeline.stages) +
                " processes or fewer that divide it");
-  if (!cfg_.checkpoint.dir.empty() && cfg_.checkpoint.every > 0)
-    refuse("checkpoint.dir", "checkpoints across processes are not written yet",
-           "--set checkpoint.dir= for a run across processes, or train in one process");
-  if (args_.resume) refuse("checkpoint.dir", "--resume across processes is not supported yet", "resume in one process");
 }
 
 // Every rank must run the same plan: the lowered schedule's actions and each chunk's nodes and
@@ -932,7 +937,7 @@ int Trainer::run() {
     }
     devices_.refresh_constants();
   } else if (args_.overwrite && !cfg_.checkpoint.dir.empty() && !checkpoint_steps(cfg_.checkpoint.dir).empty()) {
-    clear_checkpoints(cfg_.checkpoint.dir);
+    if (ranks_.rank() == 0) clear_checkpoints(cfg_.checkpoint.dir);
     if (!args_.quiet) std::cout << "--overwrite: removed the checkpoints in " << cfg_.checkpoint.dir << "\n";
   }
   if (!cfg_.output.metrics.empty()) {

@@ -1,7 +1,7 @@
 // `mpirun -n N pipetrain train`: the pipeline's devices on N processes (cli/train_ranks.h) give
 // the very bytes of the run in one process (trained model, weights, every loss and gradient
-// norm), over shared memory and over TCP; what such a run cannot do yet is one line; a rank
-// that dies ends the job instead of leaving the others waiting.
+// norm, checkpoints, resumed runs), over shared memory and over TCP; what such a run cannot do
+// yet is one line; a rank that dies ends the job instead of leaving the others waiting.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -87,17 +87,48 @@ TEST(TrainRanks, StagesMustSplitOverTheRanks) {
   EXPECT_FALSE(fs::exists(d / "charlm.onnx"));
 }
 
-TEST(TrainRanks, CheckpointsAcrossProcessesAreRefusedInOneLine) {
-  const fs::path d = scratch("ranks_ckpt");
-  const Result r = mpirun(2, charlm(d, "--set steps=2 --set checkpoint.dir=" + (d / "ckpt").string()));
-  EXPECT_NE(r.code, 0);
-  EXPECT_TRUE(std::regex_search(r.err, std::regex("error: rank [01] of 2: "))) << r.err;
-  EXPECT_NE(r.err.find(" of 2: --set checkpoint.dir: checkpoints across processes are not written yet "
-                       "(running on 2 processes); --set checkpoint.dir= for a run across processes, or train in "
-                       "one process\n"),
-            std::string::npos)
-      << r.err;
-  EXPECT_FALSE(fs::exists(d / "ckpt"));
+// Rank 0 writes the checkpoint one process would write (every rank's parameters and optimizer
+// state brought over): the same bytes; resumed on 2 ranks or in 1 process, the same model.
+TEST(TrainRanks, CheckpointsAndResumeGiveTheBytesOfOneProcess) {
+  const fs::path one = scratch("ranks_ckpt_one"), two = scratch("ranks_ckpt_two");
+  const auto with = [](const fs::path& d, const std::string& sets) {
+    return charlm(d, "--set checkpoint.every=2 --set checkpoint.dir=" + (d / "ckpt").string() + " " + sets);
+  };
+  ASSERT_EQ(run(with(one, "--set steps=4")).code, 0);
+  const Result first = mpirun(2, with(two, "--set steps=4"));
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_EQ(slurp(two / "ckpt" / "step_00000004.ckpt"), slurp(one / "ckpt" / "step_00000004.ckpt"));
+  EXPECT_EQ(slurp(two / "ckpt" / "step_00000002.ckpt"), slurp(one / "ckpt" / "step_00000002.ckpt"));
+  // A copy of the 2-rank checkpoints, resumed in one process.
+  const fs::path three = scratch("ranks_ckpt_three");
+  fs::copy(two / "ckpt", three / "ckpt");
+  ASSERT_EQ(run(with(one, "--set steps=6 --resume")).code, 0);
+  const Result resumed = mpirun(2, with(two, "--set steps=6 --resume"));
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from step 4"), std::string::npos) << resumed.out;
+  EXPECT_EQ(slurp(two / "charlm.onnx"), slurp(one / "charlm.onnx"));
+  EXPECT_EQ(slurp(two / "ckpt" / "step_00000006.ckpt"), slurp(one / "ckpt" / "step_00000006.ckpt"));
+  ASSERT_EQ(run(with(three, "--set steps=6 --resume")).code, 0);
+  EXPECT_EQ(slurp(three / "charlm.onnx"), slurp(one / "charlm.onnx"));
+}
+
+// Every rank SIGKILLed once a checkpoint is on disk, then resumed: the very bytes of a run that
+// was never stopped.
+TEST(TrainRanks, KilledAndResumedEndsOnTheBytesOfAnUninterruptedRun) {
+  const fs::path whole = scratch("ranks_whole"), cut = scratch("ranks_cut");
+  const auto with = [](const fs::path& d, const std::string& sets) {
+    return charlm(d, "--set steps=8 --set checkpoint.every=2 --set checkpoint.dir=" + (d / "ckpt").string() + " " + sets);
+  };
+  ASSERT_EQ(mpirun(2, with(whole, "")).code, 0);
+  const std::string marker = (cut / "charlm.onnx").string();
+  run_command("(" + std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -n 2 " + PT_BINARY + " " +
+              with(cut, "") + " & for i in $(seq 600); do [ -e " + (cut / "ckpt" / "latest").string() +
+              " ] && break; sleep 0.05; done; pkill -9 -f '" + marker + "'; wait $!)");
+  ASSERT_TRUE(fs::exists(cut / "ckpt" / "latest"));
+  EXPECT_FALSE(fs::exists(cut / "charlm.onnx"));  // killed before the end
+  const Result resumed = mpirun(2, with(cut, "--resume"));
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(slurp(cut / "charlm.onnx"), slurp(whole / "charlm.onnx"));
 }
 
 // A rank killed mid-run: mpirun ends the others and names the lost rank; nothing hangs.

@@ -152,7 +152,7 @@ void check_gpus(const Reader& r, const YAML::Node& root, const TrainConfig& c) {
 void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.check_keys(root, "", {"model", "dims", "loss", "data", "optimizer", "pipeline", "parameters",
                           "device", "threads", "seed", "steps", "eval_every", "checkpoint",
-                          "output", "dropout", "precision"});
+                          "output", "dropout", "precision", "parallel"});
   r.read(root, "", "model", &c->model, "a model file");
   if (c->model.empty())
     throw UserError(r.where(root, "model"), "is missing", "name the ONNX model to train");
@@ -170,6 +170,11 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     }
   }
   read_device(r, root, c);
+  if (const YAML::Node par = root["parallel"]) {
+    r.check_keys(par, "parallel", {"data"});
+    r.read(par, "parallel", "data", &c->parallel.data, "a whole number");
+    r.positive(par, "parallel", "data", c->parallel.data, 1);
+  }
   r.read(root, "", "precision", &c->precision, "fp32 or bf16");
   r.one_of(root, "", "precision", c->precision, {"fp32", "bf16"});
   if (c->precision == "bf16" && c->device != "cuda")

@@ -16,6 +16,8 @@
 //              recompute: selective, memory_limit: 8GiB}
 //   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"]}   # names or globs
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
+//   parallel: {data: 1}              # data-parallel replicas of the pipeline (mpirun -n: a
+//                                    # multiple; each replica pipeline.micro_batches of its own)
 //   precision: fp32                  # fp32 | bf16 (CUDA: GEMM inputs rounded to bf16, fp32
 //                                    # accumulation, fp32 tensors and master weights)
 //   threads: 1                       # per stage (CPU)
@@ -95,6 +97,9 @@ struct TrainConfig {
   std::string device = "cpu";       // cpu | cuda (the `device:` text up to a ':')
   std::vector<int> gpus;            // cuda:I,J,...: the GPU indices as written; empty: d mod G
   std::string precision = "fp32";   // fp32 | bf16 (device: cuda only)
+  struct Parallel {
+    int data = 1;  // replicas of the pipeline over the processes (mpirun), each its own micro-batches
+  } parallel;
   int threads = 1;                  // per stage
   uint64_t seed = 0;
   bool dropout = true;              // training-mode Dropout and Bernoulli draws, seeded

@@ -546,7 +546,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   c.step = steps_done;
   c.data_position = data_->position();
   c.meta["model"] = cfg_.model;
-  c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches);
+  c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas());
   c.meta["stages"] = std::to_string(cfg_.pipeline.stages);
   c.meta["optimizer"] = cfg_.optimizer.kind;
   share_parameters();  // across processes: every device's parameters and optimizer state
@@ -554,9 +554,9 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   for (size_t d = 0; d < optimizers_.size(); ++d) {
     OptimizerState st = optimizers_[d]->state();
     std::vector<double> step = {here(d) ? static_cast<double>(st.step) : 0.0};
-    ranks_.sum(step);
+    ranks_.sum(step, Over::kReplica);
     st.step = static_cast<int64_t>(step[0]);
-    for (auto& [name, t] : st.tensors) ranks_.share(t.data.data(), t.data.size(), here(d));
+    for (auto& [name, t] : st.tensors) ranks_.share(t.data.data(), t.data.size(), here(d), Over::kReplica);
     c.meta["optimizer" + std::to_string(d) + ".step"] = std::to_string(st.step);
     for (const auto& [name, t] : st.tensors) c.tensors.emplace_back("optimizer/" + name, t);
   }
@@ -592,7 +592,7 @@ void Trainer::resume() {
     return;
   }
   const std::string where = cfg_.where("checkpoint.dir");
-  const std::string global = std::to_string(rows_ * cfg_.pipeline.micro_batches);
+  const std::string global = std::to_string(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas());
   if (c->meta.at("model") != cfg_.model || c->meta.at("global_batch") != global)
     throw UserError(where, "the checkpoint was written for " + c->meta.at("model") + " with global batch " +
                                c->meta.at("global_batch") + ", this run trains " + cfg_.model + " with " + global,
@@ -639,16 +639,24 @@ void Trainer::resume() {
 void Trainer::step(int64_t s) {
   const Clock::time_point begin = Clock::now();
   const int M = cfg_.pipeline.micro_batches;
-  std::vector<FeedMap> feeds = data_->next(M);
+  // Data parallelism: every replica draws the global batch (D x M micro-batches, the loss
+  // scaled over all of it) and runs its own M; micro-batch m of replica k is global k * M + m.
+  const int D = ranks_.replicas(), first = ranks_.replica() * M;
+  std::vector<FeedMap> all = data_->next(D * M);
   std::vector<const Tensor*> targets;
-  for (const FeedMap& f : feeds) targets.push_back(&f.at(kLossTarget));
+  for (const FeedMap& f : all) targets.push_back(&f.at(kLossTarget));
   const float scale = loss_scale(loss_, targets, cfg_.where("data"));
+  std::vector<FeedMap> feeds(std::make_move_iterator(all.begin() + first), std::make_move_iterator(all.begin() + first + M));
   for (int m = 0; m < M; ++m) {
     feeds[static_cast<size_t>(m)][kLossScale] = scalar_tensor(scale);
     if (form_.dropout_key)
-      feeds[static_cast<size_t>(m)][kDropoutKey] = scalar_tensor(dropout_key_for(cfg_.seed, s, m));
+      feeds[static_cast<size_t>(m)][kDropoutKey] = scalar_tensor(dropout_key_for(cfg_.seed, s, first + m));
   }
   executor_->run_step(feeds);
+  // Each parameter's gradient over the replicas, added in replica order: the same on every
+  // replica and from run to run.
+  if (D > 1)
+    for (auto& [p, g] : executor_->grads()) ranks_.sum_in_replica_order(g.as<float>(), static_cast<size_t>(g.type.numel()));
   // BatchNorm buffers, micro-batch by micro-batch as torch updates them.
   for (int m = 0; m < M; ++m)
     for (size_t i = 0; i < form_.batch_norms.size(); ++i) {
@@ -661,7 +669,7 @@ void Trainer::step(int64_t s) {
   std::vector<double> squares;
   for (size_t d = 0; d < optimizers_.size(); ++d)
     squares.push_back(here(d) ? optimizers_[d]->squared_norm(executor_->grads()) : 0.0);
-  ranks_.sum(squares);  // each device's from its rank: the same norm as in one process
+  ranks_.sum(squares, Over::kReplica);  // each device's from its rank: the same norm as in one process
   const double norm = Optimizer::global_norm(squares);
   const double lr = optimizers_.front()->current_lr();
   for (size_t d = 0; d < optimizers_.size(); ++d)
@@ -671,12 +679,15 @@ void Trainer::step(int64_t s) {
 
   const std::vector<std::vector<ActionTime>> times = step_times();
   const Simulation measured = measured_step(lowered_, times);
-  std::vector<double> loss = {executor_->loss()};
-  ranks_.sum(loss);  // held where the last chunk runs
-  last_loss_ = loss[0];
+  // Each replica's loss is held where its last chunk runs; their sum, in replica order.
+  std::vector<double> losses(static_cast<size_t>(D), 0.0);
+  losses[static_cast<size_t>(ranks_.replica())] = executor_->loss();
+  ranks_.sum(losses);
+  last_loss_ = 0;
+  for (double l : losses) last_loss_ += l;
   std::vector<int64_t> peak_kept = executor_->peak_kept_bytes();
-  ranks_.max(peak_kept);
-  const double samples_per_s = static_cast<double>(rows_ * M) / seconds;
+  ranks_.max(peak_kept, Over::kReplica);
+  const double samples_per_s = static_cast<double>(rows_ * M * D) / seconds;
   if (s > first_step_) step_seconds_.push_back(seconds);
   if (s - first_step_ < kTraceSteps)
     trace_.add_step(s, std::chrono::duration<double>(begin - t0_).count(), lowered_, times);
@@ -848,12 +859,13 @@ void Trainer::claim_checkpoint_dir() const {
 }
 
 void Trainer::check_across_processes() const {
-  const int n = ranks_.size();
+  const int n = ranks_.size() / ranks_.replicas();  // the processes of one replica
   const auto refuse = [&](const std::string& key, const std::string& what, const std::string& todo) {
     throw UserError(cfg_.where(key), what + " (running on " + std::to_string(n) + " processes)", todo);
   };
   if (cfg_.pipeline.stages % n != 0)
-    refuse("pipeline.stages", std::to_string(cfg_.pipeline.stages) + " stages do not split evenly over the ranks",
+    refuse("pipeline.stages", std::to_string(cfg_.pipeline.stages) + " stages do not split evenly over the ranks" +
+                                  std::string(ranks_.replicas() > 1 ? " of a replica" : ""),
            "use a multiple of " + std::to_string(n) + " stages, or start " + std::to_string(cfg_.pipeline.stages) +
                " processes or fewer that divide it");
 }
@@ -896,7 +908,7 @@ void Trainer::share_parameters() {
   if (ranks_.alone()) return;
   for (const std::string& p : params_) {
     Tensor& t = mutable_initializer(p);
-    ranks_.share(t.data.data(), t.data.size(), owner_of(p) == ranks_.rank());
+    ranks_.share(t.data.data(), t.data.size(), owner_of(p) == ranks_.rank(), Over::kReplica);
   }
   devices_.refresh_constants();
 }
@@ -911,7 +923,7 @@ std::vector<std::vector<ActionTime>> Trainer::step_times() const {
       flat.push_back(mine ? t.start : 0.0);
       flat.push_back(mine ? t.end : 0.0);
     }
-  ranks_.sum(flat);
+  ranks_.sum(flat, Over::kReplica);
   size_t i = 0;
   for (auto& list : times)
     for (ActionTime& t : list) {
@@ -952,7 +964,9 @@ int Trainer::run() {
     std::cout << "training " << cfg_.model << ": " << params_.size() << " parameter tensors, "
               << data_->train_samples() << " training samples (" << data_->eval_samples() << " held out), "
               << schedule_.kind << " on " << schedule_.stages << " stage(s), " << cfg_.pipeline.micro_batches
-              << " micro-batches of " << rows_ << "\n";
+              << " micro-batches of " << rows_
+              << (ranks_.replicas() > 1 ? " per replica, " + std::to_string(ranks_.replicas()) + " data-parallel replicas" : "")
+              << (ranks_.alone() ? "" : " on " + std::to_string(ranks_.size()) + " processes") << "\n";
   t0_ = Clock::now();
   {
     const InterruptGuard guard;  // a signal stops the loop at the next step boundary
@@ -978,9 +992,11 @@ int Trainer::run() {
 // One process, or each rank of an mpirun: a rank other than 0 prints nothing and writes no file;
 // an error on any rank ends every rank (the others would wait for its messages).
 int run_train(const TrainArgs& a) {
-  const TrainRanks ranks;
+  TrainRanks ranks;
   if (ranks.alone()) {
-    Trainer t(load_config(a.config, a.set), a, ranks);
+    TrainConfig cfg = load_config(a.config, a.set);
+    ranks.split(cfg.parallel.data, cfg.where("parallel.data"));  // D > 1 alone: one line
+    Trainer t(std::move(cfg), a, ranks);
     return t.run();
   }
   std::streambuf* out = std::cout.rdbuf();
@@ -988,6 +1004,7 @@ int run_train(const TrainArgs& a) {
   if (ranks.rank() != 0) std::cout.rdbuf(discard.rdbuf());
   try {
     TrainConfig cfg = load_config(a.config, a.set);
+    ranks.split(cfg.parallel.data, cfg.where("parallel.data"));
     if (ranks.rank() != 0) cfg.output = {};
     Trainer t(std::move(cfg), a, ranks);
     const int code = t.run();

@@ -24,21 +24,44 @@ TrainRanks::TrainRanks() {
 
 TrainRanks::~TrainRanks() = default;
 
-std::vector<int> TrainRanks::rank_of_devices(int devices) const { return pt::rank_of_devices(devices, size_); }
+std::vector<int> TrainRanks::rank_of_devices(int devices) const {
+  const int per = size_ / replicas_;
+  std::vector<int> ranks = pt::rank_of_devices(devices, per);
+  for (int& r : ranks) r += replica() * per;
+  return ranks;
+}
+
+void TrainRanks::split(int replicas, const std::string& where) {
+  if (replicas == 1) return;
+  if (size_ % replicas != 0)
+    throw UserError(where, std::to_string(replicas) + " replicas do not split " + std::to_string(size_) + " process(es)",
+                    size_ == 1 ? "start them with mpirun -n " + std::to_string(replicas) + " (or a multiple)"
+                               : "start a multiple of " + std::to_string(replicas) + " processes");
+  replicas_ = replicas;
+#ifdef PT_HAVE_MPI
+  world_->split(replicas);
+#endif
+}
 
 #ifdef PT_HAVE_MPI
-void TrainRanks::sum(std::vector<double>& v) const { if (world_) world_->sum(v); }
-void TrainRanks::max(std::vector<int64_t>& v) const { if (world_) world_->max(v); }
-void TrainRanks::share(void* data, size_t bytes, bool mine) const { if (world_) world_->share(data, bytes, mine); }
+void TrainRanks::sum(std::vector<double>& v, Over over) const { if (world_) world_->sum(v, over); }
+void TrainRanks::max(std::vector<int64_t>& v, Over over) const { if (world_) world_->max(v, over); }
+void TrainRanks::share(void* data, size_t bytes, bool mine, Over over) const {
+  if (world_) world_->share(data, bytes, mine, over);
+}
+void TrainRanks::sum_in_replica_order(float* values, size_t count) const {
+  if (world_) world_->sum_in_replica_order(values, count);
+}
 void TrainRanks::check_same(uint64_t value, const std::string& what) const { if (world_) world_->check_same(value, what); }
 void TrainRanks::abort(int code) const {
   if (world_) world_->abort(code);
   std::_Exit(code);
 }
 #else
-void TrainRanks::sum(std::vector<double>&) const {}
-void TrainRanks::max(std::vector<int64_t>&) const {}
-void TrainRanks::share(void*, size_t, bool) const {}
+void TrainRanks::sum(std::vector<double>&, Over) const {}
+void TrainRanks::max(std::vector<int64_t>&, Over) const {}
+void TrainRanks::share(void*, size_t, bool, Over) const {}
+void TrainRanks::sum_in_replica_order(float*, size_t) const {}
 void TrainRanks::check_same(uint64_t, const std::string&) const {}
 void TrainRanks::abort(int code) const { std::_Exit(code); }
 #endif

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "exec/ranks.h"
+
 namespace pt {
 
 class MpiWorld;
@@ -29,19 +31,25 @@ class TrainRanks {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool alone() const { return size_ == 1; }
-  // Which rank runs each of `devices` pipeline devices.
+  // Data parallelism: `replicas` replicas of the pipeline over the ranks (exec/ranks.h); a
+  // UserError at `where` when they do not divide the ranks.
+  void split(int replicas, const std::string& where);
+  int replicas() const { return replicas_; }
+  int replica() const { return rank_ / (size_ / replicas_); }
+  // Which (world) rank runs each of `devices` pipeline devices of this rank's replica.
   std::vector<int> rank_of_devices(int devices) const;
 
-  void sum(std::vector<double>& values) const;
-  void max(std::vector<int64_t>& values) const;
-  void share(void* data, size_t bytes, bool mine) const;
+  void sum(std::vector<double>& values, Over over = Over::kWorld) const;
+  void max(std::vector<int64_t>& values, Over over = Over::kWorld) const;
+  void share(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;
+  void sum_in_replica_order(float* values, size_t count) const;
   void check_same(uint64_t value, const std::string& what) const;
   [[noreturn]] void abort(int code) const;
   MpiWorld* world() const { return world_.get(); }
 
  private:
   std::unique_ptr<MpiWorld> world_;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, replicas_ = 1;
 };
 
 // FNV-1a, 64 bits: the same on every rank for the same text (std::hash promises no such thing).

@@ -18,6 +18,15 @@ struct MpiComm::Pending {
   std::vector<std::byte> data;
 };
 
+struct MpiWorld::Groups {
+  MPI_Comm replica = MPI_COMM_NULL, position = MPI_COMM_NULL;
+  int replicas = 1;
+  ~Groups() {
+    if (replica != MPI_COMM_NULL) MPI_Comm_free(&replica);
+    if (position != MPI_COMM_NULL) MPI_Comm_free(&position);
+  }
+};
+
 MpiWorld::MpiWorld() {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
@@ -30,7 +39,42 @@ MpiWorld::MpiWorld() {
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
 
-MpiWorld::~MpiWorld() { MPI_Finalize(); }
+MpiWorld::~MpiWorld() {
+  groups_.reset();
+  MPI_Finalize();
+}
+
+void MpiWorld::split(int replicas) {
+  PT_CHECK(replicas >= 1 && size_ % replicas == 0, "replicas must divide the ranks");
+  auto g = std::make_unique<Groups>();
+  g->replicas = replicas;
+  const int per = size_ / replicas;
+  MPI_Comm_split(MPI_COMM_WORLD, rank_ / per, rank_ % per, &g->replica);
+  MPI_Comm_split(MPI_COMM_WORLD, rank_ % per, rank_ / per, &g->position);
+  groups_ = std::move(g);
+}
+
+const void* MpiWorld::comm(Over over) const {
+  static const MPI_Comm world = MPI_COMM_WORLD;
+  if (over == Over::kWorld || !groups_) return &world;
+  return over == Over::kReplica ? &groups_->replica : &groups_->position;
+}
+
+#define PT_MPI_COMM(over) (*static_cast<const MPI_Comm*>(comm(over)))
+
+void MpiWorld::sum_in_replica_order(float* values, size_t count) const {
+  const int replicas = groups_ ? groups_->replicas : 1;
+  if (replicas == 1 || count == 0) return;
+  PT_CHECK(count <= static_cast<size_t>(std::numeric_limits<int>::max()), "a gradient over 2^31 values");
+  std::vector<float> all(count * static_cast<size_t>(replicas));
+  MPI_Allgather(values, static_cast<int>(count), MPI_FLOAT, all.data(), static_cast<int>(count), MPI_FLOAT,
+                PT_MPI_COMM(Over::kPosition));
+  for (size_t i = 0; i < count; ++i) {
+    float s = all[i];
+    for (int r = 1; r < replicas; ++r) s += all[static_cast<size_t>(r) * count + i];
+    values[i] = s;
+  }
+}
 
 void MpiWorld::check_same(uint64_t value, const std::string& what) const {
   std::vector<unsigned long long> all(static_cast<size_t>(size_));
@@ -44,20 +88,20 @@ void MpiWorld::check_same(uint64_t value, const std::string& what) const {
                     "start every rank with the same model, config and overrides");
 }
 
-void MpiWorld::sum(std::vector<double>& values) const {
-  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+void MpiWorld::sum(std::vector<double>& values, Over over) const {
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, PT_MPI_COMM(over));
 }
 
-void MpiWorld::max(std::vector<int64_t>& values) const {
-  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+void MpiWorld::max(std::vector<int64_t>& values, Over over) const {
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MAX, PT_MPI_COMM(over));
 }
 
-void MpiWorld::share(void* data, size_t bytes, bool mine) const {
+void MpiWorld::share(void* data, size_t bytes, bool mine, Over over) const {
   if (!mine && bytes) std::memset(data, 0, bytes);
   constexpr size_t kPiece = size_t{1} << 30;  // MPI counts are ints
   for (size_t at = 0; at < bytes; at += kPiece)
     MPI_Allreduce(MPI_IN_PLACE, static_cast<std::byte*>(data) + at, static_cast<int>(std::min(kPiece, bytes - at)),
-                  MPI_BYTE, MPI_BOR, MPI_COMM_WORLD);
+                  MPI_BYTE, MPI_BOR, PT_MPI_COMM(over));
 }
 
 void MpiWorld::abort(int code) const {

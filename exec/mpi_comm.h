@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -31,6 +32,9 @@ namespace pt {
 
 // MPI for the life of the object: MPI_Init_thread with MPI_THREAD_MULTIPLE (every device thread
 // sends and receives), MPI_Finalize at the end. A UserError when the MPI library gives less.
+//
+// Data parallelism splits the ranks into replicas of the pipeline (split(), exec/ranks.h).
+
 class MpiWorld {
  public:
   MpiWorld();
@@ -39,20 +43,29 @@ class MpiWorld {
   MpiWorld& operator=(const MpiWorld&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Makes the replica and position groups; size() must be a multiple of replicas.
+  void split(int replicas);
   // The same 64-bit value on every rank, else a UserError naming the ranks that differ from
   // rank 0 (`what` says what the value is, e.g. "the plan").
   void check_same(uint64_t value, const std::string& what) const;
   // Exact collectives over every rank, for values one rank holds and the others hold as zeros:
   // sums (x + 0 is x), maxima, and the owner's bytes to everyone (a bitwise OR with zeros).
-  void sum(std::vector<double>& values) const;
-  void max(std::vector<int64_t>& values) const;
-  void share(void* data, size_t bytes, bool mine) const;
+  void sum(std::vector<double>& values, Over over = Over::kWorld) const;
+  void max(std::vector<int64_t>& values, Over over = Over::kWorld) const;
+  void share(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;
+  // values (float32, `count`) becomes the sum over the ranks at this position of every replica,
+  // added in replica order (r0 + r1) + r2 ... on every rank: the same bits everywhere and from
+  // run to run, whatever MPI's reduction algorithms do.
+  void sum_in_replica_order(float* values, size_t count) const;
   // Ends every rank of the job with `code` (a rank that failed alone must not leave the others
   // waiting for its messages).
   [[noreturn]] void abort(int code) const;
 
  private:
+  struct Groups;
+  const void* comm(Over over) const;  // the MPI_Comm of a scope
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<Groups> groups_;
 };
 
 class MpiComm : public Comm {

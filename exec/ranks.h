@@ -9,6 +9,11 @@
 
 namespace pt {
 
+// Data parallelism: the ranks form `replicas` replicas of the pipeline; rank r is position
+// r % (size / replicas) of replica r / (size / replicas). A collective runs over every rank, over
+// the ranks of this rank's replica, or over the ranks at this rank's position in every replica.
+enum class Over { kWorld, kReplica, kPosition };
+
 // Whether mpirun's or Slurm's environment says this process is one of several ranks.
 inline bool launched_as_rank() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {

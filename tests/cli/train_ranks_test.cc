@@ -8,6 +8,8 @@
 #include <regex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/cli/run_cli.h"
 
 namespace {
@@ -129,6 +131,57 @@ TEST(TrainRanks, KilledAndResumedEndsOnTheBytesOfAnUninterruptedRun) {
   const Result resumed = mpirun(2, with(cut, "--resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_EQ(slurp(cut / "charlm.onnx"), slurp(whole / "charlm.onnx"));
+}
+
+// (loss, grad_norm) per step of a metrics file.
+std::vector<std::pair<double, double>> losses_and_norms(const fs::path& metrics) {
+  std::vector<std::pair<double, double>> out;
+  std::istringstream in(slurp(metrics));
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("loss") && j.contains("grad_norm")) out.push_back({j["loss"], j["grad_norm"]});
+  }
+  return out;
+}
+
+// parallel.data: D replicas of the pipeline, each its own micro-batches of the global batch, the
+// gradients added over the replicas in replica order. Against one process training the same
+// global batch (D x M micro-batches): the losses and gradient norms within 1e-6 and the training
+// updates within 1e-6 (||dA - dB|| / ||dB||: the sums are grouped otherwise, so not the same
+// bits); two runs and two schedules at D = 2: the same bytes.
+TEST(TrainRanks, DataParallelReplicasTrainTheGlobalBatch) {
+  const fs::path one = scratch("dp_one"), d2 = scratch("dp_d2"), d2b = scratch("dp_d2b");
+  const std::string common = "--set steps=4 --set pipeline.stages=2 ";
+  ASSERT_EQ(run(charlm(one, common + "--set pipeline.schedule=1f1b --set pipeline.micro_batches=16")).code, 0);
+  const Result r = mpirun(4, charlm(d2, common + "--set pipeline.schedule=1f1b --set parallel.data=2"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Result again = mpirun(4, charlm(d2b, common + "--set pipeline.schedule=zb-h1 --set parallel.data=2"));
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(slurp(d2b / "charlm.onnx"), slurp(d2 / "charlm.onnx"));
+  const auto want = losses_and_norms(one / "metrics.jsonl"), have = losses_and_norms(d2 / "metrics.jsonl");
+  ASSERT_EQ(have.size(), 4u);
+  ASSERT_EQ(want.size(), have.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(have[i].first, want[i].first, 1e-6 * want[i].first) << "loss of step " << i + 1;
+    EXPECT_NEAR(have[i].second, want[i].second, 1e-6 * want[i].second) << "gradient norm of step " << i + 1;
+  }
+  const Result updates = run_command(std::string(PT_PYTHON) + " bench/gpu_compare.py " + (d2 / "charlm.onnx").string() +
+                                     " " + (one / "charlm.onnx").string() +
+                                     " --update-from samples/charlm/charlm.onnx --tol 1e-6");
+  EXPECT_EQ(updates.code, 0) << updates.out << updates.err;
+}
+
+TEST(TrainRanks, ReplicasMustDivideTheProcesses) {
+  const fs::path d = scratch("dp_bad");
+  expect_one_line_error(run(charlm(d, "--set steps=2 --set parallel.data=2")),
+                        "--set parallel.data: 2 replicas do not split 1 process(es); start them with mpirun -n 2 "
+                        "(or a multiple)");
+  const Result r = mpirun(3, charlm(d, "--set steps=2 --set parallel.data=2"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find(" of 3: --set parallel.data: 2 replicas do not split 3 process(es); start a multiple of 2 "
+                       "processes\n"),
+            std::string::npos)
+      << r.err;
 }
 
 // A rank killed mid-run: mpirun ends the others and names the lost rank; nothing hangs.

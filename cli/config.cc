@@ -171,9 +171,13 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   }
   read_device(r, root, c);
   if (const YAML::Node par = root["parallel"]) {
-    r.check_keys(par, "parallel", {"data"});
+    r.check_keys(par, "parallel", {"data", "zero"});
     r.read(par, "parallel", "data", &c->parallel.data, "a whole number");
     r.positive(par, "parallel", "data", c->parallel.data, 1);
+    r.read(par, "parallel", "zero", &c->parallel.zero, "0 or 1");
+    if (c->parallel.zero != 0 && c->parallel.zero != 1)
+      throw UserError(r.where(par["zero"], "parallel.zero"), "must be 0 or 1, got " + std::to_string(c->parallel.zero),
+                      "use zero: 1 (optimizer state sharded over the data-parallel replicas) or 0");
   }
   r.read(root, "", "precision", &c->precision, "fp32 or bf16");
   r.one_of(root, "", "precision", c->precision, {"fp32", "bf16"});

@@ -16,8 +16,9 @@
 //              recompute: selective, memory_limit: 8GiB}
 //   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"]}   # names or globs
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
-//   parallel: {data: 1}              # data-parallel replicas of the pipeline (mpirun -n: a
-//                                    # multiple; each replica pipeline.micro_batches of its own)
+//   parallel: {data: 1, zero: 0}     # data-parallel replicas of the pipeline (mpirun -n: a
+//                                    # multiple; each replica pipeline.micro_batches of its own);
+//                                    # zero: 1 shards the optimizer state over the replicas
 //   precision: fp32                  # fp32 | bf16 (CUDA: GEMM inputs rounded to bf16, fp32
 //                                    # accumulation, fp32 tensors and master weights)
 //   threads: 1                       # per stage (CPU)
@@ -99,6 +100,7 @@ struct TrainConfig {
   std::string precision = "fp32";   // fp32 | bf16 (device: cuda only)
   struct Parallel {
     int data = 1;  // replicas of the pipeline over the processes (mpirun), each its own micro-batches
+    int zero = 0;  // 1: ZeRO-1, each replica keeps and steps the optimizer state of a shard
   } parallel;
   int threads = 1;                  // per stage
   uint64_t seed = 0;

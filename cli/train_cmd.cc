@@ -320,7 +320,9 @@ class Trainer {
   TrainDevices devices_;  // backends and comm: outlive the executor
   std::unique_ptr<PipelineExecutor> executor_;
   int64_t profiled_from_ = -1;  // --profile: the first profiled step
-  std::vector<std::unique_ptr<Optimizer>> optimizers_;  // per device
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;  // per device (ZeRO-1: this replica's shard)
+  std::vector<std::vector<OptimizerParam>> whole_;      // per device: every parameter it updates
+  std::vector<std::vector<int>> shard_of_;              // per device and parameter: its ZeRO-1 replica
   std::vector<std::string> params_;                    // trained, in first-chunk order
   std::vector<ParameterSites> sites_;                  // parameters read at several nodes
   std::vector<std::string> side_;                      // batch statistics, mean then var per BN
@@ -415,7 +417,26 @@ void Trainer::build() {
       // rank too) but steps its own devices' only; checkpoints bring the others' state over.
       per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
     }
-  for (auto& list : per_device) optimizers_.push_back(std::make_unique<Optimizer>(oc, std::move(list)));
+  // ZeRO-1: a device's parameters, in order, fall into D runs of about equal bytes; replica k
+  // keeps and steps run k (shard_of_). The norm stays the whole device's (Optimizer::squared_norm
+  // over the full list: the same bits).
+  const int D = ranks_.replicas();
+  const bool zero = cfg_.parallel.zero == 1 && D > 1;
+  for (auto& list : per_device) {
+    int64_t total = 0, before = 0;
+    for (const OptimizerParam& p : list) total += p.value->type.bytes();
+    std::vector<int> shard;
+    std::vector<OptimizerParam> mine;
+    for (const OptimizerParam& p : list) {
+      const int64_t mid = 2 * before + p.value->type.bytes();  // twice the tensor's middle byte
+      shard.push_back(total ? static_cast<int>(std::min<int64_t>(D - 1, mid * D / (2 * total))) : 0);
+      before += p.value->type.bytes();
+      if (!zero || shard.back() == ranks_.replica()) mine.push_back(p);
+    }
+    shard_of_.push_back(std::move(shard));
+    whole_.push_back(list);
+    optimizers_.push_back(std::make_unique<Optimizer>(oc, std::move(mine)));
+  }
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   eval_ = std::make_unique<Evaluator>(model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(cfg_.threads * schedule_.stages))));
 }
@@ -668,12 +689,20 @@ void Trainer::step(int64_t s) {
   sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
   std::vector<double> squares;
   for (size_t d = 0; d < optimizers_.size(); ++d)
-    squares.push_back(here(d) ? optimizers_[d]->squared_norm(executor_->grads()) : 0.0);
+    squares.push_back(here(d) ? Optimizer::squared_norm(whole_[d], executor_->grads()) : 0.0);
   ranks_.sum(squares, Over::kReplica);  // each device's from its rank: the same norm as in one process
   const double norm = Optimizer::global_norm(squares);
   const double lr = optimizers_.front()->current_lr();
   for (size_t d = 0; d < optimizers_.size(); ++d)
     if (here(d)) optimizers_[d]->step(executor_->grads(), norm);
+  // ZeRO-1: each replica updated its shard; every replica takes the others' (exactly).
+  if (cfg_.parallel.zero == 1 && D > 1)
+    for (size_t d = 0; d < whole_.size(); ++d)
+      if (here(d))
+        for (size_t i = 0; i < whole_[d].size(); ++i) {
+          Tensor& t = *whole_[d][i].value;
+          ranks_.share(t.data.data(), t.data.size(), shard_of_[d][i] == ranks_.replica(), Over::kPosition);
+        }
   devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
 
@@ -860,6 +889,9 @@ void Trainer::claim_checkpoint_dir() const {
 
 void Trainer::check_across_processes() const {
   const int n = ranks_.size() / ranks_.replicas();  // the processes of one replica
+  if (cfg_.parallel.zero == 1 && ranks_.replicas() > 1 && ((!cfg_.checkpoint.dir.empty() && cfg_.checkpoint.every > 0) || args_.resume))
+    throw UserError(cfg_.where("parallel.zero"), "checkpoints of optimizer state sharded over replicas are not written yet",
+                    "--set checkpoint.dir= with zero: 1, or train with zero: 0");
   const auto refuse = [&](const std::string& key, const std::string& what, const std::string& todo) {
     throw UserError(cfg_.where(key), what + " (running on " + std::to_string(n) + " processes)", todo);
   };
@@ -967,6 +999,13 @@ int Trainer::run() {
               << " micro-batches of " << rows_
               << (ranks_.replicas() > 1 ? " per replica, " + std::to_string(ranks_.replicas()) + " data-parallel replicas" : "")
               << (ranks_.alone() ? "" : " on " + std::to_string(ranks_.size()) + " processes") << "\n";
+  if (!args_.quiet && cfg_.parallel.zero == 1 && ranks_.replicas() > 1) {
+    int64_t held = 0;
+    for (size_t d = 0; d < optimizers_.size(); ++d)
+      if (here(d)) held += optimizers_[d]->state_bytes();
+    std::cout << "ZeRO-1: each replica holds the optimizer state of 1/" << ranks_.replicas()
+              << " of the parameters: " << format_bytes(held) << " on rank 0\n";
+  }
   t0_ = Clock::now();
   {
     const InterruptGuard guard;  // a signal stops the loop at the next step boundary

@@ -193,6 +193,17 @@ double Optimizer::squared_norm(const std::map<std::string, Tensor>& grads) const
   return squared_norm(lookup(grads));
 }
 
+double Optimizer::squared_norm(const std::vector<OptimizerParam>& params, const std::map<std::string, Tensor>& grads) {
+  std::vector<double> partial;
+  double total = 0;
+  for (const OptimizerParam& p : params) {
+    auto it = grads.find(p.name);
+    PT_CHECK(it != grads.end() && it->second.type == p.value->type, "no float32 gradient for '" + p.name + "'");
+    total += sum_squares(it->second.as<float>(), p.value->type.numel(), partial);
+  }
+  return total;
+}
+
 double Optimizer::global_norm(std::span<const double> squared_norms) {
   double total = 0;
   for (double s : squared_norms) total += s;
@@ -269,6 +280,12 @@ std::span<const float* const> Optimizer::lookup(const std::map<std::string, Tens
     lookup_[k] = it->second.as<float>();
   }
   return lookup_;
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const Tensor& t : state_) n += t.type.bytes();
+  return n;
 }
 
 OptimizerState Optimizer::state() const {

@@ -97,6 +97,9 @@ class Optimizer {
   // Sum of squares of every gradient element, in double; deterministic for any thread count.
   double squared_norm(std::span<const float* const> grads) const;
   double squared_norm(const std::map<std::string, Tensor>& grads) const;
+  // The same sum over any list of parameters (in its order): what squared_norm() of an optimizer
+  // over that list returns, bit for bit (ZeRO: each replica steps a shard, the norm is the whole's).
+  static double squared_norm(const std::vector<OptimizerParam>& params, const std::map<std::string, Tensor>& grads);
   // sqrt of the sum of every stage's squared_norm().
   static double global_norm(std::span<const double> squared_norms);
 
@@ -112,6 +115,7 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
 
   OptimizerState state() const;
+  int64_t state_bytes() const;  // momentum buffers or Adam moments held
   // UserError when names, order, types or shapes differ from state()'s for these parameters.
   void load_state(const OptimizerState& state);
 

@@ -210,17 +210,19 @@ TEST(TrainRanks, ReplicasMustDivideTheProcesses) {
 // A rank killed mid-run: mpirun ends the others and names the lost rank; nothing hangs.
 TEST(TrainRanks, ALostRankEndsTheJob) {
   const fs::path d = scratch("ranks_kill");
-  // In the command lines of mpirun and both ranks; the newest of them is the last rank started.
+  // In the command lines of both ranks, which start with the binary (mpirun's starts with
+  // mpirun): the newest of them is the last rank started.
   const std::string marker = (d / "marker.onnx").string();
   const auto t0 = std::chrono::steady_clock::now();
   const Result r = run_command(
       "(" + std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -n 2 " + PT_BINARY + " " +
       charlm(d, "--set steps=100000 --set output.model=" + marker) +
-      " & sleep 4; pgrep -f '" + marker + "' | tail -1 | xargs -r kill -9; wait $!)");
+      " & sleep 4; pgrep -f '^" + PT_BINARY + " train .*" + marker + "' | tail -1 | xargs -r kill -9; wait $!)");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(r.code, 0);
   EXPECT_LT(seconds, 60);
   EXPECT_NE(r.err.find("exited on signal 9"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("process rank 1"), std::string::npos) << r.err;
 }
 
 }  // namespace

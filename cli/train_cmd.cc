@@ -302,6 +302,7 @@ class Trainer {
   void share_parameters();
   int owner_of(const std::string& param) const;  // the rank whose device updates it
   bool here(size_t device) const { return rank_of_[device] == ranks_.rank(); }
+  bool sharded() const { return cfg_.parallel.zero == 1 && ranks_.replicas() > 1; }  // ZeRO-1 in effect
   std::vector<std::vector<ActionTime>> step_times() const;  // every device's, from its rank
 
   TrainConfig cfg_;
@@ -421,7 +422,6 @@ void Trainer::build() {
   // keeps and steps run k (shard_of_). The norm stays the whole device's (Optimizer::squared_norm
   // over the full list: the same bits).
   const int D = ranks_.replicas();
-  const bool zero = cfg_.parallel.zero == 1 && D > 1;
   for (auto& list : per_device) {
     int64_t total = 0, before = 0;
     for (const OptimizerParam& p : list) total += p.value->type.bytes();
@@ -431,7 +431,7 @@ void Trainer::build() {
       const int64_t mid = 2 * before + p.value->type.bytes();  // twice the tensor's middle byte
       shard.push_back(total ? static_cast<int>(std::min<int64_t>(D - 1, mid * D / (2 * total))) : 0);
       before += p.value->type.bytes();
-      if (!zero || shard.back() == ranks_.replica()) mine.push_back(p);
+      if (!sharded() || shard.back() == ranks_.replica()) mine.push_back(p);
     }
     shard_of_.push_back(std::move(shard));
     whole_.push_back(list);
@@ -696,7 +696,7 @@ void Trainer::step(int64_t s) {
   for (size_t d = 0; d < optimizers_.size(); ++d)
     if (here(d)) optimizers_[d]->step(executor_->grads(), norm);
   // ZeRO-1: each replica updated its shard; every replica takes the others' (exactly).
-  if (cfg_.parallel.zero == 1 && D > 1)
+  if (sharded())
     for (size_t d = 0; d < whole_.size(); ++d)
       if (here(d))
         for (size_t i = 0; i < whole_[d].size(); ++i) {
@@ -889,7 +889,7 @@ void Trainer::claim_checkpoint_dir() const {
 
 void Trainer::check_across_processes() const {
   const int n = ranks_.size() / ranks_.replicas();  // the processes of one replica
-  if (cfg_.parallel.zero == 1 && ranks_.replicas() > 1 && ((!cfg_.checkpoint.dir.empty() && cfg_.checkpoint.every > 0) || args_.resume))
+  if (sharded() && ((!cfg_.checkpoint.dir.empty() && cfg_.checkpoint.every > 0) || args_.resume))
     throw UserError(cfg_.where("parallel.zero"), "checkpoints of optimizer state sharded over replicas are not written yet",
                     "--set checkpoint.dir= with zero: 1, or train with zero: 0");
   const auto refuse = [&](const std::string& key, const std::string& what, const std::string& todo) {
@@ -999,7 +999,7 @@ int Trainer::run() {
               << " micro-batches of " << rows_
               << (ranks_.replicas() > 1 ? " per replica, " + std::to_string(ranks_.replicas()) + " data-parallel replicas" : "")
               << (ranks_.alone() ? "" : " on " + std::to_string(ranks_.size()) + " processes") << "\n";
-  if (!args_.quiet && cfg_.parallel.zero == 1 && ranks_.replicas() > 1) {
+  if (!args_.quiet && sharded()) {
     int64_t held = 0;
     for (size_t d = 0; d < optimizers_.size(); ++d)
       if (here(d)) held += optimizers_[d]->state_bytes();

@@ -1,7 +1,8 @@
 // cli/train_ranks.h: the processes one `pipetrain train` runs in. Alone by default (no MPI at
-// run time); as one of several ranks when mpirun or srun started it (MpiWorld::launched), in a
-// build with MPI (exec/mpi_comm.h). Rank r runs the pipeline devices MpiWorld::rank_of_devices
-// gives it; every rank reads the same config, data and model and makes the same plan.
+// run time); as one of several ranks when mpirun or srun started it (launched_as_rank, exec/
+// ranks.h), in a build with MPI (exec/mpi_comm.h). Rank r runs the pipeline devices
+// rank_of_devices gives it; every rank reads the same config, data and model and makes the same
+// plan.
 //
 // The collectives here are exact, so a run on N ranks gives the bits of the run in one process:
 // each value is held by one rank and read as zero by the others (sum: x + 0 is x; share: the
@@ -45,7 +46,6 @@ class TrainRanks {
   void sum_in_replica_order(float* values, size_t count) const;
   void check_same(uint64_t value, const std::string& what) const;
   [[noreturn]] void abort(int code) const;
-  MpiWorld* world() const { return world_.get(); }
 
  private:
   std::unique_ptr<MpiWorld> world_;

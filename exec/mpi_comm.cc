@@ -18,12 +18,17 @@ struct MpiComm::Pending {
   std::vector<std::byte> data;
 };
 
+// Before split() (one replica): the replica is every rank, a position holds this rank alone.
 struct MpiWorld::Groups {
-  MPI_Comm replica = MPI_COMM_NULL, position = MPI_COMM_NULL;
+  MPI_Comm replica = MPI_COMM_WORLD, position = MPI_COMM_SELF;
   int replicas = 1;
   ~Groups() {
-    if (replica != MPI_COMM_NULL) MPI_Comm_free(&replica);
-    if (position != MPI_COMM_NULL) MPI_Comm_free(&position);
+    if (replicas == 1) return;  // the predefined communicators are not ours to free
+    MPI_Comm_free(&replica);
+    MPI_Comm_free(&position);
+  }
+  MPI_Comm of(Over over) const {
+    return over == Over::kWorld ? MPI_COMM_WORLD : over == Over::kReplica ? replica : position;
   }
 };
 
@@ -37,6 +42,7 @@ MpiWorld::MpiWorld() {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  groups_ = std::make_unique<Groups>();
 }
 
 MpiWorld::~MpiWorld() {
@@ -46,6 +52,7 @@ MpiWorld::~MpiWorld() {
 
 void MpiWorld::split(int replicas) {
   PT_CHECK(replicas >= 1 && size_ % replicas == 0, "replicas must divide the ranks");
+  if (replicas == 1) return;
   auto g = std::make_unique<Groups>();
   g->replicas = replicas;
   const int per = size_ / replicas;
@@ -54,21 +61,13 @@ void MpiWorld::split(int replicas) {
   groups_ = std::move(g);
 }
 
-const void* MpiWorld::comm(Over over) const {
-  static const MPI_Comm world = MPI_COMM_WORLD;
-  if (over == Over::kWorld || !groups_) return &world;
-  return over == Over::kReplica ? &groups_->replica : &groups_->position;
-}
-
-#define PT_MPI_COMM(over) (*static_cast<const MPI_Comm*>(comm(over)))
-
 void MpiWorld::sum_in_replica_order(float* values, size_t count) const {
-  const int replicas = groups_ ? groups_->replicas : 1;
+  const int replicas = groups_->replicas;
   if (replicas == 1 || count == 0) return;
   PT_CHECK(count <= static_cast<size_t>(std::numeric_limits<int>::max()), "a gradient over 2^31 values");
   std::vector<float> all(count * static_cast<size_t>(replicas));
   MPI_Allgather(values, static_cast<int>(count), MPI_FLOAT, all.data(), static_cast<int>(count), MPI_FLOAT,
-                PT_MPI_COMM(Over::kPosition));
+                groups_->of(Over::kPosition));
   for (size_t i = 0; i < count; ++i) {
     float s = all[i];
     for (int r = 1; r < replicas; ++r) s += all[static_cast<size_t>(r) * count + i];
@@ -89,11 +88,11 @@ void MpiWorld::check_same(uint64_t value, const std::string& what) const {
 }
 
 void MpiWorld::sum(std::vector<double>& values, Over over) const {
-  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, PT_MPI_COMM(over));
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, groups_->of(over));
 }
 
 void MpiWorld::max(std::vector<int64_t>& values, Over over) const {
-  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MAX, PT_MPI_COMM(over));
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MAX, groups_->of(over));
 }
 
 void MpiWorld::share(void* data, size_t bytes, bool mine, Over over) const {
@@ -101,7 +100,7 @@ void MpiWorld::share(void* data, size_t bytes, bool mine, Over over) const {
   constexpr size_t kPiece = size_t{1} << 30;  // MPI counts are ints
   for (size_t at = 0; at < bytes; at += kPiece)
     MPI_Allreduce(MPI_IN_PLACE, static_cast<std::byte*>(data) + at, static_cast<int>(std::min(kPiece, bytes - at)),
-                  MPI_BYTE, MPI_BOR, PT_MPI_COMM(over));
+                  MPI_BYTE, MPI_BOR, groups_->of(over));
 }
 
 void MpiWorld::abort(int code) const {
@@ -117,7 +116,7 @@ MpiComm::MpiComm(std::vector<int> rank_of_device, int rank)
 MpiComm::~MpiComm() {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) {
-    for (Pending& p : pending_) new std::vector<std::byte>(std::move(p.data));  // kept for MPI
+    new std::list<Pending>(std::move(pending_));  // kept for MPI until the process ends
     return;
   }
   collect(true);

@@ -62,8 +62,7 @@ class MpiWorld {
   [[noreturn]] void abort(int code) const;
 
  private:
-  struct Groups;
-  const void* comm(Over over) const;  // the MPI_Comm of a scope
+  struct Groups;  // the communicator of each scope (Over)
   int rank_ = 0, size_ = 1;
   std::unique_ptr<Groups> groups_;
 };

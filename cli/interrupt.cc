@@ -3,13 +3,81 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+
 namespace pt {
 namespace {
 
 volatile sig_atomic_t g_interrupted = 0;
 struct sigaction g_old_int, g_old_term;
 
+// The lost-rank watch: filled before the handlers can read it, read-only in them.
+constexpr int kMaxHostRanks = 256;
+struct HostRank {
+  int rank = 0, pid = 0;
+};
+HostRank g_host[kMaxHostRanks];
+volatile sig_atomic_t g_host_count = 0;
+int g_rank = 0, g_size = 1;
+std::atomic<int64_t> g_completed{0};
+static_assert(std::atomic<int64_t>::is_always_lock_free, "read in a signal handler");
+
+// Async-signal-safe text: a fixed buffer, integers written by hand.
+struct Line {
+  char text[1024];
+  int n = 0;
+  void add(const char* s) {
+    while (*s && n < static_cast<int>(sizeof text) - 1) text[n++] = *s++;
+  }
+  void add(int64_t v) {
+    char digits[24];
+    int k = 0;
+    const bool negative = v < 0;
+    uint64_t u = negative ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+    do digits[k++] = static_cast<char>('0' + u % 10);
+    while ((u /= 10) && k < 20);
+    if (negative) add("-");
+    while (k && n < static_cast<int>(sizeof text) - 1) text[n++] = digits[--k];
+  }
+};
+
+// When ranks of this host have no process any more: the line (from the lowest survivor) and
+// the exit. Otherwise returns and the signal is an ordinary interrupt.
+void end_if_a_rank_was_lost() {
+  bool lost[kMaxHostRanks] = {};
+  int lost_count = 0, reporter = -1;
+  for (int i = 0; i < g_host_count; ++i) {
+    lost[i] = g_host[i].rank != g_rank && ::kill(g_host[i].pid, 0) == -1 && errno == ESRCH;
+    if (lost[i]) ++lost_count;
+    else if (reporter < 0 || g_host[i].rank < reporter) reporter = g_host[i].rank;
+  }
+  if (!lost_count) return;
+  if (reporter == g_rank) {
+    Line l;
+    l.add(lost_count == 1 ? "error: rank " : "error: ranks ");
+    for (int i = 0, k = 0; i < g_host_count; ++i) {
+      if (!lost[i]) continue;
+      if (k++) l.add(", ");
+      l.add(int64_t{g_host[i].rank});
+    }
+    l.add(" of ");
+    l.add(int64_t{g_size});
+    l.add(lost_count == 1 ? " was lost (its process is gone) after step " : " were lost (their processes are gone) after step ");
+    l.add(g_completed.load());
+    l.add(", the last every rank completed; every rank stops: start the job again (with --resume to go on from the last checkpoint)\n");
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, l.text, static_cast<size_t>(l.n));
+  }
+  ::_exit(1);
+}
+
 void on_signal(int) {
+  if (g_host_count) {
+    const int saved = errno;
+    end_if_a_rank_was_lost();
+    errno = saved;
+  }
   if (g_interrupted) {  // the second: the user does not want to wait for the step to end
     static const char kLine[] = "\ninterrupted again: exiting now, without a checkpoint of the step under way\n";
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kLine, sizeof kLine - 1);
@@ -33,7 +101,20 @@ InterruptGuard::InterruptGuard() {
 InterruptGuard::~InterruptGuard() {
   sigaction(SIGINT, &g_old_int, nullptr);
   sigaction(SIGTERM, &g_old_term, nullptr);
+  g_host_count = 0;
 }
+
+void InterruptGuard::watch_ranks(int rank, int size, const std::vector<std::pair<int, int>>& host_ranks) {
+  g_host_count = 0;  // the handler reads nothing while it is filled
+  g_rank = rank;
+  g_size = size;
+  const int n = std::min(static_cast<int>(host_ranks.size()), kMaxHostRanks);
+  for (int i = 0; i < n; ++i) g_host[i] = {host_ranks[static_cast<size_t>(i)].first, host_ranks[static_cast<size_t>(i)].second};
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g_host_count = n;
+}
+
+void InterruptGuard::completed(int64_t steps) { g_completed = steps; }
 
 bool InterruptGuard::interrupted() const { return g_interrupted != 0; }
 

@@ -2,7 +2,18 @@
 // signals; out: a flag the loop reads at each step boundary, so that a run stops between steps
 // (never inside a checkpoint or an output being written) and can keep its last finished step.
 // A second signal while the first is pending exits at once with 130, writing one line.
+//
+// Across processes (watch_ranks): when a rank dies, mpirun ends the others with SIGTERM. A rank
+// that receives a signal while a rank of its host has no process any more knows it was lost:
+// the lowest surviving rank of the host writes one line naming the lost ranks and the last step
+// every rank completed, and each exits at once with 1 (waiting for the step boundary would
+// hang in a collective the lost rank never joins). A rank lost on another host is not seen
+// here: mpirun's own line names it.
 #pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace pt {
 
@@ -16,6 +27,11 @@ class InterruptGuard {
 
   // True once SIGINT or SIGTERM arrived since construction.
   bool interrupted() const;
+
+  // This process is rank `rank` of `size`; host_ranks: (rank, pid) of every rank on this host.
+  void watch_ranks(int rank, int size, const std::vector<std::pair<int, int>>& host_ranks);
+  // Every rank has completed `steps` steps (for the lost-rank line).
+  void completed(int64_t steps);
 };
 
 // The exit code of a run stopped by a signal, as shells report SIGINT.

@@ -398,7 +398,7 @@ void Trainer::build() {
   chunks_ = at_key(cfg_, "model", [&] { return build_chunk_backward(train_, plan, co); });
 
   rank_of_ = ranks_.rank_of_devices(schedule_.stages);
-  devices_ = make_train_devices(cfg_, lowered_, rank_of_, ranks_.rank());
+  devices_ = make_train_devices(cfg_, lowered_, rank_of_, ranks_.rank(), ranks_.local_rank());
   if (cfg_.device != "cpu" && !args_.quiet) std::cout << "devices: " << devices_.summary << "\n";
   std::vector<int> placement;
   for (int c = 0; c < schedule_.total_chunks(); ++c) placement.push_back(schedule_.device_of(c));
@@ -1008,7 +1008,9 @@ int Trainer::run() {
   }
   t0_ = Clock::now();
   {
-    const InterruptGuard guard;  // a signal stops the loop at the next step boundary
+    InterruptGuard guard;  // a signal stops the loop at the next step boundary
+    guard.completed(first_step_);
+    if (!ranks_.alone()) guard.watch_ranks(ranks_.rank(), ranks_.size(), ranks_.host_ranks());
     for (int64_t s = first_step_; s < cfg_.steps; ++s) {
       // The first step warms up (library heuristics, first touches); profile the rest.
       if (args_.profile && (s == first_step_ + 1 || cfg_.steps - first_step_ == 1) && profiled_from_ < 0) {
@@ -1019,6 +1021,7 @@ int Trainer::run() {
       // Across processes every rank stops at the same boundary: a signal seen by any of them.
       std::vector<double> stop = {guard.interrupted() ? 1.0 : 0.0};
       ranks_.sum(stop);
+      guard.completed(s + 1);  // every rank took part in that sum
       if (stop[0] > 0 && s + 1 < cfg_.steps) return stop_interrupted(s + 1);
     }
   }

@@ -1,5 +1,6 @@
 #include "cli/train_devices.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -43,15 +44,23 @@ TrainDevices cpu_devices(const TrainConfig& cfg, int stages, const std::vector<i
 }
 
 #ifdef PT_HAVE_CUDA
-// The GPU of each pipeline device (cli/config.h), checked against the GPUs found.
-std::vector<int> gpu_of_device(const TrainConfig& cfg, int stages) {
+// The GPU of each of this process's pipeline devices (cli/config.h), checked against the GPUs
+// found; -1 for another process's. `device: cuda` counts this process's devices from
+// local_rank x (its devices): one process per GPU on every host, as mpirun places ranks.
+std::vector<int> gpu_of_device(const TrainConfig& cfg, const std::vector<int>& rank_of, int rank, int local_rank) {
   const int found = cuda::device_count();
   if (found == 0)
     throw UserError(cfg.where("device"), "no GPU was found (" + cuda::no_device_reason() + ")",
                     "set device: cpu, or run on a machine with a GPU");
+  const int mine = static_cast<int>(std::count(rank_of.begin(), rank_of.end(), rank));
   std::vector<int> gpus;
-  for (int d = 0; d < stages; ++d) {
-    const int g = cfg.gpus.empty() ? d % found : cfg.gpus[cfg.gpus.size() == 1 ? 0 : static_cast<size_t>(d)];
+  int k = local_rank * mine;
+  for (size_t d = 0; d < rank_of.size(); ++d) {
+    if (rank_of[d] != rank) {
+      gpus.push_back(-1);
+      continue;
+    }
+    const int g = cfg.gpus.empty() ? k++ % found : cfg.gpus[cfg.gpus.size() == 1 ? 0 : d];
     if (g >= found)
       throw UserError(cfg.where("device"), "GPU " + std::to_string(g) + " does not exist (" +
                                                std::to_string(found) + " found)",
@@ -61,60 +70,82 @@ std::vector<int> gpu_of_device(const TrainConfig& cfg, int stages) {
   return gpus;
 }
 
-// The ordered device pairs the schedule sends over.
-std::vector<std::pair<int, int>> links_of(const Schedule& s) {
+// The ordered device pairs the schedule sends over whose both ends run in this process.
+std::vector<std::pair<int, int>> links_of(const Schedule& s, const std::vector<int>& rank_of, int rank) {
   std::set<std::pair<int, int>> links;
+  auto add = [&](int from, int to) {
+    if (rank_of[static_cast<size_t>(from)] == rank && rank_of[static_cast<size_t>(to)] == rank) links.insert({from, to});
+  };
   for (const auto& list : s.devices)
     for (const Action& a : list) {
-      if (a.op == Op::kSendF) links.insert({s.device_of(a.chunk), s.device_of(a.chunk + 1)});
-      if (a.op == Op::kSendB) links.insert({s.device_of(a.chunk), s.device_of(a.chunk - 1)});
+      if (a.op == Op::kSendF) add(s.device_of(a.chunk), s.device_of(a.chunk + 1));
+      if (a.op == Op::kSendB) add(s.device_of(a.chunk), s.device_of(a.chunk - 1));
     }
   return {links.begin(), links.end()};
 }
 
-TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered) {
-  const std::vector<int> gpus = gpu_of_device(cfg, lowered.stages);
+TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of, int rank,
+                          int local_rank) {
+  const std::vector<int> gpus = gpu_of_device(cfg, rank_of, rank, local_rank);
   TrainDevices t;
   std::vector<cuda::CudaBackend*> cuda;
+  std::vector<int> used;
   const cuda::Precision precision = cfg.precision == "bf16" ? cuda::Precision::kBf16 : cuda::Precision::kFloat32;
   for (int g : gpus) {
+    if (g < 0) {  // another process runs it
+      cuda.push_back(nullptr);
+      t.backends.push_back(nullptr);
+      continue;
+    }
     auto b = std::make_unique<cuda::CudaBackend>(cuda::CudaOptions{g, precision});
     cuda.push_back(b.get());
     t.backends.push_back(b.get());
     t.owned.push_back(std::move(b));
+    used.push_back(g);
   }
   t.summary = "cuda: GPU";
-  for (size_t d = 0; d < gpus.size(); ++d) t.summary += (d ? "," : " ") + std::to_string(gpus[d]);
+  for (size_t i = 0; i < used.size(); ++i) {
+    t.summary += i ? "," : " ";
+    t.summary += std::to_string(used[i]);
+  }
   if (cfg.precision == "bf16") t.summary += ", bf16 GEMMs";
-  const std::vector<std::pair<int, int>> links = links_of(lowered);
-  if (links.empty()) {  // one pipeline device: nothing is ever sent
-    t.comm = std::make_unique<cuda::PeerComm>(cuda, links);
+  const std::vector<std::pair<int, int>> links = links_of(lowered, rank_of, rank);
+  std::unique_ptr<Comm> local;
+  if (links.empty()) {  // no message between two devices of this process
+    local = std::make_unique<InProcessComm>();
+  } else {
+    const bool distinct = std::set<int>(used.begin(), used.end()).size() == used.size();
+    const std::string why_not_nccl = distinct ? cuda::nccl_unusable(used) : "stages share a GPU";
+    if (why_not_nccl.empty()) {
+      local = std::make_unique<cuda::NcclComm>(cuda, links);
+      t.summary += ", NCCL";
+    } else {
+      local = std::make_unique<cuda::PeerComm>(cuda, links);
+      t.summary += ", peer copies (" + why_not_nccl + ")";
+    }
+  }
+  if (used.size() == gpus.size()) {
+    t.comm = std::move(local);
     return t;
   }
-  const bool distinct = std::set<int>(gpus.begin(), gpus.end()).size() == gpus.size();
-  const std::string why_not_nccl = distinct ? cuda::nccl_unusable(gpus) : "stages share a GPU";
-  if (why_not_nccl.empty()) {
-    t.comm = std::make_unique<cuda::NcclComm>(cuda, links);
-    t.summary += ", NCCL";
-  } else {
-    t.comm = std::make_unique<cuda::PeerComm>(cuda, links);
-    t.summary += ", peer copies (" + why_not_nccl + ")";
-  }
+#ifdef PT_HAVE_MPI
+  t.summary += ", MPI through host memory to other processes";
+  t.comm = std::make_unique<MpiComm>(rank_of, rank, std::move(local), t.backends);
   return t;
+#else
+  PT_CHECK(false, "devices of other processes in a build without MPI");
+  return t;
+#endif
 }
 #endif
 
 }  // namespace
 
 TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
-                                int rank) {
+                                int rank, int local_rank) {
   if (cfg.device == "cpu") return cpu_devices(cfg, lowered.stages, rank_of_device, rank);
-  for (int r : rank_of_device)
-    if (r != rank)
-      throw UserError(cfg.where("device"), "runs on one process only so far (GPU tensors between processes need NCCL across ranks)",
-                      "set device: cpu for a run across processes, or start one process");
 #ifdef PT_HAVE_CUDA
-  return cuda_devices(cfg, lowered);
+  return cuda_devices(cfg, lowered, rank_of_device, rank, local_rank);
 #else
   throw UserError(cfg.where("device"), "this build has no CUDA backend",
                   "set device: cpu, or build with -DPT_CUDA=ON (needs nvcc)");

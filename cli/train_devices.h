@@ -8,8 +8,10 @@
 //         NcclComm when every pipeline device has a GPU of its own and NCCL starts on them;
 //         otherwise PeerComm (cudaMemcpyPeerAsync, device to device on one GPU).
 //
-// Across processes (mpirun): the devices of this rank only, MpiComm between ranks; CPU devices only
-// so far (GPU tensors between processes need NCCL across ranks).
+// Across processes (mpirun): the devices of this rank only, MpiComm between ranks. A GPU tensor
+// for another process passes through host memory (MpiComm's staging); between the GPUs of this
+// process the GPU Comm above carries it. `device: cuda` puts this rank's k-th device on GPU
+// (local_rank x its devices + k) mod G, local_rank counting the ranks of its host.
 //
 // A UserError naming the `device:` line when this build has no CUDA backend, when no GPU is
 // found, or when a named GPU does not exist.
@@ -42,6 +44,6 @@ struct TrainDevices {
 // here[d]: this process runs pipeline device d (cli/train_ranks.h); the others get a null
 // backend, and the Comm reaches them over MPI. All true: one process, as before.
 TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
-                                int rank);
+                                int rank, int local_rank);
 
 }  // namespace pt

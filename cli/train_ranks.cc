@@ -16,6 +16,8 @@ TrainRanks::TrainRanks() {
   world_ = std::make_unique<MpiWorld>();
   rank_ = world_->rank();
   size_ = world_->size();
+  local_rank_ = world_->local_rank();
+  host_ranks_ = world_->host_ranks();
 #else
   throw UserError("mpirun", "this build has no MPI, so its ranks would each train the whole model alone",
                   "install libopenmpi-dev and rebuild (scripts/setup.sh), or start one process");

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/ranks.h"
@@ -31,6 +32,9 @@ class TrainRanks {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // among the ranks on this host
+  // (rank, process id) of every rank on this host; empty alone.
+  const std::vector<std::pair<int, int>>& host_ranks() const { return host_ranks_; }
   bool alone() const { return size_ == 1; }
   // Data parallelism: `replicas` replicas of the pipeline over the ranks (exec/ranks.h); a
   // UserError at `where` when they do not divide the ranks.
@@ -49,7 +53,8 @@ class TrainRanks {
 
  private:
   std::unique_ptr<MpiWorld> world_;
-  int rank_ = 0, size_ = 1, replicas_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, replicas_ = 1;
+  std::vector<std::pair<int, int>> host_ranks_;
 };
 
 // FNV-1a, 64 bits: the same on every rank for the same text (std::hash promises no such thing).

@@ -9,6 +9,8 @@
 #include <limits>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/error.h"
 
 namespace pt {
@@ -42,6 +44,16 @@ MpiWorld::MpiWorld() {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host);
+  MPI_Comm_rank(host, &local_rank_);
+  int host_size = 1;
+  MPI_Comm_size(host, &host_size);
+  const int mine[2] = {rank_, static_cast<int>(::getpid())};
+  std::vector<int> all(2 * static_cast<size_t>(host_size));
+  MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, host);
+  for (size_t i = 0; i < all.size(); i += 2) host_ranks_.emplace_back(all[i], all[i + 1]);
+  MPI_Comm_free(&host);
   groups_ = std::make_unique<Groups>();
 }
 
@@ -108,8 +120,15 @@ void MpiWorld::abort(int code) const {
   std::_Exit(code);
 }
 
-MpiComm::MpiComm(std::vector<int> rank_of_device, int rank)
-    : rank_of_(std::move(rank_of_device)), rank_(rank) {}
+MpiComm::MpiComm(std::vector<int> rank_of_device, int rank, std::unique_ptr<Comm> local,
+                 std::vector<Backend*> staged)
+    : rank_of_(std::move(rank_of_device)),
+      rank_(rank),
+      local_(local ? std::move(local) : std::make_unique<InProcessComm>()),
+      staged_(std::move(staged)),
+      landing_(rank_of_.size()) {
+  PT_CHECK(staged_.empty() || staged_.size() == rank_of_.size(), "one staging backend per device");
+}
 
 // After an abort a peer may never take our sends (the job is ending: the caller aborts MPI);
 // waiting for them would hang, so their buffers are left to the process's end.
@@ -127,7 +146,12 @@ bool MpiComm::here(int device) const {
   return rank_of_[static_cast<size_t>(device)] == rank_;
 }
 
+Backend* MpiComm::staged(int device) const {
+  return staged_.empty() ? nullptr : staged_[static_cast<size_t>(device)];
+}
+
 void MpiComm::plan(const std::vector<std::string>& message_names, int micro_batches) {
+  local_->plan(message_names, micro_batches);
   std::vector<std::string> names = message_names;
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
@@ -164,23 +188,31 @@ void MpiComm::collect(bool wait) {
 }
 
 void MpiComm::send(std::string_view name, int micro_batch, int from, int to, const void* data, size_t bytes) {
-  if (here(to)) return local_.send(name, micro_batch, from, to, data, bytes);
+  if (here(to)) return local_->send(name, micro_batch, from, to, data, bytes);
   const int tag = tag_of(name, micro_batch);
+  PT_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()), "a message over 2 GiB");
+  // The bytes are copied out before the lock: a device's copy may wait for its kernels.
+  std::list<Pending> one(1);
+  Pending& p = one.front();
+  p.data.resize(bytes);
+  if (Backend* b = staged(from)) b->copy(p.data.data(), data, bytes);
+  else if (bytes) std::memcpy(p.data.data(), data, bytes);
   std::lock_guard<std::mutex> lock(mu_);
   collect(false);
-  Pending& p = pending_.emplace_back();
-  p.data.resize(bytes);
-  if (bytes) std::memcpy(p.data.data(), data, bytes);
-  PT_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()), "a message over 2 GiB");
+  pending_.splice(pending_.end(), one);
   MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, rank_of_[static_cast<size_t>(to)], tag,
             MPI_COMM_WORLD, &p.request);
 }
 
 void MpiComm::recv(std::string_view name, int micro_batch, int from, int to, void* data, size_t bytes) {
-  if (here(from)) return local_.recv(name, micro_batch, from, to, data, bytes);
+  if (here(from)) return local_->recv(name, micro_batch, from, to, data, bytes);
   const int tag = tag_of(name, micro_batch);
+  Backend* device = staged(to);
+  std::vector<std::byte>& landing = landing_[static_cast<size_t>(to)];
+  if (device && landing.size() < bytes) landing.resize(bytes);
+  void* into = device ? static_cast<void*>(landing.data()) : data;
   MPI_Request request = MPI_REQUEST_NULL;
-  MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, rank_of_[static_cast<size_t>(from)], tag, MPI_COMM_WORLD,
+  MPI_Irecv(into, static_cast<int>(bytes), MPI_BYTE, rank_of_[static_cast<size_t>(from)], tag, MPI_COMM_WORLD,
             &request);
   MPI_Status status;
   for (int spins = 0;; ++spins) {
@@ -200,11 +232,12 @@ void MpiComm::recv(std::string_view name, int micro_batch, int from, int to, voi
   MPI_Get_count(&status, MPI_BYTE, &count);
   PT_CHECK(static_cast<size_t>(count) == bytes, "message '" + std::string(name) + "' has " + std::to_string(count) +
                                                     " bytes, expected " + std::to_string(bytes));
+  if (device) device->copy(data, into, bytes);
 }
 
 void MpiComm::abort() {
   aborted_ = true;
-  local_.abort();
+  local_->abort();
 }
 
 void MpiComm::reset() {
@@ -213,7 +246,7 @@ void MpiComm::reset() {
     collect(true);
   }
   aborted_ = false;
-  local_.reset();
+  local_->reset();
 }
 
 }  // namespace pt

@@ -12,7 +12,10 @@
 // in the destructor). recv() posts MPI_Irecv and polls it, so that abort() (another device of
 // this process failed) ends it with CommAborted instead of leaving the thread blocked. A rank
 // that dies ends the job: mpirun stops every rank (MPI_COMM_WORLD's error handler is fatal).
-// Host memory only: the CPU backend's tensors (GPU tensors between processes are NCCL's).
+// A device whose tensors are not host memory (a GPU) names its backend in `staged`: a message
+// to or from another process passes through a host buffer, copied by that backend
+// (Backend::copy, which follows the kernels before it on the device's stream). Messages between
+// the devices of this process go through `local` (the GPUs' own Comm) when one is given.
 #pragma once
 
 #include <atomic>
@@ -23,8 +26,10 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "exec/backend.h"
 #include "exec/comm.h"
 #include "exec/ranks.h"
 
@@ -43,6 +48,9 @@ class MpiWorld {
   MpiWorld& operator=(const MpiWorld&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // among the ranks sharing this host's memory
+  // (rank, process id) of every rank on this host, this one included.
+  const std::vector<std::pair<int, int>>& host_ranks() const { return host_ranks_; }
   // Makes the replica and position groups; size() must be a multiple of replicas.
   void split(int replicas);
   // The same 64-bit value on every rank, else a UserError naming the ranks that differ from
@@ -63,13 +71,18 @@ class MpiWorld {
 
  private:
   struct Groups;  // the communicator of each scope (Over)
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  std::vector<std::pair<int, int>> host_ranks_;
   std::unique_ptr<Groups> groups_;
 };
 
 class MpiComm : public Comm {
  public:
-  MpiComm(std::vector<int> rank_of_device, int rank);
+  // rank_of_device[d]: the rank running pipeline device d. local: the Comm between this rank's
+  // own devices (an InProcessComm when null). staged[d] (empty: none): device d's backend when
+  // its tensors live outside host memory.
+  MpiComm(std::vector<int> rank_of_device, int rank, std::unique_ptr<Comm> local = nullptr,
+          std::vector<Backend*> staged = {});
   ~MpiComm() override;
   void send(std::string_view name, int micro_batch, int from, int to, const void* data,
             size_t bytes) override;
@@ -83,11 +96,14 @@ class MpiComm : public Comm {
   struct Pending;
   int tag_of(std::string_view name, int micro_batch) const;
   bool here(int device) const;
+  Backend* staged(int device) const;
   void collect(bool wait);  // frees finished sends (all of them when wait); caller holds mu_
 
   std::vector<int> rank_of_;
   int rank_;
-  InProcessComm local_;
+  std::unique_ptr<Comm> local_;
+  std::vector<Backend*> staged_;
+  std::vector<std::vector<std::byte>> landing_;  // [device]: staged receives, its thread only
   std::map<std::string, int, std::less<>> index_;  // message name -> its number in the plan
   int micro_batches_ = 1;
   std::mutex mu_;

@@ -50,7 +50,8 @@ class GpuComm : public Comm {
   void reset() override;
 
  protected:
-  // devices[d]: pipeline device d's backend (several may share a GPU). nccl: use NCCL on links
+  // devices[d]: pipeline device d's backend (several may share a GPU; null for a device of
+  // another process, which no link may touch). nccl: use NCCL on links
   // between distinct GPUs; links: the ordered pairs that will carry messages (empty: all).
   GpuComm(std::vector<CudaBackend*> devices, bool nccl, std::vector<std::pair<int, int>> links);
 

@@ -207,7 +207,8 @@ TEST(TrainRanks, ReplicasMustDivideTheProcesses) {
       << r.err;
 }
 
-// A rank killed mid-run: mpirun ends the others and names the lost rank; nothing hangs.
+// A rank killed mid-run: mpirun ends the others; the survivor names the lost rank and the last step every
+// rank completed; nothing hangs.
 TEST(TrainRanks, ALostRankEndsTheJob) {
   const fs::path d = scratch("ranks_kill");
   // In the command lines of both ranks, which start with the binary (mpirun's starts with
@@ -223,6 +224,10 @@ TEST(TrainRanks, ALostRankEndsTheJob) {
   EXPECT_LT(seconds, 60);
   EXPECT_NE(r.err.find("exited on signal 9"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("process rank 1"), std::string::npos) << r.err;
+  // The survivor's own line: the lost rank and the last step every rank completed.
+  const std::regex line("error: rank 1 of 2 was lost \\(its process is gone\\) after step [0-9]+, the last every "
+                        "rank completed; every rank stops");
+  EXPECT_TRUE(std::regex_search(r.err, line)) << r.err;
 }
 
 }  // namespace

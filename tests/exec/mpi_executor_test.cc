@@ -45,19 +45,46 @@ struct StepResult {
   std::map<std::string, Tensor> grads;
 };
 
-// One process, every device here (InProcessComm), or this rank's devices (MpiComm).
-StepResult run(const std::vector<BackwardGraphs>& chunks, const Schedule& s, const Feeds& feeds, bool across) {
-  std::vector<std::unique_ptr<CpuBackend>> owned;
+// A CPU backend that counts its copies, standing in for a device whose tensors MpiComm stages
+// through host memory (a GPU's).
+class CountingBackend : public CpuBackend {
+ public:
+  CountingBackend() : CpuBackend(1) {}
+  void copy(void* dst, const void* src, size_t bytes) override {
+    ++copies;
+    CpuBackend::copy(dst, src, bytes);
+  }
+  int copies = 0;
+};
+
+// One process, every device here (InProcessComm), or this rank's devices (MpiComm); staged:
+// MpiComm copies every message to or from another process through the device's backend, and
+// this rank's own messages go through an InProcessComm given to it. copies: how many copies
+// the backends made in all.
+StepResult run(const std::vector<BackwardGraphs>& chunks, const Schedule& s, const Feeds& feeds, bool across,
+               bool staged = false, int* copies = nullptr) {
+  std::vector<std::unique_ptr<CountingBackend>> owned;
   std::vector<Backend*> backends;
   const std::vector<int> rank_of = rank_of_devices(s.stages, world->size());
   for (int d = 0; d < s.stages; ++d) {
     const bool here = !across || rank_of[static_cast<size_t>(d)] == world->rank();
-    owned.push_back(here ? std::make_unique<CpuBackend>(1) : nullptr);
+    owned.push_back(here ? std::make_unique<CountingBackend>() : nullptr);
     backends.push_back(owned.back().get());
   }
   std::unique_ptr<Comm> comm;
-  if (across) comm = std::make_unique<MpiComm>(rank_of, world->rank());
+  if (across && staged) comm = std::make_unique<MpiComm>(rank_of, world->rank(), std::make_unique<InProcessComm>(), backends);
+  else if (across) comm = std::make_unique<MpiComm>(rank_of, world->rank());
   else comm = std::make_unique<InProcessComm>();
+  struct Count {
+    const std::vector<std::unique_ptr<CountingBackend>>& owned;
+    int* out;
+    ~Count() {
+      if (!out) return;
+      *out = 0;
+      for (const auto& b : owned)
+        if (b) *out += b->copies;
+    }
+  } count{owned, copies};
   PipelineExecutor ex(chunks, placement(s), backends, *comm, s);
   StepResult r;
   for (int step = 0; step < 2; ++step) {  // the second step reuses every tag and slot
@@ -123,6 +150,36 @@ TEST(AcrossProcesses, EachParameterOnOneRank) {
   int mine = static_cast<int>(many.grads.size()), total = 0;
   MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(total, static_cast<int>(one.grads.size()));
+}
+
+// A device whose tensors are not host memory: its messages to and from other processes pass
+// through its backend's copies, with the very bits of one process.
+TEST(AcrossProcesses, StagedDevicesGiveTheSameBits) {
+  if (world->size() < 2) GTEST_SKIP() << "one rank";
+  const Graph g = testing::load_sample("gpt", kMicroBatch);
+  const int stages = 2 * world->size();  // messages between the devices of one rank too
+  const std::vector<BackwardGraphs> chunks = testing::sample_chunks(g, stages, "none", 1);
+  const Feeds feeds = random_feeds(g, chunks);
+  for (const char* kind : {"1f1b", "zb-h1"}) {
+    SCOPED_TRACE(kind);
+    const Schedule s = add_send_recv(generate(kind, stages, kMicroBatches, 1));
+    int plain = 0, staged = 0;
+    const StepResult one = run(chunks, s, feeds, false);
+    run(chunks, s, feeds, true, false, &plain);
+    const StepResult many = run(chunks, s, feeds, true, true, &staged);
+    // Every message to or from another rank: at least one copy per action of this rank, per step.
+    int crossing = 0;
+    const std::vector<int> rank_of = rank_of_devices(stages, world->size());
+    for (int d = 0; d < stages; ++d)
+      for (const Action& a : s.devices[static_cast<size_t>(d)]) {
+        if (!is_comm(a.op) || rank_of[static_cast<size_t>(d)] != world->rank()) continue;
+        const int peer = a.op == Op::kSendF || a.op == Op::kRecvB ? s.device_of(a.chunk + 1) : s.device_of(a.chunk - 1);
+        if (rank_of[static_cast<size_t>(peer)] != world->rank()) ++crossing;
+      }
+    EXPECT_GE(staged - plain, 2 * crossing) << "messages to other ranks not staged";
+    for (const auto& [p, t] : many.grads) EXPECT_EQ(t.data, one.grads.at(p).data) << p;
+    EXPECT_FALSE(many.grads.empty());
+  }
 }
 
 TEST(AcrossProcesses, APlanThatDiffersBetweenRanksIsNamed) {

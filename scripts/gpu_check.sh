@@ -31,6 +31,10 @@
 #      its training updates within BF16_UPDATE_TOL of the fp32 run's; with step times
 #   4. bench/gpu_train.py: the charlm model's training step against PyTorch eager on the same GPU
 #      (fp32 and bf16), and the fraction of the GPU's peak FLOP/s it reaches
+#   5. `mpirun -n 2 pipetrain train` on CUDA, both ranks sharing GPU 0 (mlp and gpt; under the
+#      Open MPI runtime packed by scripts/mpi_runtime.sh, the one the binaries link): 2 ranks x 1
+#      stage bit-identical to one process with 2 stages, and 2 data-parallel replicas within 1e-5
+#      of one process on the same global batch; with step times
 # A test binary that crashes or hangs names its test and runs again without it.
 # Prints PASS/FAIL per part and exits 1 when any part fails (2: the machine is not usable).
 set -uo pipefail
@@ -58,7 +62,8 @@ pack() {
   done
   local count
   count=$(ls "$PACK_DIR/stage/lib" | wc -l)
-  tar -C "$PACK_DIR/stage" -cJf "$PACK_DIR/pack.tar.xz" bin lib
+  scripts/mpi_runtime.sh pack "$PACK_DIR/stage/mpi" || exit 2  # for part 5 where there is no mpirun
+  tar -C "$PACK_DIR/stage" -cJf "$PACK_DIR/pack.tar.xz" bin lib mpi
   rm -rf "$PACK_DIR/stage"
   local size
   size=$(stat -c %s "$PACK_DIR/pack.tar.xz")
@@ -158,7 +163,7 @@ run() {
   [ "${gpus:-0}" -ge 1 ] || { echo "run: no GPU"; exit 2; }
   local failed=()
 
-  local parts="${*:-1 2 3 4}"
+  local parts="${*:-1 2 3 4 5}"
   # Whatever happens, the logs go to $PT_GPU_OUT when it is set (the device tool's $OUT).
   GPU_CHECK_WORK="$work"
   trap '[ -n "${PT_GPU_OUT:-}" ] && tar -C "$GPU_CHECK_WORK" -czf "$PT_GPU_OUT/gpu_check_logs.tar.gz" --exclude=bin --exclude=lib --exclude="*.onnx" . 2>/dev/null' EXIT
@@ -201,6 +206,14 @@ EOF
   train_all "$work" || failed+=(train)
   fi
 
+  if [[ " $parts " == *" 5 "* ]]; then
+  part "5. pipetrain train across 2 processes (mpirun) sharing the GPU"
+  # The packed runtime, whatever MPI the machine has: the binaries link this Open MPI's libmpi.
+  eval "$(scripts/mpi_runtime.sh env "$work/mpi")"
+  printf '  %-8s %-22s %10s  %s\n' model run "s/step" "trained model"
+  ranks_all "$work" || failed+=(ranks)
+  fi
+
   part "summary"
   if ((${#failed[@]})); then echo "FAIL: ${failed[*]}"; exit 1; fi
   echo "PASS"
@@ -222,19 +235,7 @@ train_all() {
   local work="$1" ok=0
   for s in mlp resnet gpt vit; do
     read -r batch mb loss optimizer <<<"${SAMPLE[$s]}"
-    local cfg="$work/$s.yaml"
-    cat >"$cfg" <<EOF
-model: samples/$s/$s.onnx
-dims: {batch: $batch}
-loss: {kind: $loss}
-data: {kind: synthetic, samples: $((batch * mb * 2)), shuffle: false}
-optimizer: $optimizer
-pipeline: {stages: 1, chunks: 1, micro_batches: $mb, schedule: 1f1b}
-device: cpu
-threads: 4
-seed: 0
-steps: 3
-EOF
+    write_config "$work" "$s"
     train_one "$work" "$s" cpu "device=cpu" || { ok=1; continue; }
     printf '  %-8s %-22s %10s  (reference)\n' "$s" cpu "$RUN_SECONDS"
     train_one "$work" "$s" cuda1 "device=cuda" && compare "$work" "$s" cuda1 cpu --tol 1e-3 || ok=1
@@ -248,15 +249,55 @@ EOF
   return $ok
 }
 
+# The 3-step config of sample $2 ($batch $mb $loss $optimizer from SAMPLE) as $1/$2.yaml.
+write_config() {
+  local work="$1" s="$2"
+  read -r batch mb loss optimizer <<<"${SAMPLE[$s]}"
+  cat >"$work/$s.yaml" <<EOF
+model: samples/$s/$s.onnx
+dims: {batch: $batch}
+loss: {kind: $loss}
+data: {kind: synthetic, samples: $((batch * mb * 2)), shuffle: false}
+optimizer: $optimizer
+pipeline: {stages: 1, chunks: 1, micro_batches: $mb, schedule: 1f1b}
+device: cpu
+threads: 4
+seed: 0
+steps: 3
+EOF
+}
+
+# Part 5: per sample, one process with 2 stages on GPU 0, then 2 ranks (one stage each, both on
+# GPU 0, messages through host memory and MPI): the same bits; 2 data-parallel replicas against
+# one process running both replicas' micro-batches.
+ranks_all() {
+  local work="$1" ok=0
+  for s in mlp gpt; do
+    read -r batch mb loss optimizer <<<"${SAMPLE[$s]}"
+    [ -f "$work/$s.yaml" ] || write_config "$work" "$s"
+    train_one "$work" "$s" cuda2 "device=cuda:0" "pipeline.stages=2" || { ok=1; continue; }
+    printf '  %-8s %-22s %10s  (reference)\n' "$s" "cuda2" "$RUN_SECONDS"
+    RANKS=2 train_one "$work" "$s" ranks2 "device=cuda" "pipeline.stages=2" &&
+      compare "$work" "$s" ranks2 cuda2 --exact || ok=1
+    train_one "$work" "$s" cuda_mb2 "device=cuda:0" "pipeline.micro_batches=$((mb * 2))" || { ok=1; continue; }
+    RANKS=2 train_one "$work" "$s" data2 "device=cuda" "parallel.data=2" &&
+      compare "$work" "$s" data2 cuda_mb2 --tol 1e-5 || ok=1
+  done
+  return $ok
+}
+
 # Trains sample $2 as run $3 with the --set overrides after it; prints the time per step.
+# RANKS=N: under mpirun -n N.
 train_one() {
   local work="$1" s="$2" name="$3"
   shift 3
+  local launch=()
+  [ -n "${RANKS:-}" ] && launch=(mpirun --oversubscribe -n "$RANKS" -x LD_LIBRARY_PATH="$PT_LIB_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   local args=()
   for o in "$@"; do args+=(--set "$o"); done
   local t0 t1
   t0=$(date +%s.%N)
-  if ! LD_LIBRARY_PATH="$PT_LIB_PATH" timeout -k 5 120 "$PT_BIN/pipetrain" train "$work/$s.yaml" --quiet "${args[@]}" \
+  if ! LD_LIBRARY_PATH="$PT_LIB_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout -k 5 120 "${launch[@]}" "$PT_BIN/pipetrain" train "$work/$s.yaml" --quiet "${args[@]}" \
       --set "output.model=$work/$s.$name.onnx" >"$work/$s.$name.log" 2>&1; then
     printf '  %-8s %-22s %10s  ERROR %s\n' "$s" "$name" - "$(tail -1 "$work/$s.$name.log")"
     return 1

@@ -210,6 +210,7 @@ EOF
   part "5. pipetrain train across 2 processes (mpirun) sharing the GPU"
   # The packed runtime, whatever MPI the machine has: the binaries link this Open MPI's libmpi.
   eval "$(scripts/mpi_runtime.sh env "$work/mpi")"
+  PT_MPI_DIR="$work/mpi"
   printf '  %-8s %-22s %10s  %s\n' model run "s/step" "trained model"
   ranks_all "$work" || failed+=(ranks)
   fi
@@ -291,15 +292,21 @@ ranks_all() {
 train_one() {
   local work="$1" s="$2" name="$3"
   shift 3
-  local launch=()
-  [ -n "${RANKS:-}" ] && launch=(mpirun --oversubscribe -n "$RANKS" -x LD_LIBRARY_PATH="$PT_LIB_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  # Under mpirun the packed Open MPI's libraries come first: the machine's own (hwloc, libevent,
+  # PMIx of other versions) must not stand in for them.
+  local libs="$PT_LIB_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" launch=()
+  if [ -n "${RANKS:-}" ]; then
+    libs="$PT_MPI_DIR/lib:$libs"
+    launch=(mpirun --oversubscribe -n "$RANKS" -x LD_LIBRARY_PATH)
+  fi
   local args=()
   for o in "$@"; do args+=(--set "$o"); done
   local t0 t1
   t0=$(date +%s.%N)
-  if ! LD_LIBRARY_PATH="$PT_LIB_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout -k 5 120 "${launch[@]}" "$PT_BIN/pipetrain" train "$work/$s.yaml" --quiet "${args[@]}" \
-      --set "output.model=$work/$s.$name.onnx" >"$work/$s.$name.log" 2>&1; then
+  if ! LD_LIBRARY_PATH="$libs" timeout -k 5 120 "${launch[@]}" "$PT_BIN/pipetrain" train "$work/$s.yaml" --quiet \
+      "${args[@]}" --set "output.model=$work/$s.$name.onnx" >"$work/$s.$name.log" 2>&1; then
     printf '  %-8s %-22s %10s  ERROR %s\n' "$s" "$name" - "$(tail -1 "$work/$s.$name.log")"
+    grep -m 6 -iE 'error|signal|fault|failed|#[0-9]' "$work/$s.$name.log" | sed 's/^/      /'
     return 1
   fi
   t1=$(date +%s.%N)

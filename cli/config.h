@@ -36,7 +36,9 @@
 // output.model; `--set output.safetensors=` turns it off.
 //
 // device: `cpu` runs every stage on the CPU backend. `cuda` puts pipeline stage d on GPU
-// d mod G (G: the GPUs found), so stages share GPUs where there are fewer GPUs than stages.
+// d mod G (G: the GPUs found), so stages share GPUs where there are fewer GPUs than stages;
+// across processes a rank's k-th device goes on GPU (its rank among its host's ranks x its
+// devices + k) mod G, one GPU per rank as clusters place them (cli/train_devices.h).
 // `cuda:I,J,...` names the GPU of each stage: one index per pipeline stage, or a single index
 // for every stage (`cuda:1`); several stages may name the same GPU.
 #pragma once

@@ -415,7 +415,7 @@ void Trainer::build() {
       params_.push_back(p);
       first_device_[p] = placement[c];
       // Across processes every rank holds every device's optimizer (the model is whole on every
-      // rank too) but steps its own devices' only; checkpoints bring the others' state over.
+      // rank too) but steps its own devices' only; a resume loads them all.
       per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
     }
   // ZeRO-1: a device's parameters, in order, fall into D runs of about equal bytes; replica k
@@ -570,19 +570,41 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas());
   c.meta["stages"] = std::to_string(cfg_.pipeline.stages);
   c.meta["optimizer"] = cfg_.optimizer.kind;
-  share_parameters();  // across processes: every device's parameters and optimizer state
-  for (const auto& [name, t] : trained_tensors()) c.tensors.emplace_back("model/" + name, *t);
+  // Across processes each rank writes what it holds (exec/checkpoint.h): its devices'
+  // parameters (replica 0 alone: the replicas hold the same) and optimizer state (every
+  // replica its shard under ZeRO-1, else replica 0 alone); then rank 0 names the parts.
+  Checkpoint part;
+  part.step = steps_done;
+  Checkpoint& mine = ranks_.alone() ? c : part;
+  const bool first_replica = ranks_.replica() == 0;
+  for (const auto& [name, t] : trained_tensors())
+    if (ranks_.alone() || (first_replica && (!first_device_.count(name) ? ranks_.rank() == 0 : owner_of(name) == ranks_.rank())))
+      mine.tensors.emplace_back("model/" + name, *t);
+  std::vector<double> steps(optimizers_.size(), 0.0);
   for (size_t d = 0; d < optimizers_.size(); ++d) {
-    OptimizerState st = optimizers_[d]->state();
-    std::vector<double> step = {here(d) ? static_cast<double>(st.step) : 0.0};
-    ranks_.sum(step, Over::kReplica);
-    st.step = static_cast<int64_t>(step[0]);
-    for (auto& [name, t] : st.tensors) ranks_.share(t.data.data(), t.data.size(), here(d), Over::kReplica);
-    c.meta["optimizer" + std::to_string(d) + ".step"] = std::to_string(st.step);
-    for (const auto& [name, t] : st.tensors) c.tensors.emplace_back("optimizer/" + name, t);
+    if (!here(d)) continue;
+    const OptimizerState st = optimizers_[d]->state();
+    if (first_replica) steps[d] = static_cast<double>(st.step);
+    if (!first_replica && !sharded()) continue;
+    for (const auto& [name, t] : st.tensors) mine.tensors.emplace_back("optimizer/" + name, t);
   }
-  // One file, the one a single process writes, by rank 0: any layout resumes from it.
-  if (ranks_.rank() == 0) write_checkpoint(cfg_.checkpoint.dir, c);
+  ranks_.sum(steps);
+  for (size_t d = 0; d < steps.size(); ++d) c.meta["optimizer" + std::to_string(d) + ".step"] = std::to_string(static_cast<int64_t>(steps[d]));
+  if (ranks_.alone()) {
+    write_checkpoint(cfg_.checkpoint.dir, c);
+  } else {
+    // Every part is on disk before the file that names them: the sum waits for every rank.
+    std::vector<int64_t> wrote(static_cast<size_t>(ranks_.size()), 0);
+    if (!part.tensors.empty()) {
+      write_checkpoint_part(cfg_.checkpoint.dir, part, ranks_.rank());
+      wrote[static_cast<size_t>(ranks_.rank())] = 1;
+    }
+    ranks_.max(wrote);
+    std::vector<std::string> parts;
+    for (int r = 0; r < ranks_.size(); ++r)
+      if (wrote[static_cast<size_t>(r)]) parts.push_back(checkpoint_part_name(steps_done, r));
+    if (ranks_.rank() == 0) write_checkpoint(cfg_.checkpoint.dir, c, parts);
+  }
   saved_step_ = steps_done;
 }
 
@@ -889,9 +911,6 @@ void Trainer::claim_checkpoint_dir() const {
 
 void Trainer::check_across_processes() const {
   const int n = ranks_.size() / ranks_.replicas();  // the processes of one replica
-  if (sharded() && ((!cfg_.checkpoint.dir.empty() && cfg_.checkpoint.every > 0) || args_.resume))
-    throw UserError(cfg_.where("parallel.zero"), "checkpoints of optimizer state sharded over replicas are not written yet",
-                    "--set checkpoint.dir= with zero: 1, or train with zero: 0");
   const auto refuse = [&](const std::string& key, const std::string& what, const std::string& todo) {
     throw UserError(cfg_.where(key), what + " (running on " + std::to_string(n) + " processes)", todo);
   };

@@ -5,12 +5,19 @@
 // Atomic: each file is written to a temporary name, flushed to disk (fsync) and renamed into
 // place, then `latest` is replaced the same way; a run killed at any instant leaves the previous
 // checkpoint readable and never a half-written one under a checkpoint's name. Retention keeps the
-// checkpoint just written and the newest one below it; every other step_*.ckpt is removed, so
+// checkpoint just written and the newest one below it; every other step_*.ckpt (and part) is removed, so
 // `latest` always names a file that exists (a folder is one run's series: cli/train_cmd.cc
 // refuses a fresh run into a folder that holds checkpoints, unless told to clear them).
 //
 // Format: the line "pipetrain checkpoint 1", a JSON header line (step, data_position, meta, and
 // per tensor its name, dtype (ONNX's number), shape, offset and byte count), then the tensors' bytes.
+//
+// Across processes each rank writes the tensors it holds as a part, <dir>/step_<N>.rank<R>.part
+// (the same format, written atomically); once every part is on disk, one rank writes
+// step_<N>.ckpt naming them in its header ("parts") and then `latest`. So `latest` only ever
+// names a complete set, and reading a checkpoint reads its parts too: it holds every tensor
+// whatever the layout that wrote it, and resumes in any layout. The folder must be one every
+// rank sees (a shared file system across hosts); a part that is missing is named.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +40,13 @@ struct Checkpoint {
   const Tensor* find(const std::string& name) const;
 };
 
-// Writes <dir>/step_<step>.ckpt and points <dir>/latest at it. UserError naming the folder when
-// it cannot be written.
-void write_checkpoint(const std::string& dir, const Checkpoint& c);
+// Writes <dir>/step_<step>.ckpt (with `parts`: naming those part files, already written, whose
+// tensors it holds besides its own) and points <dir>/latest at it. UserError naming the folder
+// when it cannot be written.
+void write_checkpoint(const std::string& dir, const Checkpoint& c, const std::vector<std::string>& parts = {});
+// Writes rank `rank`'s part of step c.step, as checkpoint_part_name(c.step, rank) in dir.
+void write_checkpoint_part(const std::string& dir, const Checkpoint& c, int rank);
+std::string checkpoint_part_name(int64_t step, int rank);
 
 // The checkpoint <dir>/latest names; nullopt when the folder has none. UserError naming the file
 // when it is damaged.
@@ -44,7 +55,7 @@ Checkpoint read_checkpoint(const std::string& path);
 
 // The steps of the step_*.ckpt files in `dir`, ascending; empty when it has none (or no folder).
 std::vector<int64_t> checkpoint_steps(const std::string& dir);
-// Removes every step_*.ckpt and `latest` from `dir` (nothing else). UserError naming the file
+// Removes every step_*.ckpt, every part and `latest` from `dir` (nothing else). UserError naming the file
 // that cannot be removed.
 void clear_checkpoints(const std::string& dir);
 

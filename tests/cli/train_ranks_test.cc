@@ -1,15 +1,18 @@
 // `mpirun -n N pipetrain train`: the pipeline's devices on N processes (cli/train_ranks.h) give
 // the very bytes of the run in one process (trained model, weights, every loss and gradient
-// norm, checkpoints, resumed runs), over shared memory and over TCP; what such a run cannot do
+// norm, the state in checkpoints, resumed runs), over shared memory and over TCP; what such a run cannot do
 // yet is one line; a rank that dies ends the job instead of leaving the others waiting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "exec/checkpoint.h"
 #include "tests/cli/run_cli.h"
 
 namespace {
@@ -89,8 +92,25 @@ TEST(TrainRanks, StagesMustSplitOverTheRanks) {
   EXPECT_FALSE(fs::exists(d / "charlm.onnx"));
 }
 
-// Rank 0 writes the checkpoint one process would write (every rank's parameters and optimizer
-// state brought over): the same bytes; resumed on 2 ranks or in 1 process, the same model.
+// Two checkpoints hold the same state: step, data position, what must match to resume, and every
+// tensor's bytes by name (the files differ: across processes the tensors are in parts).
+void expect_same_checkpoint(const fs::path& have, const fs::path& want) {
+  const pt::Checkpoint a = pt::read_checkpoint(have.string()), b = pt::read_checkpoint(want.string());
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.data_position, b.data_position);
+  EXPECT_EQ(a.meta, b.meta);
+  std::map<std::string, std::vector<std::byte>> ta, tb;
+  for (const auto& [name, t] : a.tensors) EXPECT_TRUE(ta.emplace(name, t.data).second) << "twice: " << name;
+  for (const auto& [name, t] : b.tensors) tb.emplace(name, t.data);
+  EXPECT_EQ(ta.size(), tb.size());
+  for (const auto& [name, bytes] : tb) {
+    ASSERT_TRUE(ta.count(name)) << have << " lacks " << name;
+    EXPECT_EQ(ta.at(name), bytes) << name;
+  }
+}
+
+// Each rank writes its part, then rank 0 the file naming them: the state one process's
+// checkpoint holds; resumed on 2 ranks or in 1 process, the same model. A missing part is named.
 TEST(TrainRanks, CheckpointsAndResumeGiveTheBytesOfOneProcess) {
   const fs::path one = scratch("ranks_ckpt_one"), two = scratch("ranks_ckpt_two");
   const auto with = [](const fs::path& d, const std::string& sets) {
@@ -99,19 +119,29 @@ TEST(TrainRanks, CheckpointsAndResumeGiveTheBytesOfOneProcess) {
   ASSERT_EQ(run(with(one, "--set steps=4")).code, 0);
   const Result first = mpirun(2, with(two, "--set steps=4"));
   ASSERT_EQ(first.code, 0) << first.err;
-  EXPECT_EQ(slurp(two / "ckpt" / "step_00000004.ckpt"), slurp(one / "ckpt" / "step_00000004.ckpt"));
-  EXPECT_EQ(slurp(two / "ckpt" / "step_00000002.ckpt"), slurp(one / "ckpt" / "step_00000002.ckpt"));
-  // A copy of the 2-rank checkpoints, resumed in one process.
-  const fs::path three = scratch("ranks_ckpt_three");
+  for (const char* f : {"step_00000004.ckpt", "step_00000004.rank0.part", "step_00000004.rank1.part",
+                        "step_00000002.ckpt", "step_00000002.rank0.part", "step_00000002.rank1.part"})
+    EXPECT_TRUE(fs::exists(two / "ckpt" / f)) << f;
+  expect_same_checkpoint(two / "ckpt" / "step_00000004.ckpt", one / "ckpt" / "step_00000004.ckpt");
+  expect_same_checkpoint(two / "ckpt" / "step_00000002.ckpt", one / "ckpt" / "step_00000002.ckpt");
+  // Copies of the 2-rank checkpoints: resumed in one process; resumed without a part.
+  const fs::path three = scratch("ranks_ckpt_three"), lost = scratch("ranks_ckpt_lost");
   fs::copy(two / "ckpt", three / "ckpt");
+  fs::copy(two / "ckpt", lost / "ckpt");
+  fs::remove(lost / "ckpt" / "step_00000004.rank1.part");
   ASSERT_EQ(run(with(one, "--set steps=6 --resume")).code, 0);
   const Result resumed = mpirun(2, with(two, "--set steps=6 --resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("resumed from step 4"), std::string::npos) << resumed.out;
   EXPECT_EQ(slurp(two / "charlm.onnx"), slurp(one / "charlm.onnx"));
-  EXPECT_EQ(slurp(two / "ckpt" / "step_00000006.ckpt"), slurp(one / "ckpt" / "step_00000006.ckpt"));
+  expect_same_checkpoint(two / "ckpt" / "step_00000006.ckpt", one / "ckpt" / "step_00000006.ckpt");
+  EXPECT_FALSE(fs::exists(two / "ckpt" / "step_00000002.rank0.part"));  // retention takes the parts too
   ASSERT_EQ(run(with(three, "--set steps=6 --resume")).code, 0);
   EXPECT_EQ(slurp(three / "charlm.onnx"), slurp(one / "charlm.onnx"));
+  expect_one_line_error(run(with(lost, "--set steps=6 --resume")),
+                        (lost / "ckpt" / "step_00000004.rank1.part").string() +
+                            ": is missing: a part of checkpoint step_00000004.ckpt; give every rank a checkpoint.dir "
+                            "all of them see (a shared file system), or resume from another checkpoint");
 }
 
 // Every rank SIGKILLed once a checkpoint is on disk, then resumed: the very bytes of a run that
@@ -192,6 +222,37 @@ TEST(TrainRanks, ZeroOneShardsTheOptimizerAndKeepsTheBytes) {
   };
   EXPECT_EQ(held("--set parallel.zero=1"),
             "ZeRO-1: each replica holds the optimizer state of 1/2 of the parameters: 940 KiB on rank 0");
+}
+
+// ZeRO-1 checkpoints: each replica writes its shard of the optimizer state; resumed with or
+// without ZeRO-1, the bytes of the uninterrupted run (a constant learning rate: a run of 2 steps
+// then takes the first 2 steps of a run of 4).
+TEST(TrainRanks, ZeroOneCheckpointsResumeToTheSameBytes) {
+  const fs::path whole = scratch("zero_whole"), cut = scratch("zero_cut"), plain = scratch("zero_plain");
+  const std::string common =
+      "--set pipeline.stages=1 --set pipeline.schedule=1f1b --set parallel.data=2 --set optimizer.schedule=constant ";
+  const auto with = [&](const fs::path& d, const std::string& sets) {
+    return charlm(d, common + "--set checkpoint.every=2 --set checkpoint.dir=" + (d / "ckpt").string() + " " + sets);
+  };
+  ASSERT_EQ(mpirun(2, with(whole, "--set steps=4")).code, 0);
+  const Result first = mpirun(2, with(cut, "--set steps=2 --set parallel.zero=1"));
+  ASSERT_EQ(first.code, 0) << first.err;
+  // Both replicas wrote a part: their shards of the one device's state.
+  const pt::Checkpoint r0 = pt::read_checkpoint((cut / "ckpt" / "step_00000002.rank0.part").string());
+  const pt::Checkpoint r1 = pt::read_checkpoint((cut / "ckpt" / "step_00000002.rank1.part").string());
+  const auto optimizer_tensors = [](const pt::Checkpoint& c) {
+    return std::count_if(c.tensors.begin(), c.tensors.end(), [](const auto& t) { return t.first.rfind("optimizer/", 0) == 0; });
+  };
+  EXPECT_GT(optimizer_tensors(r0), 0);
+  EXPECT_GT(optimizer_tensors(r1), 0);
+  expect_same_checkpoint(cut / "ckpt" / "step_00000002.ckpt", whole / "ckpt" / "step_00000002.ckpt");
+  fs::copy(cut / "ckpt", plain / "ckpt");
+  const Result resumed = mpirun(2, with(cut, "--set steps=4 --set parallel.zero=1 --resume"));
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(slurp(cut / "charlm.onnx"), slurp(whole / "charlm.onnx"));
+  const Result unsharded = mpirun(2, with(plain, "--set steps=4 --resume"));
+  ASSERT_EQ(unsharded.code, 0) << unsharded.err;
+  EXPECT_EQ(slurp(plain / "charlm.onnx"), slurp(whole / "charlm.onnx"));
 }
 
 TEST(TrainRanks, ReplicasMustDivideTheProcesses) {

@@ -3,9 +3,11 @@
 // the message, and what is on disk afterwards.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 #include <sstream>
 
+#include "core/error.h"
 #include "exec/checkpoint.h"
 #include "tests/cli/run_cli.h"
 
@@ -81,6 +83,51 @@ TEST(TrainRuns, RetentionNeverRemovesTheCheckpointJustWritten) {
   EXPECT_TRUE(pt::checkpoint_steps((d / "ckpt").string()).empty());
   EXPECT_FALSE(fs::exists(d / "ckpt" / "latest"));
   EXPECT_TRUE(fs::exists(d / "ckpt" / "notes.txt"));  // only checkpoints are removed
+}
+
+// Across processes: the parts each rank wrote and the file naming them read as one checkpoint;
+// retention and clearing take the parts with their checkpoint; a part of another step is named.
+TEST(TrainRuns, CheckpointPartsReadAsOneAndGoWithTheirCheckpoint) {
+  const fs::path d = scratch("parts");
+  const std::string dir = (d / "ckpt").string();
+  const auto tensor = [](float v) {
+    pt::Tensor t;
+    t.type.dtype = pt::DType::kFloat32;
+    t.type.shape = {1};
+    t.data.resize(4);
+    std::memcpy(t.data.data(), &v, 4);
+    return t;
+  };
+  for (int64_t step : {2, 4, 6}) {
+    pt::Checkpoint a, b, c;
+    a.step = b.step = c.step = step;
+    a.tensors.emplace_back("model/a", tensor(1.0f * step));
+    b.tensors.emplace_back("model/b", tensor(2.0f * step));
+    pt::write_checkpoint_part(dir, a, 0);
+    pt::write_checkpoint_part(dir, b, 3);
+    c.meta["stages"] = "2";
+    pt::write_checkpoint(dir, c, {pt::checkpoint_part_name(step, 0), pt::checkpoint_part_name(step, 3)});
+  }
+  const pt::Checkpoint got = *pt::read_latest_checkpoint(dir);
+  EXPECT_EQ(got.step, 6);
+  EXPECT_EQ(got.meta.at("stages"), "2");
+  ASSERT_TRUE(got.find("model/a") && got.find("model/b"));
+  EXPECT_EQ(got.find("model/b")->data, tensor(12.0f).data);
+  EXPECT_EQ(pt::checkpoint_steps(dir), (std::vector<int64_t>{4, 6}));
+  EXPECT_FALSE(fs::exists(d / "ckpt" / "step_00000002.rank0.part"));
+  EXPECT_TRUE(fs::exists(d / "ckpt" / "step_00000004.rank3.part"));
+  // A part of step 4 under step 6's name: named, not read as step 6's.
+  fs::copy_file(d / "ckpt" / "step_00000004.rank3.part", d / "ckpt" / "step_00000006.rank3.part",
+                fs::copy_options::overwrite_existing);
+  try {
+    pt::read_latest_checkpoint(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const pt::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), (d / "ckpt" / "step_00000006.rank3.part").string() +
+                                         ": belongs to step 4, not 6; resume from another checkpoint");
+  }
+  pt::clear_checkpoints(dir);
+  EXPECT_TRUE(fs::is_empty(d / "ckpt"));
 }
 
 // Item 2: --resume of a finished run (or one whose checkpoint is past --set steps) used to

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libcli11-dev libyaml-cpp-dev libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin iproute2
   python3 python3-venv python3-numpy python3-torch python3-torchvision)
 
 missing=()

@@ -70,6 +70,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kTraceSteps = 100;  // the trace holds the first this many steps
+// The collectives across data-parallel replicas a step's trace shows per rank (Trainer::step).
+constexpr int kCollectives = 2;
+constexpr const char* kCollectiveNames[kCollectives] = {"gradients: sum over replicas", "ZeRO-1: parameters from the other replicas"};
 
 // Runs f; a UserError from it is re-raised naming the config key (and its YAML line) first.
 template <class F>
@@ -304,6 +307,10 @@ class Trainer {
   bool here(size_t device) const { return rank_of_[device] == ranks_.rank(); }
   bool sharded() const { return cfg_.parallel.zero == 1 && ranks_.replicas() > 1; }  // ZeRO-1 in effect
   std::vector<std::vector<ActionTime>> step_times() const;  // every device's, from its rank
+  // Every rank's collectives across replicas (spans[2k], spans[2k+1]: start and end of kind k
+  // here), gathered for rank 0's trace; none without data parallelism.
+  std::vector<TraceSpan> collective_spans(const std::vector<double>& spans) const;
+  std::vector<std::string> device_names_;  // the trace's device tracks: "device D (rank R)" across processes
 
   TrainConfig cfg_;
   TrainArgs args_;
@@ -398,6 +405,9 @@ void Trainer::build() {
   chunks_ = at_key(cfg_, "model", [&] { return build_chunk_backward(train_, plan, co); });
 
   rank_of_ = ranks_.rank_of_devices(schedule_.stages);
+  if (!ranks_.alone())
+    for (int d = 0; d < schedule_.stages; ++d)
+      device_names_.push_back("device " + std::to_string(d) + " (rank " + std::to_string(rank_of_[static_cast<size_t>(d)]) + ")");
   devices_ = make_train_devices(cfg_, lowered_, rank_of_, ranks_.rank(), ranks_.local_rank());
   if (cfg_.device != "cpu" && !args_.quiet) std::cout << "devices: " << devices_.summary << "\n";
   std::vector<int> placement;
@@ -695,11 +705,17 @@ void Trainer::step(int64_t s) {
     if (form_.dropout_key)
       feeds[static_cast<size_t>(m)][kDropoutKey] = scalar_tensor(dropout_key_for(cfg_.seed, s, first + m));
   }
+  const Clock::time_point run_begin = Clock::now();  // the executor's action times count from here
+  const auto since = [&] { return std::chrono::duration<double>(Clock::now() - run_begin).count(); };
   executor_->run_step(feeds);
+  // Collectives across processes, for the trace: [kind] = (start, end), seconds like the actions'.
+  std::vector<double> spans(2 * kCollectives, 0.0);
   // Each parameter's gradient over the replicas, added in replica order: the same on every
   // replica and from run to run.
+  spans[0] = since();
   if (D > 1)
     for (auto& [p, g] : executor_->grads()) ranks_.sum_in_replica_order(g.as<float>(), static_cast<size_t>(g.type.numel()));
+  spans[1] = since();
   // BatchNorm buffers, micro-batch by micro-batch as torch updates them.
   for (int m = 0; m < M; ++m)
     for (size_t i = 0; i < form_.batch_norms.size(); ++i) {
@@ -718,6 +734,7 @@ void Trainer::step(int64_t s) {
   for (size_t d = 0; d < optimizers_.size(); ++d)
     if (here(d)) optimizers_[d]->step(executor_->grads(), norm);
   // ZeRO-1: each replica updated its shard; every replica takes the others' (exactly).
+  spans[2] = since();
   if (sharded())
     for (size_t d = 0; d < whole_.size(); ++d)
       if (here(d))
@@ -725,6 +742,7 @@ void Trainer::step(int64_t s) {
           Tensor& t = *whole_[d][i].value;
           ranks_.share(t.data.data(), t.data.size(), shard_of_[d][i] == ranks_.replica(), Over::kPosition);
         }
+  spans[3] = since();
   devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
 
@@ -740,8 +758,10 @@ void Trainer::step(int64_t s) {
   ranks_.max(peak_kept, Over::kReplica);
   const double samples_per_s = static_cast<double>(rows_ * M * D) / seconds;
   if (s > first_step_) step_seconds_.push_back(seconds);
+  const std::vector<TraceSpan> collectives = collective_spans(spans);
   if (s - first_step_ < kTraceSteps)
-    trace_.add_step(s, std::chrono::duration<double>(begin - t0_).count(), lowered_, times);
+    trace_.add_step(s, std::chrono::duration<double>(run_begin - t0_).count(), lowered_, times, device_names_,
+                    collectives);
   if (s > first_step_ && timed_.size() < 8) timed_.push_back(times);  // the first warms up
   for (size_t d = 0; d < peak_kept_.size(); ++d) peak_kept_[d] = std::max(peak_kept_[d], peak_kept[d]);
   progress_->step(s, last_loss_, lr, samples_per_s, measured.bubble);
@@ -962,6 +982,22 @@ void Trainer::share_parameters() {
     ranks_.share(t.data.data(), t.data.size(), owner_of(p) == ranks_.rank(), Over::kReplica);
   }
   devices_.refresh_constants();
+}
+
+std::vector<TraceSpan> Trainer::collective_spans(const std::vector<double>& spans) const {
+  if (ranks_.replicas() == 1) return {};
+  const size_t per = spans.size();
+  std::vector<double> all(per * static_cast<size_t>(ranks_.size()), 0.0);
+  std::copy(spans.begin(), spans.end(), all.begin() + static_cast<std::ptrdiff_t>(per * static_cast<size_t>(ranks_.rank())));
+  ranks_.sum(all);  // each rank's slot from that rank alone: exact
+  std::vector<TraceSpan> out;
+  for (int r = 0; r < ranks_.size(); ++r)
+    for (int k = 0; k < kCollectives; ++k) {
+      const size_t at = per * static_cast<size_t>(r) + 2 * static_cast<size_t>(k);
+      if (k == 1 && !sharded()) continue;
+      out.push_back({"rank " + std::to_string(r) + ": across replicas", kCollectiveNames[k], all[at], all[at + 1]});
+    }
+  return out;
 }
 
 std::vector<std::vector<ActionTime>> Trainer::step_times() const {

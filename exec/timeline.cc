@@ -1,5 +1,7 @@
 #include "exec/timeline.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -90,19 +92,21 @@ Simulation measured_step(const Schedule& s, const std::vector<std::vector<Action
   return sim;
 }
 
-void ChromeTrace::add_step(int64_t step, double at, const Schedule& s,
-                           const std::vector<std::vector<ActionTime>>& times) {
-  char buf[256];
-  // Each track named after its device, once ("M" metadata events, as Perfetto reads them).
-  for (size_t d = devices_; d < s.devices.size(); ++d) {
-    std::snprintf(buf, sizeof buf,
-                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%zu,\"args\":{\"name\":\"device %zu\"}}", d, d);
-    metadata_.emplace_back(buf);
-    std::snprintf(buf, sizeof buf,
-                  "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%zu,\"args\":{\"sort_index\":%zu}}", d, d);
-    metadata_.emplace_back(buf);
-  }
+void ChromeTrace::name_track(size_t tid, const std::string& name) {
+  const nlohmann::json thread = {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", name}}}};
+  const nlohmann::json order = {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"sort_index", tid}}}};
+  metadata_.push_back(thread.dump());
+  metadata_.push_back(order.dump());
+}
+
+void ChromeTrace::add_step(int64_t step, double at, const Schedule& s, const std::vector<std::vector<ActionTime>>& times,
+                           const std::vector<std::string>& device_names, const std::vector<TraceSpan>& spans) {
+  // Each track named once ("M" metadata events, as Perfetto reads them); the span tracks
+  // (numbered from 1000, below any device's) after the devices'.
+  for (size_t d = devices_; d < s.devices.size(); ++d)
+    name_track(d, d < device_names.size() ? device_names[d] : "device " + std::to_string(d));
   devices_ = std::max(devices_, s.devices.size());
+  char buf[256];
   for (size_t d = 0; d < s.devices.size(); ++d)
     for (size_t i = 0; i < s.devices[d].size(); ++i) {
       const Action& a = s.devices[d][i];
@@ -114,6 +118,18 @@ void ChromeTrace::add_step(int64_t step, double at, const Schedule& s,
                     static_cast<long long>(step), a.micro_batch, a.chunk);
       events_.emplace_back(buf);
     }
+  constexpr size_t kSpanTracks = 1000;
+  for (const TraceSpan& span : spans) {
+    size_t k = std::find(tracks_.begin(), tracks_.end(), span.track) - tracks_.begin();
+    if (k == tracks_.size()) {
+      tracks_.push_back(span.track);
+      name_track(kSpanTracks + k, span.track);
+    }
+    const nlohmann::json e = {{"name", span.name}, {"cat", "comm"}, {"ph", "X"},
+                              {"ts", (at + span.start) * 1e6}, {"dur", (span.end - span.start) * 1e6},
+                              {"pid", 0}, {"tid", kSpanTracks + k}, {"args", {{"step", step}}}};
+    events_.push_back(e.dump());
+  }
 }
 
 void ChromeTrace::write(const std::string& path, const std::string& key) const {

@@ -28,13 +28,25 @@ Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& 
 // (compute actions only), makespan = the last end, bubble = 1 - busy / (P x makespan).
 Simulation measured_step(const Schedule& s, const std::vector<std::vector<ActionTime>>& times);
 
-// Chrome trace events ("X" complete events, one track per device, named "device D" by "M"
-// thread_name events), for Perfetto.
+// A span of work outside the schedule's actions, on a track of its own (e.g. a rank's
+// collectives across data-parallel replicas): seconds since the step began, as ActionTime.
+// Another rank's spans count from its own step start: the ranks start a step together, within
+// the skew of the collective that ended the step before.
+struct TraceSpan {
+  std::string track;  // the track's name; tracks are made in order of first appearance
+  std::string name;
+  double start = 0, end = 0;
+};
+
+// Chrome trace events ("X" complete events, one track per device, named "device D" (or as
+// device_names says, e.g. "device 1 (rank 1)") by "M" thread_name events; SEND and RECV in
+// category "comm", the rest "compute"), for Perfetto.
 class ChromeTrace {
  public:
-  // The step's actions, offset by `at` seconds since the run began.
-  void add_step(int64_t step, double at, const Schedule& s,
-                const std::vector<std::vector<ActionTime>>& times);
+  // The step's actions, offset by `at` seconds since the run began; then `spans` (category
+  // "comm") on tracks below the devices'.
+  void add_step(int64_t step, double at, const Schedule& s, const std::vector<std::vector<ActionTime>>& times,
+                const std::vector<std::string>& device_names = {}, const std::vector<TraceSpan>& spans = {});
   // Writes {"traceEvents": [...]} atomically; UserError naming the path when it cannot.
   void write(const std::string& path, const std::string& key) const;
   size_t events() const { return events_.size(); }  // the "X" events
@@ -42,7 +54,9 @@ class ChromeTrace {
  private:
   std::vector<std::string> metadata_;  // track names, one JSON object each
   std::vector<std::string> events_;    // one JSON object each
-  size_t devices_ = 0;                 // tracks named so far
+  size_t devices_ = 0;                 // device tracks named so far
+  std::vector<std::string> tracks_;    // span tracks, after the devices'
+  void name_track(size_t tid, const std::string& name);
 };
 
 }  // namespace pt

@@ -255,6 +255,48 @@ TEST(TrainRanks, ZeroOneCheckpointsResumeToTheSameBytes) {
   EXPECT_EQ(slurp(plain / "charlm.onnx"), slurp(whole / "charlm.onnx"));
 }
 
+// The Chrome trace of a run across processes (rank 0 writes it): every device's track names its
+// rank, sends and receives between ranks are "comm" spans; with replicas, each rank's
+// collectives across them are spans on a track of that rank.
+TEST(TrainRanks, TheTraceNamesRanksAndShowsCommunication) {
+  const fs::path d = scratch("ranks_trace");
+  const auto trace = [&](const std::string& sets) {
+    const fs::path file = d / "trace.json";
+    const Result r = mpirun(2, "train samples/charlm/train.yaml -q --set steps=2 --set checkpoint.dir= --set output.model= "
+                               "--set output.timeline= --set output.metrics= --set pipeline.schedule=1f1b "
+                               "--set output.trace=" + file.string() + " " + sets);
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::map<int, std::string> tracks;
+    std::multimap<int, std::pair<std::string, std::string>> spans;  // tid -> (name, cat)
+    const nlohmann::json parsed = nlohmann::json::parse(slurp(file));
+    for (const auto& e : parsed["traceEvents"]) {
+      if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int>()] = e["args"]["name"];
+      if (e["ph"] == "X") {
+        spans.emplace(e["tid"].get<int>(), std::make_pair(e["name"].get<std::string>(), e["cat"].get<std::string>()));
+        EXPECT_GE(e["dur"].get<double>(), 0.0);
+      }
+    }
+    return std::make_pair(tracks, spans);
+  };
+  const auto [pipeline_tracks, pipeline_spans] = trace("--set pipeline.stages=2");
+  EXPECT_EQ(pipeline_tracks, (std::map<int, std::string>{{0, "device 0 (rank 0)"}, {1, "device 1 (rank 1)"}}));
+  const auto comm = [](const auto& spans, int tid, const std::string& name) {
+    for (auto [it, end] = spans.equal_range(tid); it != end; ++it)
+      if (it->second.first.find(name) != std::string::npos && it->second.second == "comm") return true;
+    return false;
+  };
+  EXPECT_TRUE(comm(pipeline_spans, 0, "SF")) << "device 0 sends activations to rank 1 (SEND_F)";
+  EXPECT_TRUE(comm(pipeline_spans, 1, "RF")) << "device 1 receives them (RECV_F)";
+  const auto [replica_tracks, replica_spans] =
+      trace("--set pipeline.stages=1 --set parallel.data=2 --set parallel.zero=1");
+  EXPECT_EQ(replica_tracks, (std::map<int, std::string>{
+                                {0, "device 0 (rank 0)"}, {1000, "rank 0: across replicas"}, {1001, "rank 1: across replicas"}}));
+  for (int tid : {1000, 1001}) {
+    EXPECT_TRUE(comm(replica_spans, tid, "gradients: sum over replicas")) << tid;
+    EXPECT_TRUE(comm(replica_spans, tid, "ZeRO-1: parameters from the other replicas")) << tid;
+  }
+}
+
 TEST(TrainRanks, ReplicasMustDivideTheProcesses) {
   const fs::path d = scratch("dp_bad");
   expect_one_line_error(run(charlm(d, "--set steps=2 --set parallel.data=2")),

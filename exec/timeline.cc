@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <tuple>
 
 #include "core/files.h"
 #include "schedule/render.h"
@@ -57,6 +59,34 @@ Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& 
       cc.b = fused * share;
       cc.w = fused - cc.b;
     }
+  }
+  // Transfers between devices: per message whose receive was waiting before its send began,
+  // from the send's start to the receive's end (the copy and the wire, no queueing); where no
+  // receive waited, from the receive's start (the message was there: the copy out). Each chunk's
+  // comm is the median over its messages, both ways (walk.cc adds it across devices).
+  std::vector<std::vector<double>> waited(n), ready(n);
+  for (const auto& times : steps) {
+    std::map<std::tuple<Op, int, int>, ActionTime> at;  // (op, chunk, micro-batch) -> its times
+    for (size_t d = 0; d < s.devices.size(); ++d)
+      for (size_t i = 0; i < s.devices[d].size(); ++i)
+        if (is_comm(s.devices[d][i].op)) at[{s.devices[d][i].op, s.devices[d][i].chunk, s.devices[d][i].micro_batch}] = times[d][i];
+    for (const auto& [key, recv] : at) {
+      const auto [op, c, m] = key;
+      if (op != Op::kRecvF && op != Op::kRecvB) continue;
+      // RECV_F(c) takes SEND_F(c-1); RECV_B(c) takes SEND_B(c+1); chunk min(c, from)'s comm.
+      const int from = op == Op::kRecvF ? c - 1 : c + 1;
+      auto send = at.find({op == Op::kRecvF ? Op::kSendF : Op::kSendB, from, m});
+      if (send == at.end()) continue;
+      const size_t k = static_cast<size_t>(std::min(c, from));
+      if (recv.start <= send->second.start) waited[k].push_back(recv.end - send->second.start);
+      else ready[k].push_back(recv.end - recv.start);
+    }
+  }
+  for (size_t c = 0; c < n; ++c) {
+    std::vector<double>& t = waited[c].empty() ? ready[c] : waited[c];
+    if (t.empty()) continue;
+    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+    costs.chunks[c].comm = std::max(0.0, t[t.size() / 2]);
   }
   return costs;
 }

@@ -20,7 +20,9 @@ namespace pt {
 Costs chunk_costs(const std::vector<BackwardGraphs>& chunks);
 
 // chunk_costs with F, B and W replaced by their mean measured seconds over the given steps'
-// times (a fused BW split between B and W in the FLOP ratio).
+// times (a fused BW split between B and W in the FLOP ratio), and comm by the median measured
+// transfer between its devices (a receive's end less its send's start, where the receive was
+// waiting for it).
 Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& s,
                      const std::vector<std::vector<std::vector<ActionTime>>>& steps);
 

@@ -306,6 +306,15 @@ class Trainer {
   int owner_of(const std::string& param) const;  // the rank whose device updates it
   bool here(size_t device) const { return rank_of_[device] == ranks_.rank(); }
   bool sharded() const { return cfg_.parallel.zero == 1 && ranks_.replicas() > 1; }  // ZeRO-1 in effect
+  // ZeRO-1, per device of this rank: its parameters' gradients (with their site copies') packed
+  // in whole_'s order, so each shard's run is one segment; every replica sends each other one
+  // its segment and sums its own in replica order (MpiWorld::sum_shard_in_replica_order).
+  void reduce_scatter_gradients();
+  // The device's squared gradient norm: each replica the terms of its shard, brought together
+  // exactly and added in order (Optimizer::squares): the bits of the whole device's.
+  double sharded_squared_norm(size_t d) const;
+  // After each replica stepped its shard: every replica takes the others' updated parameters.
+  void gather_parameter_shards();
   std::vector<std::vector<ActionTime>> step_times() const;  // every device's, from its rank
   // Every rank's collectives across replicas (spans[2k], spans[2k+1]: start and end of kind k
   // here), gathered for rank 0's trace; none without data parallelism.
@@ -713,7 +722,8 @@ void Trainer::step(int64_t s) {
   // Each parameter's gradient over the replicas, added in replica order: the same on every
   // replica and from run to run.
   spans[0] = since();
-  if (D > 1)
+  if (sharded()) reduce_scatter_gradients();  // ZeRO-1: each replica sums its shard only
+  else if (D > 1)
     for (auto& [p, g] : executor_->grads()) ranks_.sum_in_replica_order(g.as<float>(), static_cast<size_t>(g.type.numel()));
   spans[1] = since();
   // BatchNorm buffers, micro-batch by micro-batch as torch updates them.
@@ -727,7 +737,7 @@ void Trainer::step(int64_t s) {
   sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
   std::vector<double> squares;
   for (size_t d = 0; d < optimizers_.size(); ++d)
-    squares.push_back(here(d) ? Optimizer::squared_norm(whole_[d], executor_->grads()) : 0.0);
+    squares.push_back(!here(d) ? 0.0 : sharded() ? sharded_squared_norm(d) : Optimizer::squared_norm(whole_[d], executor_->grads()));
   ranks_.sum(squares, Over::kReplica);  // each device's from its rank: the same norm as in one process
   const double norm = Optimizer::global_norm(squares);
   const double lr = optimizers_.front()->current_lr();
@@ -735,13 +745,7 @@ void Trainer::step(int64_t s) {
     if (here(d)) optimizers_[d]->step(executor_->grads(), norm);
   // ZeRO-1: each replica updated its shard; every replica takes the others' (exactly).
   spans[2] = since();
-  if (sharded())
-    for (size_t d = 0; d < whole_.size(); ++d)
-      if (here(d))
-        for (size_t i = 0; i < whole_[d].size(); ++i) {
-          Tensor& t = *whole_[d][i].value;
-          ranks_.share(t.data.data(), t.data.size(), shard_of_[d][i] == ranks_.replica(), Over::kPosition);
-        }
+  if (sharded()) gather_parameter_shards();
   spans[3] = since();
   devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
@@ -982,6 +986,62 @@ void Trainer::share_parameters() {
     ranks_.share(t.data.data(), t.data.size(), owner_of(p) == ranks_.rank(), Over::kReplica);
   }
   devices_.refresh_constants();
+}
+
+void Trainer::reduce_scatter_gradients() {
+  std::map<std::string, Tensor>& grads = executor_->grads();
+  std::map<std::string, std::vector<std::string>> copies;
+  for (const ParameterSites& site : sites_) copies[site.parameter] = site.copies;
+  for (size_t d = 0; d < whole_.size(); ++d) {
+    if (!here(d)) continue;
+    std::vector<size_t> counts(static_cast<size_t>(ranks_.replicas()), 0);
+    std::vector<Tensor*> order;
+    for (size_t i = 0; i < whole_[d].size(); ++i) {
+      std::vector<std::string> names = {whole_[d][i].name};
+      if (copies.count(names[0])) names.insert(names.end(), copies[names[0]].begin(), copies[names[0]].end());
+      for (const std::string& n : names) {
+        auto it = grads.find(n);
+        if (it == grads.end()) continue;  // no gradient reaches it: the same on every replica
+        order.push_back(&it->second);
+        counts[static_cast<size_t>(shard_of_[d][i])] += static_cast<size_t>(it->second.type.numel());
+      }
+    }
+    std::vector<float> packed;
+    for (const Tensor* g : order) packed.insert(packed.end(), g->as<float>(), g->as<float>() + g->type.numel());
+    ranks_.sum_shard_in_replica_order(packed.data(), counts);
+    size_t at = 0;
+    for (Tensor* g : order) {
+      std::copy_n(packed.data() + at, g->type.numel(), g->as<float>());
+      at += static_cast<size_t>(g->type.numel());
+    }
+  }
+}
+
+double Trainer::sharded_squared_norm(size_t d) const {
+  std::vector<bool> mine;
+  for (int k : shard_of_[d]) mine.push_back(k == ranks_.replica());
+  std::vector<double> terms = Optimizer::squares(whole_[d], executor_->grads(), mine);
+  ranks_.sum(terms, Over::kPosition);  // each term from its shard's replica, zeros elsewhere: exact
+  return Optimizer::sum_in_order(terms);
+}
+
+void Trainer::gather_parameter_shards() {
+  for (size_t d = 0; d < whole_.size(); ++d) {
+    if (!here(d)) continue;
+    std::vector<size_t> bytes(static_cast<size_t>(ranks_.replicas()), 0);
+    std::vector<std::byte> packed;
+    for (size_t i = 0; i < whole_[d].size(); ++i) {
+      const Tensor& t = *whole_[d][i].value;
+      bytes[static_cast<size_t>(shard_of_[d][i])] += t.data.size();
+      packed.insert(packed.end(), t.data.begin(), t.data.end());
+    }
+    ranks_.gather_shards(packed.data(), bytes);
+    size_t at = 0;
+    for (const OptimizerParam& p : whole_[d]) {
+      std::copy_n(packed.data() + at, p.value->data.size(), p.value->data.data());
+      at += p.value->data.size();
+    }
+  }
 }
 
 std::vector<TraceSpan> Trainer::collective_spans(const std::vector<double>& spans) const {

@@ -54,6 +54,12 @@ void TrainRanks::share(void* data, size_t bytes, bool mine, Over over) const {
 void TrainRanks::sum_in_replica_order(float* values, size_t count) const {
   if (world_) world_->sum_in_replica_order(values, count);
 }
+void TrainRanks::sum_shard_in_replica_order(float* values, const std::vector<size_t>& counts) const {
+  if (world_) world_->sum_shard_in_replica_order(values, counts);
+}
+void TrainRanks::gather_shards(std::byte* data, const std::vector<size_t>& bytes) const {
+  if (world_) world_->gather_shards(data, bytes);
+}
 void TrainRanks::check_same(uint64_t value, const std::string& what) const { if (world_) world_->check_same(value, what); }
 void TrainRanks::abort(int code) const {
   if (world_) world_->abort(code);
@@ -64,6 +70,8 @@ void TrainRanks::sum(std::vector<double>&, Over) const {}
 void TrainRanks::max(std::vector<int64_t>&, Over) const {}
 void TrainRanks::share(void*, size_t, bool, Over) const {}
 void TrainRanks::sum_in_replica_order(float*, size_t) const {}
+void TrainRanks::sum_shard_in_replica_order(float*, const std::vector<size_t>&) const {}
+void TrainRanks::gather_shards(std::byte*, const std::vector<size_t>&) const {}
 void TrainRanks::check_same(uint64_t, const std::string&) const {}
 void TrainRanks::abort(int code) const { std::_Exit(code); }
 #endif

@@ -9,6 +9,7 @@
 // owner's bytes OR zeros). Alone they do nothing.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,8 @@ class TrainRanks {
   void max(std::vector<int64_t>& values, Over over = Over::kWorld) const;
   void share(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;
   void sum_in_replica_order(float* values, size_t count) const;
+  void sum_shard_in_replica_order(float* values, const std::vector<size_t>& counts) const;
+  void gather_shards(std::byte* data, const std::vector<size_t>& bytes) const;
   void check_same(uint64_t value, const std::string& what) const;
   [[noreturn]] void abort(int code) const;
 

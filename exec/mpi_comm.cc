@@ -87,6 +87,54 @@ void MpiWorld::sum_in_replica_order(float* values, size_t count) const {
   }
 }
 
+namespace {
+
+// Counts and offsets as MPI takes them (ints), checked.
+std::vector<int> as_ints(const std::vector<size_t>& v, const char* what) {
+  std::vector<int> out;
+  for (size_t x : v) {
+    PT_CHECK(x <= static_cast<size_t>(std::numeric_limits<int>::max()), std::string(what) + " over 2^31");
+    out.push_back(static_cast<int>(x));
+  }
+  return out;
+}
+
+std::vector<int> offsets_of(const std::vector<int>& counts) {
+  std::vector<int> out(counts.size(), 0);
+  for (size_t k = 1; k < counts.size(); ++k) out[k] = out[k - 1] + counts[k - 1];
+  return out;
+}
+
+}  // namespace
+
+void MpiWorld::sum_shard_in_replica_order(float* values, const std::vector<size_t>& counts) const {
+  const int replicas = groups_->replicas;
+  PT_CHECK(static_cast<int>(counts.size()) == replicas, "one segment per replica");
+  if (replicas == 1) return;
+  const int me = rank_ / (size_ / replicas);
+  const std::vector<int> send = as_ints(counts, "a gradient shard"), send_at = offsets_of(send);
+  const int mine = send[static_cast<size_t>(me)];
+  const std::vector<int> recv(static_cast<size_t>(replicas), mine), recv_at = offsets_of(recv);
+  std::vector<float> all(static_cast<size_t>(mine) * static_cast<size_t>(replicas));
+  MPI_Alltoallv(values, send.data(), send_at.data(), MPI_FLOAT, all.data(), recv.data(), recv_at.data(), MPI_FLOAT,
+                groups_->of(Over::kPosition));
+  float* out = values + send_at[static_cast<size_t>(me)];
+  for (size_t i = 0; i < static_cast<size_t>(mine); ++i) {
+    float s = all[i];
+    for (int r = 1; r < replicas; ++r) s += all[static_cast<size_t>(r) * static_cast<size_t>(mine) + i];
+    out[i] = s;
+  }
+}
+
+void MpiWorld::gather_shards(std::byte* data, const std::vector<size_t>& bytes) const {
+  const int replicas = groups_->replicas;
+  PT_CHECK(static_cast<int>(bytes.size()) == replicas, "one segment per replica");
+  if (replicas == 1) return;
+  const std::vector<int> counts = as_ints(bytes, "a parameter shard"), at = offsets_of(counts);
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), at.data(), MPI_BYTE,
+                 groups_->of(Over::kPosition));
+}
+
 void MpiWorld::check_same(uint64_t value, const std::string& what) const {
   std::vector<unsigned long long> all(static_cast<size_t>(size_));
   unsigned long long mine = value;

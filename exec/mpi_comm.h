@@ -65,6 +65,14 @@ class MpiWorld {
   // added in replica order (r0 + r1) + r2 ... on every rank: the same bits everywhere and from
   // run to run, whatever MPI's reduction algorithms do.
   void sum_in_replica_order(float* values, size_t count) const;
+  // ZeRO-1's reduce-scatter: `values` is one segment per replica (counts[k] floats for replica
+  // k's shard, in replica order). Each replica gets from every other only its own segment and
+  // sums it in replica order (the bits sum_in_replica_order gives); the other segments are left
+  // as they were.
+  void sum_shard_in_replica_order(float* values, const std::vector<size_t>& counts) const;
+  // ZeRO-1's all-gather: `data` is one segment per replica (bytes[k] for replica k's shard);
+  // every replica's segment is replaced by that replica's bytes.
+  void gather_shards(std::byte* data, const std::vector<size_t>& bytes) const;
   // Ends every rank of the job with `code` (a rank that failed alone must not leave the others
   // waiting for its messages).
   [[noreturn]] void abort(int code) const;

@@ -194,13 +194,25 @@ double Optimizer::squared_norm(const std::map<std::string, Tensor>& grads) const
 }
 
 double Optimizer::squared_norm(const std::vector<OptimizerParam>& params, const std::map<std::string, Tensor>& grads) {
-  std::vector<double> partial;
-  double total = 0;
-  for (const OptimizerParam& p : params) {
+  return sum_in_order(squares(params, grads));
+}
+
+std::vector<double> Optimizer::squares(const std::vector<OptimizerParam>& params, const std::map<std::string, Tensor>& grads,
+                                       const std::vector<bool>& pick) {
+  std::vector<double> partial, out(params.size(), 0.0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!pick.empty() && !pick[i]) continue;
+    const OptimizerParam& p = params[i];
     auto it = grads.find(p.name);
     PT_CHECK(it != grads.end() && it->second.type == p.value->type, "no float32 gradient for '" + p.name + "'");
-    total += sum_squares(it->second.as<float>(), p.value->type.numel(), partial);
+    out[i] = sum_squares(it->second.as<float>(), p.value->type.numel(), partial);
   }
+  return out;
+}
+
+double Optimizer::sum_in_order(std::span<const double> squares) {
+  double total = 0;
+  for (double s : squares) total += s;
   return total;
 }
 

@@ -100,6 +100,12 @@ class Optimizer {
   // The same sum over any list of parameters (in its order): what squared_norm() of an optimizer
   // over that list returns, bit for bit (ZeRO: each replica steps a shard, the norm is the whole's).
   static double squared_norm(const std::vector<OptimizerParam>& params, const std::map<std::string, Tensor>& grads);
+  // Its terms: per parameter of the list, the sum of its gradient's squares (only where `pick`
+  // is empty or pick[i]; 0 elsewhere). squared_norm adds them in list order from 0, so terms
+  // computed in several places and brought together give its very bits (ZeRO-1's shards).
+  static std::vector<double> squares(const std::vector<OptimizerParam>& params, const std::map<std::string, Tensor>& grads,
+                                     const std::vector<bool>& pick = {});
+  static double sum_in_order(std::span<const double> squares);
   // sqrt of the sum of every stage's squared_norm().
   static double global_norm(std::span<const double> squared_norms);
 

@@ -201,9 +201,10 @@ TEST(TrainRanks, DataParallelReplicasTrainTheGlobalBatch) {
   EXPECT_EQ(updates.code, 0) << updates.out << updates.err;
 }
 
-// parallel.zero: 1 (ZeRO-1): each replica keeps and steps the optimizer state of a run of the
-// parameters (1/D of the bytes) and takes the others' updated values: the same bytes as D
-// replicas without it, with about 1/D of the state per rank (AdamW, charlm: 1.84 MiB whole).
+// parallel.zero: 1 (ZeRO-1): each replica gets the replicas' sum of its run of the gradients
+// (a reduce-scatter), keeps and steps the optimizer state of that run of the parameters (1/D of
+// the bytes) and takes the others' updated values (an all-gather): the same bytes as D replicas
+// without it, with about 1/D of the state per rank (AdamW, charlm: 1.84 MiB whole).
 TEST(TrainRanks, ZeroOneShardsTheOptimizerAndKeepsTheBytes) {
   const fs::path z0 = scratch("zero0"), z1 = scratch("zero1"), one = scratch("zero_one");
   const std::string common = "--set steps=3 --set pipeline.stages=1 --set pipeline.schedule=1f1b --set parallel.data=2 ";
@@ -212,6 +213,12 @@ TEST(TrainRanks, ZeroOneShardsTheOptimizerAndKeepsTheBytes) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(slurp(z1 / "charlm.onnx"), slurp(z0 / "charlm.onnx"));
   EXPECT_EQ(slurp(z1 / "charlm.safetensors"), slurp(z0 / "charlm.safetensors"));
+  // 2 replicas of 2 stages on 4 ranks: each stage's shards reduced and gathered on its own.
+  const fs::path p0 = scratch("zero0_p2"), p1 = scratch("zero1_p2");
+  const std::string two = "--set steps=3 --set pipeline.stages=2 --set pipeline.schedule=1f1b --set parallel.data=2 ";
+  ASSERT_EQ(mpirun(4, charlm(p0, two)).code, 0);
+  ASSERT_EQ(mpirun(4, charlm(p1, two + "--set parallel.zero=1")).code, 0);
+  EXPECT_EQ(slurp(p1 / "charlm.onnx"), slurp(p0 / "charlm.onnx"));
   // The state rank 0 holds, with ZeRO-1 against the whole: about half for AdamW's two moments.
   const auto held = [&](const std::string& sets) {
     const Result v = mpirun(2, "train samples/charlm/train.yaml --set steps=1 --set checkpoint.dir= "

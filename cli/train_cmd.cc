@@ -43,14 +43,14 @@
 #include "cli/trained_weights.h"
 #include "core/bytes.h"
 #include "core/files.h"
-#include "exec/checkpoint.h"
-#include "exec/comm.h"
+#include "train/checkpoint.h"
+#include "train/comm.h"
 #include "exec/cpu/cpu_backend.h"
-#include "exec/data.h"
-#include "exec/executor.h"
-#include "exec/optimizer.h"
+#include "train/data.h"
+#include "train/executor.h"
+#include "train/optimizer.h"
 #include "exec/stage_program.h"
-#include "exec/timeline.h"
+#include "train/timeline.h"
 #include "onnx_import/export.h"
 #include "onnx_import/import.h"
 #include "onnx_import/module_state.h"
@@ -589,7 +589,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas());
   c.meta["stages"] = std::to_string(cfg_.pipeline.stages);
   c.meta["optimizer"] = cfg_.optimizer.kind;
-  // Across processes each rank writes what it holds (exec/checkpoint.h): its devices'
+  // Across processes each rank writes what it holds (train/checkpoint.h): its devices'
   // parameters (replica 0 alone: the replicas hold the same) and optimizer state (every
   // replica its shard under ZeRO-1, else replica 0 alone); then rank 0 names the parts.
   Checkpoint part;

@@ -7,11 +7,11 @@
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
 #ifdef PT_HAVE_MPI
-#include "exec/mpi_comm.h"
+#include "train/mpi_comm.h"
 #endif
 #ifdef PT_HAVE_CUDA
 #include "exec/cuda/cuda_backend.h"
-#include "exec/cuda/gpu_comm.h"
+#include "train/cuda/gpu_comm.h"
 #endif
 
 namespace pt {

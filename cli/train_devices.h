@@ -23,7 +23,7 @@
 
 #include "cli/config.h"
 #include "exec/backend.h"
-#include "exec/comm.h"
+#include "train/comm.h"
 #include "schedule/schedule.h"
 
 namespace pt {

@@ -3,9 +3,9 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "exec/ranks.h"
+#include "train/ranks.h"
 #ifdef PT_HAVE_MPI
-#include "exec/mpi_comm.h"
+#include "train/mpi_comm.h"
 #endif
 
 namespace pt {

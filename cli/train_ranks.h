@@ -1,6 +1,6 @@
 // cli/train_ranks.h: the processes one `pipetrain train` runs in. Alone by default (no MPI at
 // run time); as one of several ranks when mpirun or srun started it (launched_as_rank, exec/
-// ranks.h), in a build with MPI (exec/mpi_comm.h). Rank r runs the pipeline devices
+// ranks.h), in a build with MPI (train/mpi_comm.h). Rank r runs the pipeline devices
 // rank_of_devices gives it; every rank reads the same config, data and model and makes the same
 // plan.
 //
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "exec/ranks.h"
+#include "train/ranks.h"
 
 namespace pt {
 
@@ -37,7 +37,7 @@ class TrainRanks {
   // (rank, process id) of every rank on this host; empty alone.
   const std::vector<std::pair<int, int>>& host_ranks() const { return host_ranks_; }
   bool alone() const { return size_ == 1; }
-  // Data parallelism: `replicas` replicas of the pipeline over the ranks (exec/ranks.h); a
+  // Data parallelism: `replicas` replicas of the pipeline over the ranks (train/ranks.h); a
   // UserError at `where` when they do not divide the ranks.
   void split(int replicas, const std::string& where);
   int replicas() const { return replicas_; }

@@ -14,7 +14,7 @@ float initializer `mask` [1,1,64,64] (lower-triangular ones; sliced, compared wi
 
 --train-check trains a fresh copy of the same model in torch with train.yaml's hyperparameters and
 batching (8 micro-batches of 8 windows, the loss the mean over the whole global batch, AdamW with
-linear warm-up and cosine decay as exec/optimizer.h defines it, the data split and windows of
+linear warm-up and cosine decay as train/optimizer.h defines it, the data split and windows of
 pipetrain's tokens loader) and prints the train loss and the held-out loss along the way. It is the
 reference for what `pipetrain train samples/charlm/train.yaml` should reach; the numbers are in
 README.md.
@@ -96,7 +96,7 @@ def windows(data, T):
 
 
 def lr_at(t, total):
-    """exec/optimizer.h: linear warm-up from 0, then cosine to min_lr at step total - 1."""
+    """train/optimizer.h: linear warm-up from 0, then cosine to min_lr at step total - 1."""
     c = CONFIG
     if t < c["warmup"]:
         return c["lr"] * t / c["warmup"]

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "exec/checkpoint.h"
+#include "train/checkpoint.h"
 #include "tests/cli/run_cli.h"
 
 namespace {

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exec/checkpoint.h"
+#include "train/checkpoint.h"
 #include "tests/cli/run_cli.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "exec/checkpoint.h"
+#include "train/checkpoint.h"
 #include "tests/cli/run_cli.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "exec/checkpoint.h"
+#include "train/checkpoint.h"
 #include "onnx_import/export.h"
 #include "exec/npy.h"
 #include "onnx_import/load.h"

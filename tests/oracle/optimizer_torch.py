@@ -1,7 +1,7 @@
 """Optimizer updates against torch.optim.
 
 Writes random float32 parameters (five tensors, one above the C++ parallel threshold) and five
-gradient sets as .npy, runs optimizer_replay (tests/exec/optimizer_replay.cc) with the parameters
+gradient sets as .npy, runs optimizer_replay (tests/train/optimizer_replay.cc) with the parameters
 in two groups (as two pipeline stages), and compares the parameters after every step with
 torch.optim.SGD / torch.optim.AdamW over two param groups (foreach=False), with
 torch.nn.utils.clip_grad_norm_ over all parameters before each step and a LambdaLR warm-up +
@@ -51,7 +51,7 @@ CASES = [
 
 
 def lr_factor(case, t):
-    """The schedule of exec/optimizer.h: warm-up t/W, then constant or cosine down to min_lr."""
+    """The schedule of train/optimizer.h: warm-up t/W, then constant or cosine down to min_lr."""
     w = case.get("warmup", 0)
     if t < w:
         return t / w

@@ -7,7 +7,7 @@ cli/npy_files.h's npy_file_name() names them, plus history.npy: per step the los
 rate it used and the gradient norm before clipping (the loss, lr and grad_norm of pipetrain's
 metrics lines).
 
-How a step goes (the contract of `pipetrain train`, cli/config.h and exec/optimizer.h):
+How a step goes (the contract of `pipetrain train`, cli/config.h and train/optimizer.h):
   * data: N samples, no shuffling; step s takes samples s*B*M ... (s+1)*B*M - 1, modulo N;
     micro-batch m is rows m*B ... (m+1)*B - 1 of those, B = dims.batch, M = micro_batches.
   * the graph runs with torch ops (onnx_torch.py) in float64 (--dtype float32 for comparison);
@@ -18,7 +18,7 @@ How a step goes (the contract of `pipetrain train`, cli/config.h and exec/optimi
     variance) and updates running_mean / running_var in place after every micro-batch, in
     micro-batch order, as torch's BatchNorm does (momentum 1 - ONNX momentum, unbiased variance).
   * then torch.nn.utils.clip_grad_norm_ over every gradient (when clip_grad_norm > 0),
-    torch.optim.SGD / AdamW (foreach=False), and LambdaLR with exec/optimizer.h's warm-up +
+    torch.optim.SGD / AdamW (foreach=False), and LambdaLR with train/optimizer.h's warm-up +
     cosine factor (total steps = steps), stepped after the optimizer.
 Float initializers that get no gradient (gpt's mask) stay as they are; torch.optim skips them.
 
@@ -36,7 +36,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
 import onnx_torch  # noqa: E402
-from optimizer_torch import lr_factor  # noqa: E402  (exec/optimizer.h's schedule, one copy)
+from optimizer_torch import lr_factor  # noqa: E402  (train/optimizer.h's schedule, one copy)
 
 DEFAULT_OPTIMIZER = dict(kind="adamw", lr=1e-3, momentum=0.0, nesterov=False, betas=[0.9, 0.999],
                          eps=1e-8, weight_decay=0.0, clip_grad_norm=0.0, warmup_steps=0,

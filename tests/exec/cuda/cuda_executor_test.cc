@@ -1,4 +1,4 @@
-// tests/exec/cuda/cuda_executor_test.cc: the pipeline executor (exec/executor.h) on the CUDA
+// tests/exec/cuda/cuda_executor_test.cc: the pipeline executor (train/executor.h) on the CUDA
 // backend. mlp, gpt and resnet in their training form (BatchNorm batch statistics as side
 // outputs, seeded Dropout), every schedule kind at 1 and 2 stages (1 or 2 chunks per stage, as
 // the kind takes), every stage a CudaBackend of its own on GPU 0 with PeerComm between them:
@@ -20,11 +20,11 @@
 #include "autodiff/chunk_backward.h"
 #include "autodiff/loss.h"
 #include "autodiff/training_mode.h"
-#include "exec/comm.h"
+#include "train/comm.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/cuda/cuda_backend.h"
-#include "exec/cuda/gpu_comm.h"
-#include "exec/executor.h"
+#include "train/cuda/gpu_comm.h"
+#include "train/executor.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "schedule/generators.h"
@@ -233,7 +233,7 @@ TEST_P(CudaExecutor, EveryScheduleBitIdenticalToOneStageAndCloseToCpu) {
 INSTANTIATE_TEST_SUITE_P(Samples, CudaExecutor, ::testing::Values("mlp", "gpt", "resnet"));
 
 // The same harness on the CPU backend, where the executor's bits are ReferenceStep's
-// (tests/exec/executor_test.cc): every schedule must reproduce the 1-stage run.
+// (tests/train/executor_test.cc): every schedule must reproduce the 1-stage run.
 class CudaExecutorHarness : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaExecutorHarness, EveryScheduleBitIdenticalToOneStageOnCpu) {

@@ -1,5 +1,5 @@
-// tests/exec/cuda/gpu_comm_test.cc: NcclComm and PeerComm under InProcessComm's contract
-// (exec/comm.h): bytes arrive intact, messages are matched by name and micro-batch whatever the
+// tests/train/cuda/gpu_comm_test.cc: NcclComm and PeerComm under InProcessComm's contract
+// (train/comm.h): bytes arrive intact, messages are matched by name and micro-batch whatever the
 // receive order, send returns before the receive, abort wakes a blocked receive, reset starts a
 // clean step, and two devices sending to each other at once do not deadlock. Two pipeline
 // devices may share one GPU (the peer path); NCCL proper needs two GPUs. SKIPPED without them.
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <thread>
 
-#include "exec/cuda/gpu_comm.h"
+#include "train/cuda/gpu_comm.h"
 
 namespace pt::cuda {
 namespace {

@@ -1,4 +1,4 @@
-#include "exec/cuda/gpu_comm.h"
+#include "train/cuda/gpu_comm.h"
 
 #include <nccl.h>
 

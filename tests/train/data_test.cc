@@ -1,6 +1,6 @@
 // Data loaders: the order samples are read in (epochs, shuffles, wrapping, seek), the split, the
 // three kinds of data, and the user errors for bad files.
-#include "exec/data.h"
+#include "train/data.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

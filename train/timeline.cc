@@ -1,4 +1,4 @@
-#include "exec/timeline.h"
+#include "train/timeline.h"
 
 #include <nlohmann/json.hpp>
 

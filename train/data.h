@@ -1,4 +1,4 @@
-// exec/data.h: training data for `pipetrain train`. In: the config's data section (DataOptions) and
+// train/data.h: training data for `pipetrain train`. In: the config's data section (DataOptions) and
 // the model's feeds, each typed per micro-batch; out: every step, the global batch as one feed map
 // per micro-batch, and the held-out split in micro-batches.
 //

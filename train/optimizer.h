@@ -1,4 +1,4 @@
-// exec/optimizer.h: parameter updates after the gradients of one step are accumulated. In: an
+// train/optimizer.h: parameter updates after the gradients of one step are accumulated. In: an
 // OptimizerConfig and, per pipeline stage, its parameters (float32 host tensors, borrowed) and
 // every step the accumulated gradients; out: the parameters updated in place. State (momentum
 // buffers, Adam moments, the step counter) is sized at construction and serialises to named

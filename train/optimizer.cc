@@ -1,4 +1,4 @@
-#include "exec/optimizer.h"
+#include "train/optimizer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "exec/data.h"
+#include "train/data.h"
 
 #include <cmath>
 #include <cstring>

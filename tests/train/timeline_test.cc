@@ -1,10 +1,10 @@
-// exec/timeline.h: the simulator's own timeline, read back as the executor measures it, gives back
+// train/timeline.h: the simulator's own timeline, read back as the executor measures it, gives back
 // the costs it was simulated with: F, B and W per chunk (B + W where the schedule fuses them),
 // and the transfer time between devices (comm), which `pipetrain train` adds to its prediction
 // of a step from measured costs.
 #include <gtest/gtest.h>
 
-#include "exec/timeline.h"
+#include "train/timeline.h"
 #include "schedule/generators.h"
 #include "schedule/lower.h"
 #include "schedule/simulate.h"

@@ -1,4 +1,4 @@
-// exec/checkpoint.h: a training run's state on disk. In: the step reached, the data position and
+// train/checkpoint.h: a training run's state on disk. In: the step reached, the data position and
 // named tensors (parameters, buffers such as BatchNorm running statistics, optimizer state).
 // Out: one file per checkpoint, <dir>/step_<N>.ckpt, and <dir>/latest naming the newest.
 //

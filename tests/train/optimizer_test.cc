@@ -1,7 +1,7 @@
 // Optimizer against closed forms worked by hand: one SGD step, two momentum and Nesterov steps,
 // the first AdamW step, clipping across two stages, the LR schedule at chosen steps, state round
 // trips and the pinned UserErrors. torch.optim itself is the oracle in oracle/optimizer_torch.py.
-#include "exec/optimizer.h"
+#include "train/optimizer.h"
 
 #include <gtest/gtest.h>
 

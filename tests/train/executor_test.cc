@@ -1,7 +1,7 @@
 // PipelineExecutor: every schedule kind gives the very bits of ReferenceStep (loss and every
 // parameter gradient), a failing action stops every device with one named error, and the kept
 // bytes measured per device are what the simulator predicts from the schedule's order.
-#include "exec/executor.h"
+#include "train/executor.h"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 
 #include "autodiff/chunk_backward.h"
 #include "autodiff/loss.h"
-#include "exec/comm.h"
+#include "train/comm.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/reference_step.h"
-#include "exec/timeline.h"
+#include "train/timeline.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "schedule/generators.h"

@@ -1,11 +1,11 @@
-#include "exec/executor.h"
+#include "train/executor.h"
 
 #include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <thread>
 
-#include "exec/executor_slots.h"
+#include "train/executor_slots.h"
 #include "schedule/render.h"
 
 namespace pt {

@@ -1,4 +1,4 @@
-// exec/executor_slots.h: the executor's inner types, shared by executor_plan.cc (which builds
+// train/executor_slots.h: the executor's inner types, shared by executor_plan.cc (which builds
 // them once: slots, sources, effects of each action) and executor.cc (which runs the step with
 // them). Not part of the executor's interface.
 //
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "exec/executor.h"
+#include "train/executor.h"
 #include "exec/kernel.h"
 #include "exec/stage_program.h"
 

@@ -1,6 +1,6 @@
-// exec/mpi_comm.h: the pipeline's devices in several processes (one MPI rank each, started by
+// train/mpi_comm.h: the pipeline's devices in several processes (one MPI rank each, started by
 // mpirun or srun), and the Comm between them. In: the device -> rank map, the same in every
-// process. Out: Comm's contract (exec/comm.h) across processes.
+// process. Out: Comm's contract (train/comm.h) across processes.
 //
 // A message between two devices of one process goes through an in-process mailbox; one between
 // processes is an MPI point-to-point message whose tag is its number in the executor's plan
@@ -30,15 +30,15 @@
 #include <vector>
 
 #include "exec/backend.h"
-#include "exec/comm.h"
-#include "exec/ranks.h"
+#include "train/comm.h"
+#include "train/ranks.h"
 
 namespace pt {
 
 // MPI for the life of the object: MPI_Init_thread with MPI_THREAD_MULTIPLE (every device thread
 // sends and receives), MPI_Finalize at the end. A UserError when the MPI library gives less.
 //
-// Data parallelism splits the ranks into replicas of the pipeline (split(), exec/ranks.h).
+// Data parallelism splits the ranks into replicas of the pipeline (split(), train/ranks.h).
 
 class MpiWorld {
  public:

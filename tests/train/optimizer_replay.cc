@@ -18,7 +18,7 @@
 
 #include "core/error.h"
 #include "exec/npy.h"
-#include "exec/optimizer.h"
+#include "train/optimizer.h"
 
 namespace pt {
 namespace {

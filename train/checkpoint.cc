@@ -1,4 +1,4 @@
-#include "exec/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <nlohmann/json.hpp>
 

@@ -3,8 +3,8 @@
 #include <set>
 
 #include "autodiff/loss.h"
-#include "exec/executor.h"
-#include "exec/executor_slots.h"
+#include "train/executor.h"
+#include "train/executor_slots.h"
 #include "schedule/validate.h"
 
 namespace pt {

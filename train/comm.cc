@@ -1,4 +1,4 @@
-#include "exec/comm.h"
+#include "train/comm.h"
 
 #include <cstring>
 

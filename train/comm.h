@@ -1,4 +1,4 @@
-// exec/comm.h: how tensors travel between the devices of a pipeline. In: the executor's SEND and
+// train/comm.h: how tensors travel between the devices of a pipeline. In: the executor's SEND and
 // RECV actions (schedule/lower.h). Out: the bytes, in the receiver's buffer.
 //
 // Contract (the one lower.h plans with): send() hands the bytes over and returns without waiting

@@ -1,4 +1,4 @@
-// The pipeline across processes (exec/mpi_comm.h), run by ctest under mpirun: every schedule kind
+// The pipeline across processes (train/mpi_comm.h), run by ctest under mpirun: every schedule kind
 // at 2, 4 and 8 stages (those the rank count divides) on this process's devices (rank_of_devices) gives the loss and the
 // parameter gradients of the devices it runs bit for bit as the single-process executor does
 // (every rank computes that reference itself). A second step reuses every message tag; a tie
@@ -12,10 +12,10 @@
 
 #include "autodiff/chunk_backward.h"
 #include "autodiff/loss.h"
-#include "exec/comm.h"
+#include "train/comm.h"
 #include "exec/cpu/cpu_backend.h"
-#include "exec/executor.h"
-#include "exec/mpi_comm.h"
+#include "train/executor.h"
+#include "train/mpi_comm.h"
 #include "schedule/generators.h"
 #include "schedule/lower.h"
 #include "tests/autodiff/sample_chunks.h"

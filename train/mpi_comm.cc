@@ -1,4 +1,4 @@
-#include "exec/mpi_comm.h"
+#include "train/mpi_comm.h"
 
 #include <mpi.h>
 

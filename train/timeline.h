@@ -1,4 +1,4 @@
-// exec/timeline.h: a run's timeline in the simulator's terms, and in Chrome's. In: the chunks'
+// train/timeline.h: a run's timeline in the simulator's terms, and in Chrome's. In: the chunks'
 // backward graphs, the lowered schedule and the executor's per-action times. Out: Costs for the
 // simulator (bytes from the graphs, times from FLOPs or from measurement), the measured step as a
 // Simulation (so the same renderers and bubble figures apply), and a Chrome trace file.
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "autodiff/backward.h"
-#include "exec/executor.h"
+#include "train/executor.h"
 #include "schedule/costs.h"
 #include "schedule/simulate.h"
 

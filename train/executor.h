@@ -1,4 +1,4 @@
-// exec/executor.h: runs one training step of a pipeline schedule. In: every chunk's F, B and W
+// train/executor.h: runs one training step of a pipeline schedule. In: every chunk's F, B and W
 // graphs (autodiff/chunk_backward.h, forward order), the chunk -> device placement, a Backend per
 // device, a Comm, and a lowered Schedule (schedule/lower.h). Out: the step's summed loss, the
 // accumulated gradient of every parameter, and what the step measured (per-action wall times,
@@ -46,7 +46,7 @@
 #include "core/error.h"
 #include "core/ir.h"
 #include "exec/backend.h"
-#include "exec/comm.h"
+#include "train/comm.h"
 #include "schedule/schedule.h"
 
 namespace pt {

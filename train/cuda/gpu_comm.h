@@ -1,4 +1,4 @@
-// exec/cuda/gpu_comm.h: Comm (exec/comm.h) between the GPUs of one process, for the executor's
+// train/cuda/gpu_comm.h: Comm (train/comm.h) between the GPUs of one process, for the executor's
 // SEND and RECV actions when every device runs a CudaBackend. `data` pointers are device memory
 // of the sender's and the receiver's backend.
 //
@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "exec/comm.h"
+#include "train/comm.h"
 #include "exec/cuda/cuda_backend.h"
 
 namespace pt::cuda {

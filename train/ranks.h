@@ -1,4 +1,4 @@
-// exec/ranks.h: how the pipeline's devices spread over processes, without MPI itself (a build
+// train/ranks.h: how the pipeline's devices spread over processes, without MPI itself (a build
 // without MPI reads the same rules): whether this process is one of several ranks, and which
 // rank runs each device.
 #pragma once

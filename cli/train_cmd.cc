@@ -417,7 +417,7 @@ void Trainer::build() {
   if (!ranks_.alone())
     for (int d = 0; d < schedule_.stages; ++d)
       device_names_.push_back("device " + std::to_string(d) + " (rank " + std::to_string(rank_of_[static_cast<size_t>(d)]) + ")");
-  devices_ = make_train_devices(cfg_, lowered_, rank_of_, ranks_.rank(), ranks_.local_rank());
+  devices_ = make_train_devices(cfg_, lowered_, rank_of_, ranks_);
   if (cfg_.device != "cpu" && !args_.quiet) std::cout << "devices: " << devices_.summary << "\n";
   std::vector<int> placement;
   for (int c = 0; c < schedule_.total_chunks(); ++c) placement.push_back(schedule_.device_of(c));

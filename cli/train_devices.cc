@@ -1,6 +1,7 @@
 #include "cli/train_devices.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #ifdef PT_HAVE_CUDA
 #include "exec/cuda/cuda_backend.h"
 #include "train/cuda/gpu_comm.h"
+#include "train/cuda/nccl_ranks.h"
 #endif
 
 namespace pt {
@@ -70,11 +72,11 @@ std::vector<int> gpu_of_device(const TrainConfig& cfg, const std::vector<int>& r
   return gpus;
 }
 
-// The ordered device pairs the schedule sends over whose both ends run in this process.
-std::vector<std::pair<int, int>> links_of(const Schedule& s, const std::vector<int>& rank_of, int rank) {
+// The ordered device pairs the schedule sends over, those `keep` accepts.
+std::vector<std::pair<int, int>> links_of(const Schedule& s, const std::function<bool(int, int)>& keep) {
   std::set<std::pair<int, int>> links;
   auto add = [&](int from, int to) {
-    if (rank_of[static_cast<size_t>(from)] == rank && rank_of[static_cast<size_t>(to)] == rank) links.insert({from, to});
+    if (keep(from, to)) links.insert({from, to});
   };
   for (const auto& list : s.devices)
     for (const Action& a : list) {
@@ -84,9 +86,43 @@ std::vector<std::pair<int, int>> links_of(const Schedule& s, const std::vector<i
   return {links.begin(), links.end()};
 }
 
-TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of, int rank,
-                          int local_rank) {
-  const std::vector<int> gpus = gpu_of_device(cfg, rank_of, rank, local_rank);
+#ifdef PT_HAVE_MPI
+// Between ranks: NCCL where the two ends are different GPUs, host memory and MPI where two ranks
+// share a GPU (NCCL refuses that); `local` carries this rank's own links.
+std::unique_ptr<Comm> across_ranks(const Schedule& lowered, const std::vector<int>& rank_of, const TrainRanks& ranks,
+                                   const std::vector<int>& gpus, const std::vector<cuda::CudaBackend*>& cuda,
+                                   std::unique_ptr<Comm> local, TrainDevices& t) {
+  auto mpi = std::make_unique<MpiComm>(rank_of, ranks.rank(), std::move(local), t.backends);
+  // Every device's GPU identity, from its rank: each rank fills its own entries, the OR of the
+  // disjoint entries is the whole list.
+  std::vector<uint64_t> gpu(gpus.size(), 0);
+  for (size_t d = 0; d < gpus.size(); ++d)
+    if (gpus[d] >= 0) gpu[d] = fnv1a(cuda::gpu_identity(gpus[d]));
+  ranks.share(gpu.data(), gpu.size() * sizeof(uint64_t), true, Over::kReplica);
+  bool shared_gpu = false;
+  const std::vector<std::pair<int, int>> nccl = links_of(lowered, [&](int a, int b) {
+    const size_t x = static_cast<size_t>(a), y = static_cast<size_t>(b);
+    if (rank_of[x] == rank_of[y]) return false;
+    shared_gpu = shared_gpu || gpu[x] == gpu[y];
+    return gpu[x] != gpu[y];
+  });
+  if (nccl.empty()) {
+    t.summary += ", MPI through host memory to other processes";
+    return mpi;
+  }
+  t.summary += shared_gpu ? ", NCCL to other processes' GPUs (MPI through host memory where they share one)"
+                          : ", NCCL to other processes' GPUs";
+  auto direct = std::make_unique<cuda::NcclRankComm>(
+      cuda, nccl, [&](void* p, size_t n, bool mine) { ranks.share(p, n, mine, Over::kReplica); });
+  return std::make_unique<RoutedComm>(std::move(mpi), std::move(direct),
+                                      std::set<std::pair<int, int>>(nccl.begin(), nccl.end()));
+}
+#endif
+
+TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of,
+                          const TrainRanks& ranks) {
+  const int rank = ranks.rank();
+  const std::vector<int> gpus = gpu_of_device(cfg, rank_of, rank, ranks.local_rank());
   TrainDevices t;
   std::vector<cuda::CudaBackend*> cuda;
   std::vector<int> used;
@@ -109,7 +145,9 @@ TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered, const
     t.summary += std::to_string(used[i]);
   }
   if (cfg.precision == "bf16") t.summary += ", bf16 GEMMs";
-  const std::vector<std::pair<int, int>> links = links_of(lowered, rank_of, rank);
+  const std::vector<std::pair<int, int>> links = links_of(lowered, [&](int a, int b) {
+    return rank_of[static_cast<size_t>(a)] == rank && rank_of[static_cast<size_t>(b)] == rank;
+  });
   std::unique_ptr<Comm> local;
   if (links.empty()) {  // no message between two devices of this process
     local = std::make_unique<InProcessComm>();
@@ -129,8 +167,7 @@ TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered, const
     return t;
   }
 #ifdef PT_HAVE_MPI
-  t.summary += ", MPI through host memory to other processes";
-  t.comm = std::make_unique<MpiComm>(rank_of, rank, std::move(local), t.backends);
+  t.comm = across_ranks(lowered, rank_of, ranks, gpus, cuda, std::move(local), t);
   return t;
 #else
   PT_CHECK(false, "devices of other processes in a build without MPI");
@@ -142,10 +179,10 @@ TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered, const
 }  // namespace
 
 TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
-                                int rank, int local_rank) {
-  if (cfg.device == "cpu") return cpu_devices(cfg, lowered.stages, rank_of_device, rank);
+                                const TrainRanks& ranks) {
+  if (cfg.device == "cpu") return cpu_devices(cfg, lowered.stages, rank_of_device, ranks.rank());
 #ifdef PT_HAVE_CUDA
-  return cuda_devices(cfg, lowered, rank_of_device, rank, local_rank);
+  return cuda_devices(cfg, lowered, rank_of_device, ranks);
 #else
   throw UserError(cfg.where("device"), "this build has no CUDA backend",
                   "set device: cpu, or build with -DPT_CUDA=ON (needs nvcc)");

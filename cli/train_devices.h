@@ -9,8 +9,9 @@
 //         otherwise PeerComm (cudaMemcpyPeerAsync, device to device on one GPU).
 //
 // Across processes (mpirun): the devices of this rank only, MpiComm between ranks. A GPU tensor
-// for another process passes through host memory (MpiComm's staging); between the GPUs of this
-// process the GPU Comm above carries it. `device: cuda` puts this rank's k-th device on GPU
+// for another process goes over NCCL where the other end is another GPU (NcclRankComm), through
+// host memory and MPI where both ranks use one GPU (MpiComm's staging: NCCL refuses that); between
+// the GPUs of this process the GPU Comm above carries it. `device: cuda` puts this rank's k-th device on GPU
 // (local_rank x its devices + k) mod G, local_rank counting the ranks of its host.
 //
 // A UserError naming the `device:` line when this build has no CUDA backend, when no GPU is
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "cli/config.h"
+#include "cli/train_ranks.h"
 #include "exec/backend.h"
 #include "train/comm.h"
 #include "schedule/schedule.h"
@@ -44,6 +46,6 @@ struct TrainDevices {
 // here[d]: this process runs pipeline device d (cli/train_ranks.h); the others get a null
 // backend, and the Comm reaches them over MPI. All true: one process, as before.
 TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
-                                int rank, int local_rank);
+                                const TrainRanks& ranks);
 
 }  // namespace pt

@@ -31,8 +31,9 @@
 #      its training updates within BF16_UPDATE_TOL of the fp32 run's; with step times
 #   4. bench/gpu_train.py: the charlm model's training step against PyTorch eager on the same GPU
 #      (fp32 and bf16), and the fraction of the GPU's peak FLOP/s it reaches
-#   5. `mpirun -n 2 pipetrain train` on CUDA, both ranks sharing GPU 0 (mlp and gpt; under the
-#      Open MPI runtime packed by scripts/mpi_runtime.sh, the one the binaries link): 2 ranks x 1
+#   5. `mpirun -n 2 pipetrain train` on CUDA, rank r on GPU r mod the GPUs found (one GPU: both
+#      share it, messages through host memory and MPI; two: NCCL between them) (mlp and gpt;
+#      under the Open MPI runtime packed by scripts/mpi_runtime.sh, the one the binaries link): 2 ranks x 1
 #      stage bit-identical to one process with 2 stages, and 2 data-parallel replicas within 1e-5
 #      of one process on the same global batch; with step times
 # A test binary that crashes or hangs names its test and runs again without it.
@@ -207,7 +208,7 @@ EOF
   fi
 
   if [[ " $parts " == *" 5 "* ]]; then
-  part "5. pipetrain train across 2 processes (mpirun) sharing the GPU"
+  part "5. pipetrain train across 2 processes (mpirun): $([ "$gpus" -ge 2 ] && echo "GPUs 0 and 1, NCCL" || echo "sharing GPU 0, MPI")"
   # The packed runtime, whatever MPI the machine has: the binaries link this Open MPI's libmpi.
   eval "$(scripts/mpi_runtime.sh env "$work/mpi")"
   PT_MPI_DIR="$work/mpi"

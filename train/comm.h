@@ -11,11 +11,14 @@
 #include <condition_variable>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace pt {
@@ -24,6 +27,15 @@ namespace pt {
 class CommAborted : public std::runtime_error {
  public:
   CommAborted() : std::runtime_error("communication aborted") {}
+};
+
+// One message of a step as its sender sends it: every device's sends, each device's in its action
+// order (the order a link from `from` to `to` carries them).
+struct PlannedMessage {
+  std::string name;
+  int micro_batch = 0;
+  int from = 0, to = 0;
+  size_t bytes = 0;
 };
 
 class Comm {
@@ -39,6 +51,45 @@ class Comm {
   // the micro-batch count, before the first step: a Comm between processes numbers its
   // messages from them. The in-process Comms need nothing.
   virtual void plan(const std::vector<std::string>& message_names, int micro_batches) {}
+  // Then every message of a step in send order (the executor's plan): a Comm whose links keep
+  // their messages in order (NCCL between processes) receives by it.
+  virtual void plan_order(const std::vector<PlannedMessage>& sends) {}
+};
+
+// Messages on `links` (ordered device pairs) through `routed`, the others through `rest`; plan,
+// abort and reset go to both (e.g. NCCL between the GPUs of two ranks, host memory and MPI
+// where two ranks share a GPU).
+class RoutedComm : public Comm {
+ public:
+  RoutedComm(std::unique_ptr<Comm> rest, std::unique_ptr<Comm> routed, std::set<std::pair<int, int>> links)
+      : rest_(std::move(rest)), routed_(std::move(routed)), links_(std::move(links)) {}
+  void send(std::string_view name, int micro_batch, int from, int to, const void* data, size_t bytes) override {
+    pick(from, to).send(name, micro_batch, from, to, data, bytes);
+  }
+  void recv(std::string_view name, int micro_batch, int from, int to, void* data, size_t bytes) override {
+    pick(from, to).recv(name, micro_batch, from, to, data, bytes);
+  }
+  void abort() override {
+    rest_->abort();
+    routed_->abort();
+  }
+  void reset() override {
+    rest_->reset();
+    routed_->reset();
+  }
+  void plan(const std::vector<std::string>& message_names, int micro_batches) override {
+    rest_->plan(message_names, micro_batches);
+    routed_->plan(message_names, micro_batches);
+  }
+  void plan_order(const std::vector<PlannedMessage>& sends) override {
+    rest_->plan_order(sends);
+    routed_->plan_order(sends);
+  }
+
+ private:
+  Comm& pick(int from, int to) { return links_.count({from, to}) ? *routed_ : *rest_; }
+  std::unique_ptr<Comm> rest_, routed_;
+  std::set<std::pair<int, int>> links_;
 };
 
 // Devices as threads of one process: a mailbox keyed by (name, micro_batch, to) under one mutex.

@@ -220,6 +220,21 @@ PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
     messages.insert(messages.end(), c->ograd_msg.begin(), c->ograd_msg.end());
   }
   comm_.plan(messages, schedule_.micro_batches);
+  std::vector<PlannedMessage> sends;
+  for (const std::vector<Action>& list : schedule_.devices)
+    for (const Action& a : list) {
+      if (a.op != Op::kSendF && a.op != Op::kSendB) continue;
+      const Chunk& c = *chunks_[static_cast<size_t>(a.chunk)];
+      const bool forward = a.op == Op::kSendF;
+      const Chunk& peer = *chunks_[static_cast<size_t>(a.chunk + (forward ? 1 : -1))];
+      const std::vector<std::string>& names = forward ? peer.recv_in_msg : peer.ograd_msg;
+      const std::vector<int>& from = forward ? c.send_f_from : c.send_b_from;
+      const Group& group = c.groups[forward ? kOut : kIGrad];
+      for (size_t j = 0; j < from.size(); ++j)
+        sends.push_back({names[j], a.micro_batch, c.device, peer.device,
+                         group.entries[static_cast<size_t>(from[j])].bytes});
+    }
+  comm_.plan_order(sends);
   losses_.assign(static_cast<size_t>(schedule_.micro_batches), 0.0f);
   peak_kept_.assign(devices_.size(), 0);
   peak_slot_.assign(devices_.size(), 0);

@@ -99,6 +99,7 @@ class MpiComm : public Comm {
   void abort() override;
   void reset() override;
   void plan(const std::vector<std::string>& message_names, int micro_batches) override;
+  void plan_order(const std::vector<PlannedMessage>& sends) override { local_->plan_order(sends); }
 
  private:
   struct Pending;

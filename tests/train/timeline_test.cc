@@ -44,7 +44,9 @@ TEST(MeasuredCosts, ReadBackTheSimulatedCostsAndTransfers) {
     for (size_t c = 0; c < 2; ++c) {
       EXPECT_DOUBLE_EQ(got.chunks[c].f, costs.chunks[c].f) << c;
       EXPECT_DOUBLE_EQ(got.chunks[c].b + got.chunks[c].w, costs.chunks[c].b + costs.chunks[c].w) << c;
-      if (!fused) EXPECT_DOUBLE_EQ(got.chunks[c].w, costs.chunks[c].w) << c;
+      if (!fused) {
+        EXPECT_DOUBLE_EQ(got.chunks[c].w, costs.chunks[c].w) << c;
+      }
     }
     EXPECT_NEAR(got.chunks[0].comm, 0.25, 1e-12);
     // Simulated again on what was read back: the same step.

@@ -1,5 +1,6 @@
 // PipelineExecutor: every schedule kind gives the very bits of ReferenceStep (loss and every
-// parameter gradient), a failing action stops every device with one named error, and the kept
+// parameter gradient) and sends each link's messages in the order it plans (Comm::plan_order),
+// a failing action stops every device with one named error, and the kept
 // bytes measured per device are what the simulator predicts from the schedule's order.
 #include "train/executor.h"
 
@@ -7,6 +8,7 @@
 
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <random>
 #include <regex>
 
@@ -84,17 +86,58 @@ void expect_same_bits(const Reference& ref, const PipelineExecutor& ex) {
   }
 }
 
-// Runs `s` (compute-only) on the chunks and checks bits, kept bytes and the timing record.
+// An InProcessComm that holds the executor to its plan (Comm::plan_order), which NCCL between
+// ranks receives by: every link's sends come in the planned order with the planned sizes, and a
+// step sends every planned message.
+class PlanCheckingComm : public InProcessComm {
+ public:
+  void plan_order(const std::vector<PlannedMessage>& sends) override {
+    for (const PlannedMessage& m : sends) planned_[{m.from, m.to}].push_back(m);
+  }
+  void send(std::string_view name, int micro_batch, int from, int to, const void* data, size_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const std::vector<PlannedMessage>& plan = planned_[{from, to}];
+      size_t& k = next_[{from, to}];
+      EXPECT_LT(k, plan.size()) << "an unplanned send from device " << from << " to " << to;
+      if (k < plan.size()) {
+        EXPECT_EQ(plan[k].name, name);
+        EXPECT_EQ(plan[k].micro_batch, micro_batch);
+        EXPECT_EQ(plan[k].bytes, bytes);
+      }
+      ++k;
+    }
+    InProcessComm::send(name, micro_batch, from, to, data, bytes);
+  }
+  // Every planned message of the step was sent.
+  void expect_step_complete() {
+    for (const auto& [link, plan] : planned_) EXPECT_EQ(next_[link], plan.size()) << link.first << " -> " << link.second;
+    next_.clear();
+  }
+  size_t links() const { return planned_.size(); }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<int, int>, std::vector<PlannedMessage>> planned_;
+  std::map<std::pair<int, int>, size_t> next_;
+};
+
+// Runs `s` (compute-only) on the chunks and checks bits, the planned order of every link's sends,
+// kept bytes and the timing record.
 void check_schedule(const std::vector<BackwardGraphs>& chunks, const Schedule& compute_only,
                     const Feeds& feeds, const Reference& ref) {
   const Schedule s = add_send_recv(compute_only);
   Devices devices(s.stages);
-  InProcessComm comm;
+  PlanCheckingComm comm;
   PipelineExecutor ex(chunks, placement(s), devices.backends, comm, s);
+  if (s.stages > 1) {
+    EXPECT_GT(comm.links(), 0u);
+  }
   for (int step = 0; step < 2; ++step) {  // a second step reuses every slot and message
     SCOPED_TRACE("step " + std::to_string(step));
     ex.run_step(feeds);
     expect_same_bits(ref, ex);
+    comm.expect_step_complete();
   }
   const std::vector<double> predicted = peak_memory(s, chunk_costs(chunks));
   for (int d = 0; d < s.stages; ++d) {

@@ -171,7 +171,7 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   }
   read_device(r, root, c);
   if (const YAML::Node par = root["parallel"]) {
-    r.check_keys(par, "parallel", {"data", "zero"});
+    r.check_keys(par, "parallel", {"pipeline", "data", "zero"});
     r.read(par, "parallel", "data", &c->parallel.data, "a whole number");
     r.positive(par, "parallel", "data", c->parallel.data, 1);
     r.read(par, "parallel", "zero", &c->parallel.zero, "0 or 1");
@@ -286,6 +286,28 @@ void read_optimizer(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.positive(o, p, "warmup_steps", x.warmup_steps, 0);
 }
 
+// parallel.pipeline: P, Megatron's and DeepSpeed's word for the stages, is pipeline.stages by
+// another name. Given both with different values, the command line's (--set) wins over the
+// file's; both in the file, or both with --set, is one line.
+void read_parallel_pipeline(const Reader& r, const YAML::Node& root, const YAML::Node& pipeline, TrainConfig* c) {
+  const YAML::Node par = root["parallel"];
+  if (!par || !par["pipeline"]) return;
+  int stages = 0;
+  r.read(par, "parallel", "pipeline", &stages, "a whole number");
+  r.positive(par, "parallel", "pipeline", stages, 1);
+  const auto from_set = [&](const YAML::Node& n, const std::string& key) { return r.where(n, key).rfind("--set ", 0) == 0; };
+  const bool written = pipeline && pipeline["stages"];
+  if (written && c->pipeline.stages != stages) {
+    const bool p_set = from_set(par["pipeline"], "parallel.pipeline"), s_set = from_set(pipeline["stages"], "pipeline.stages");
+    if (p_set == s_set)
+      throw UserError(r.where(par["pipeline"], "parallel.pipeline"),
+                      std::to_string(stages) + " pipeline stages, but pipeline.stages says " + std::to_string(c->pipeline.stages),
+                      "give the stages once (parallel.pipeline or pipeline.stages)");
+    if (!p_set) return;  // --set pipeline.stages over the file's parallel.pipeline
+  }
+  c->pipeline.stages = stages;
+}
+
 void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   if (const YAML::Node q = root["pipeline"]) {
     const std::string p = "pipeline";
@@ -302,6 +324,7 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.read(q, p, "recompute", &c->pipeline.recompute, "a recompute policy");
     r.read(q, p, "memory_limit", &c->pipeline.memory_limit, "a size such as 8GiB");
   }
+  read_parallel_pipeline(r, root, root["pipeline"], c);
   if (const YAML::Node f = root["parameters"]) {
     r.check_keys(f, "parameters", {"frozen", "tied", "untied"});
     const std::pair<const char*, std::vector<std::string>*> lists[] = {

@@ -18,7 +18,8 @@
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
 //   parallel: {data: 1, zero: 0}     # data-parallel replicas of the pipeline (mpirun -n: a
 //                                    # multiple; each replica pipeline.micro_batches of its own);
-//                                    # zero: 1 shards the optimizer state over the replicas
+//                                    # zero: 1 shards the optimizer state over the replicas;
+//                                    # pipeline: P is pipeline.stages by another name
 //   precision: fp32                  # fp32 | bf16 (CUDA: GEMM inputs rounded to bf16, fp32
 //                                    # accumulation, fp32 tensors and master weights)
 //   threads: 1                       # per stage (CPU)

@@ -135,6 +135,26 @@ TEST(ConfigErrors, DeviceNamesTheLine) {
   EXPECT_EQ(error_of(tpu, {"device=cuda:-1"}), "--set device: '-1' in 'cuda:-1' is no GPU index" + use);
 }
 
+// parallel: {pipeline: P, data: D, zero: 0|1}: P is pipeline.stages by another name; given both
+// with different values, --set wins over the file, and two in the same place are one line.
+TEST(Config, ParallelPipelineIsTheStages) {
+  const std::string path = write("pt_cfg_parallel.yaml", "model: samples/mlp/mlp.onnx\nparallel: {pipeline: 2, data: 2, zero: 1}\n");
+  TrainConfig c = load_config(path);
+  EXPECT_EQ(c.pipeline.stages, 2);
+  EXPECT_EQ(c.parallel.data, 2);
+  EXPECT_EQ(c.parallel.zero, 1);
+  EXPECT_EQ(load_config(path, {"pipeline.stages=4"}).pipeline.stages, 4);  // --set over the file
+  const std::string both = write("pt_cfg_parallel_both.yaml",
+                                 "model: samples/mlp/mlp.onnx\npipeline: {stages: 4}\nparallel: {pipeline: 2}\n");
+  EXPECT_EQ(error_of(both), both + ":3: parallel.pipeline: 2 pipeline stages, but pipeline.stages says 4; give the "
+                                   "stages once (parallel.pipeline or pipeline.stages)");
+  EXPECT_EQ(load_config(both, {"parallel.pipeline=4"}).pipeline.stages, 4);
+  EXPECT_EQ(load_config(both, {"parallel.pipeline=3"}).pipeline.stages, 3);  // --set over the file
+  EXPECT_EQ(error_of(path, {"parallel.zero=2"}),
+            "--set parallel.zero: must be 0 or 1, got 2; use zero: 1 (optimizer state sharded over the data-parallel "
+            "replicas) or 0");
+}
+
 // precision: fp32 (default) | bf16, and bf16 only where the CUDA backend runs.
 TEST(Config, PrecisionIsFp32OrBf16OnCuda) {
   const std::string path = write("pt_cfg_precision.yaml", "model: samples/mlp/mlp.onnx\ndevice: cuda\n");

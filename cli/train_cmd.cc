@@ -319,6 +319,10 @@ class Trainer {
   // Every rank's collectives across replicas (spans[2k], spans[2k+1]: start and end of kind k
   // here), gathered for rank 0's trace; none without data parallelism.
   std::vector<TraceSpan> collective_spans(const std::vector<double>& spans) const;
+  // Adds step s to the trace: this replica's devices (`times`), and with data parallelism every
+  // replica's, gathered from their ranks, each on tracks of its own; then the collectives.
+  void trace_step(int64_t s, double at, const std::vector<std::vector<ActionTime>>& times,
+                  const std::vector<TraceSpan>& collectives);
   std::vector<std::string> device_names_;  // the trace's device tracks: "device D (rank R)" across processes
 
   TrainConfig cfg_;
@@ -763,9 +767,7 @@ void Trainer::step(int64_t s) {
   const double samples_per_s = static_cast<double>(rows_ * M * D) / seconds;
   if (s > first_step_) step_seconds_.push_back(seconds);
   const std::vector<TraceSpan> collectives = collective_spans(spans);
-  if (s - first_step_ < kTraceSteps)
-    trace_.add_step(s, std::chrono::duration<double>(run_begin - t0_).count(), lowered_, times, device_names_,
-                    collectives);
+  if (s - first_step_ < kTraceSteps) trace_step(s, std::chrono::duration<double>(run_begin - t0_).count(), times, collectives);
   if (s > first_step_ && timed_.size() < 8) timed_.push_back(times);  // the first warms up
   for (size_t d = 0; d < peak_kept_.size(); ++d) peak_kept_[d] = std::max(peak_kept_[d], peak_kept[d]);
   progress_->step(s, last_loss_, lr, samples_per_s, measured.bubble);
@@ -1041,6 +1043,44 @@ void Trainer::gather_parameter_shards() {
       std::copy_n(packed.data() + at, p.value->data.size(), p.value->data.data());
       at += p.value->data.size();
     }
+  }
+}
+
+void Trainer::trace_step(int64_t s, double at, const std::vector<std::vector<ActionTime>>& times,
+                         const std::vector<TraceSpan>& collectives) {
+  const int D = ranks_.replicas();
+  if (D == 1) {
+    trace_.add_step(s, at, lowered_, times, device_names_, collectives);
+    return;
+  }
+  // Each rank its devices' times in its replica's slot, zeros elsewhere; summed over every rank.
+  const std::vector<std::vector<ActionTime>> mine = executor_->action_times();
+  size_t per = 0;
+  for (const auto& list : mine) per += 2 * list.size();
+  std::vector<double> all(per * static_cast<size_t>(D), 0.0);
+  size_t at_slot = per * static_cast<size_t>(ranks_.replica());
+  for (size_t d = 0; d < mine.size(); ++d)
+    for (const ActionTime& t : mine[d]) {
+      if (here(d)) {
+        all[at_slot] = t.start;
+        all[at_slot + 1] = t.end;
+      }
+      at_slot += 2;
+    }
+  ranks_.sum(all);
+  const int ranks_per_replica = ranks_.size() / D, devices = schedule_.stages;
+  const std::vector<int> rank_in_replica = rank_of_devices(devices, ranks_per_replica);
+  size_t i = 0;
+  for (int k = 0; k < D; ++k) {
+    std::vector<std::vector<ActionTime>> replica(mine.size());
+    std::vector<std::string> names;
+    for (size_t d = 0; d < mine.size(); ++d) {
+      for (size_t a = 0; a < mine[d].size(); ++a, i += 2) replica[d].push_back({all[i], all[i + 1]});
+      names.push_back("device " + std::to_string(d) + " of replica " + std::to_string(k) + " (rank " +
+                      std::to_string(k * ranks_per_replica + rank_in_replica[d]) + ")");
+    }
+    trace_.add_step(s, at, lowered_, replica, names, k + 1 == D ? collectives : std::vector<TraceSpan>{},
+                    static_cast<size_t>(k * devices));
   }
 }
 

@@ -130,12 +130,13 @@ void ChromeTrace::name_track(size_t tid, const std::string& name) {
 }
 
 void ChromeTrace::add_step(int64_t step, double at, const Schedule& s, const std::vector<std::vector<ActionTime>>& times,
-                           const std::vector<std::string>& device_names, const std::vector<TraceSpan>& spans) {
+                           const std::vector<std::string>& device_names, const std::vector<TraceSpan>& spans,
+                           size_t first_track) {
   // Each track named once ("M" metadata events, as Perfetto reads them); the span tracks
   // (numbered from 1000, below any device's) after the devices'.
-  for (size_t d = devices_; d < s.devices.size(); ++d)
-    name_track(d, d < device_names.size() ? device_names[d] : "device " + std::to_string(d));
-  devices_ = std::max(devices_, s.devices.size());
+  for (size_t d = 0; d < s.devices.size(); ++d)
+    if (named_.insert(first_track + d).second)
+      name_track(first_track + d, d < device_names.size() ? device_names[d] : "device " + std::to_string(d));
   char buf[256];
   for (size_t d = 0; d < s.devices.size(); ++d)
     for (size_t i = 0; i < s.devices[d].size(); ++i) {
@@ -144,7 +145,7 @@ void ChromeTrace::add_step(int64_t step, double at, const Schedule& s, const std
       std::snprintf(buf, sizeof buf,
                     "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,"
                     "\"tid\":%zu,\"args\":{\"step\":%lld,\"micro_batch\":%d,\"chunk\":%d}}",
-                    format_action(a).c_str(), is_compute(a.op) ? "compute" : "comm", ts, dur, d,
+                    format_action(a).c_str(), is_compute(a.op) ? "compute" : "comm", ts, dur, first_track + d,
                     static_cast<long long>(step), a.micro_batch, a.chunk);
       events_.emplace_back(buf);
     }

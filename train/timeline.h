@@ -4,6 +4,7 @@
 // Simulation (so the same renderers and bubble figures apply), and a Chrome trace file.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,10 +46,12 @@ struct TraceSpan {
 // category "comm", the rest "compute"), for Perfetto.
 class ChromeTrace {
  public:
-  // The step's actions, offset by `at` seconds since the run began; then `spans` (category
-  // "comm") on tracks below the devices'.
+  // The step's actions, offset by `at` seconds since the run began, device d on track
+  // first_track + d (several pipelines: one call each, their tracks after each other); then
+  // `spans` (category "comm") on tracks below the devices'.
   void add_step(int64_t step, double at, const Schedule& s, const std::vector<std::vector<ActionTime>>& times,
-                const std::vector<std::string>& device_names = {}, const std::vector<TraceSpan>& spans = {});
+                const std::vector<std::string>& device_names = {}, const std::vector<TraceSpan>& spans = {},
+                size_t first_track = 0);
   // Writes {"traceEvents": [...]} atomically; UserError naming the path when it cannot.
   void write(const std::string& path, const std::string& key) const;
   size_t events() const { return events_.size(); }  // the "X" events
@@ -56,7 +59,7 @@ class ChromeTrace {
  private:
   std::vector<std::string> metadata_;  // track names, one JSON object each
   std::vector<std::string> events_;    // one JSON object each
-  size_t devices_ = 0;                 // device tracks named so far
+  std::set<size_t> named_;             // device tracks named so far
   std::vector<std::string> tracks_;    // span tracks, after the devices'
   void name_track(size_t tid, const std::string& name);
 };

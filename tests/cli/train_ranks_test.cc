@@ -263,8 +263,8 @@ TEST(TrainRanks, ZeroOneCheckpointsResumeToTheSameBytes) {
 }
 
 // The Chrome trace of a run across processes (rank 0 writes it): every device's track names its
-// rank, sends and receives between ranks are "comm" spans; with replicas, each rank's
-// collectives across them are spans on a track of that rank.
+// rank, sends and receives between ranks are "comm" spans; with replicas, every replica's
+// devices have tracks, and each rank's collectives across them are spans on a track of its own.
 TEST(TrainRanks, TheTraceNamesRanksAndShowsCommunication) {
   const fs::path d = scratch("ranks_trace");
   const auto trace = [&](const std::string& sets) {
@@ -296,8 +296,11 @@ TEST(TrainRanks, TheTraceNamesRanksAndShowsCommunication) {
   EXPECT_TRUE(comm(pipeline_spans, 1, "RF")) << "device 1 receives them (RECV_F)";
   const auto [replica_tracks, replica_spans] =
       trace("--set pipeline.stages=1 --set parallel.data=2 --set parallel.zero=1");
-  EXPECT_EQ(replica_tracks, (std::map<int, std::string>{
-                                {0, "device 0 (rank 0)"}, {1000, "rank 0: across replicas"}, {1001, "rank 1: across replicas"}}));
+  EXPECT_EQ(replica_tracks, (std::map<int, std::string>{{0, "device 0 of replica 0 (rank 0)"},
+                                                        {1, "device 0 of replica 1 (rank 1)"},
+                                                        {1000, "rank 0: across replicas"},
+                                                        {1001, "rank 1: across replicas"}}));
+  for (int tid : {0, 1}) EXPECT_GT(replica_spans.count(tid), 0u) << "replica " << tid << "'s actions";
   for (int tid : {1000, 1001}) {
     EXPECT_TRUE(comm(replica_spans, tid, "gradients: sum over replicas")) << tid;
     EXPECT_TRUE(comm(replica_spans, tid, "ZeRO-1: parameters from the other replicas")) << tid;

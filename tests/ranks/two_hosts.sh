@@ -1,48 +1,57 @@
 #!/usr/bin/env bash
 # Two hosts on one machine: two network namespaces joined by a veth pair, one rank in each, MPI
 # over TCP between them (no shared memory: Open MPI sees two nodes). mpirun starts in the first
-# and reaches the second through a launch agent that enters its namespace, where a cluster's
-# mpirun would use ssh. The charlm sample trained for 3 steps on 2 stages this way gives the very
+# and reaches the second through a launch agent that enters its namespace (nsenter), where a
+# cluster's mpirun would use ssh. The charlm sample trained for 3 steps on 2 stages this way gives the very
 # bytes of one process.
 #
 #   tests/ranks/two_hosts.sh PIPETRAIN MPIRUN     (ctest: mpi.two_hosts_netns; needs root)
 #
 # Exit 0 when the bytes match, 1 when not, 77 (ctest: skipped) where network namespaces cannot be
-# made (not root, or no iproute2).
+# made (not root, or no iproute2 or util-linux).
 set -euo pipefail
 pipetrain=$1 mpirun=$2
 cd "$(dirname "$0")/../.."
 
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "two_hosts: needs root and iproute2 (ip netns); skipped"; exit 77
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
+  echo "two_hosts: needs root, iproute2 and util-linux (unshare, nsenter); skipped"; exit 77
 fi
 work=$(mktemp -d /tmp/pt_two_hosts.XXXXXX)
-a=pt$$a b=pt$$b  # namespace and interface names, unique per run (interfaces: at most 15 chars)
+# Each namespace lives as long as a process holding it (no /run/netns mounts, which a chroot such
+# as CI's fresh root cannot make); the veth pair and the namespaces go with the processes.
+holders=()
 cleanup() {
-  ip netns del "$a" 2>/dev/null || true
-  ip netns del "$b" 2>/dev/null || true
+  for p in "${holders[@]}"; do kill "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-ip netns add "$a" && ip netns add "$b" || { echo "two_hosts: ip netns add failed; skipped"; exit 77; }
-ip link add "${a}v" type veth peer name "${b}v"
-ip link set "${a}v" netns "$a"
-ip link set "${b}v" netns "$b"
-ip -n "$a" addr add 10.99.0.1/24 dev "${a}v"
-ip -n "$b" addr add 10.99.0.2/24 dev "${b}v"
-for ns in "$a" "$b"; do
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set "${ns}v" up
+for i in 0 1; do
+  unshare --net sleep 100000 &
+  holders+=($!)
 done
+sleep 0.2
+for p in "${holders[@]}"; do
+  [ "$(readlink /proc/$p/ns/net)" != "$(readlink /proc/self/ns/net)" ] ||
+    { echo "two_hosts: unshare --net made no network namespace; skipped"; exit 77; }
+done
+in_ns() { local p=$1; shift; nsenter --net="/proc/$p/ns/net" "$@"; }
+a=pt$$a b=pt$$b  # interface names, unique per run (at most 15 characters)
+ip link add "$a" type veth peer name "$b"
+ip link set "$a" netns "${holders[0]}"
+ip link set "$b" netns "${holders[1]}"
+in_ns "${holders[0]}" ip addr add 10.99.0.1/24 dev "$a"
+in_ns "${holders[1]}" ip addr add 10.99.0.2/24 dev "$b"
+in_ns "${holders[0]}" ip link set "$a" up
+in_ns "${holders[1]}" ip link set "$b" up
+for p in "${holders[@]}"; do in_ns "$p" ip link set lo up; done
 
 # The agent mpirun calls as it would call ssh: `agent HOST COMMAND...`, HOST being an address.
 cat >"$work/agent.sh" <<AGENT
 #!/bin/sh
 host=\$1; shift
 case \$host in
-  10.99.0.1) exec ip netns exec $a sh -c "\$*" ;;
-  10.99.0.2) exec ip netns exec $b sh -c "\$*" ;;
+  10.99.0.1) exec nsenter --net=/proc/${holders[0]}/ns/net sh -c "\$*" ;;
+  10.99.0.2) exec nsenter --net=/proc/${holders[1]}/ns/net sh -c "\$*" ;;
   *) echo "two_hosts agent: unknown host \$host" >&2; exit 1 ;;
 esac
 AGENT
@@ -52,7 +61,7 @@ printf '10.99.0.1 slots=1\n10.99.0.2 slots=1\n' >"$work/hosts"
 sets=(--set steps=3 --set pipeline.stages=2 --set pipeline.chunks=1 --set pipeline.schedule=1f1b
       --set checkpoint.dir= --set output.trace= --set output.timeline= --set output.metrics= -q)
 "$pipetrain" train samples/charlm/train.yaml "${sets[@]}" --set "output.model=$work/one.onnx" >/dev/null
-ip netns exec "$a" "$mpirun" --allow-run-as-root -n 2 --hostfile "$work/hosts" --tag-output \
+in_ns "${holders[0]}" "$mpirun" --allow-run-as-root -n 2 --hostfile "$work/hosts" --tag-output \
   --mca plm_rsh_agent "$work/agent.sh" --mca btl self,tcp \
   --mca oob_tcp_if_include 10.99.0.0/24 --mca btl_tcp_if_include 10.99.0.0/24 \
   sh -c 'echo "rank on $(ip -o -4 addr show | grep -o "10\.99\.0\.[0-9]*")"; exec "$0" "$@"' \

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 
 namespace pt {
 namespace {
@@ -21,6 +22,7 @@ struct HostRank {
 HostRank g_host[kMaxHostRanks];
 volatile sig_atomic_t g_host_count = 0;
 int g_rank = 0, g_size = 1;
+bool g_under_mpirun = false;  // Open MPI's launcher started this process
 std::atomic<int64_t> g_completed{0};
 static_assert(std::atomic<int64_t>::is_always_lock_free, "read in a signal handler");
 
@@ -44,8 +46,11 @@ struct Line {
 };
 
 // When ranks of this host have no process any more: the line (from the lowest survivor) and
-// the exit. Otherwise returns and the signal is an ordinary interrupt.
-void end_if_a_rank_was_lost() {
+// the exit. Under mpirun a SIGTERM alone ends the job too: mpirun sends it to the ranks it stops
+// (a rank on another host was lost, or the job was interrupted) and kills them a second later,
+// too soon for a step boundary; the line then names the step and leaves the lost rank to
+// mpirun's own message. Otherwise returns and the signal is an ordinary interrupt.
+void end_if_a_rank_was_lost(int signal) {
   bool lost[kMaxHostRanks] = {};
   int lost_count = 0, reporter = -1;
   for (int i = 0; i < g_host_count; ++i) {
@@ -53,18 +58,26 @@ void end_if_a_rank_was_lost() {
     if (lost[i]) ++lost_count;
     else if (reporter < 0 || g_host[i].rank < reporter) reporter = g_host[i].rank;
   }
-  if (!lost_count) return;
+  if (!lost_count && !(g_under_mpirun && signal == SIGTERM)) return;
   if (reporter == g_rank) {
     Line l;
-    l.add(lost_count == 1 ? "error: rank " : "error: ranks ");
-    for (int i = 0, k = 0; i < g_host_count; ++i) {
-      if (!lost[i]) continue;
-      if (k++) l.add(", ");
-      l.add(int64_t{g_host[i].rank});
+    if (lost_count) {
+      l.add(lost_count == 1 ? "error: rank " : "error: ranks ");
+      for (int i = 0, k = 0; i < g_host_count; ++i) {
+        if (!lost[i]) continue;
+        if (k++) l.add(", ");
+        l.add(int64_t{g_host[i].rank});
+      }
+      l.add(" of ");
+      l.add(int64_t{g_size});
+      l.add(lost_count == 1 ? " was lost (its process is gone) after step " : " were lost (their processes are gone) after step ");
+    } else {
+      l.add("error: rank ");
+      l.add(int64_t{g_rank});
+      l.add(" of ");
+      l.add(int64_t{g_size});
+      l.add(": mpirun ended the job (its message names the rank it lost, if one was lost) after step ");
     }
-    l.add(" of ");
-    l.add(int64_t{g_size});
-    l.add(lost_count == 1 ? " was lost (its process is gone) after step " : " were lost (their processes are gone) after step ");
     l.add(g_completed.load());
     l.add(", the last every rank completed; every rank stops: start the job again (with --resume to go on from the last checkpoint)\n");
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, l.text, static_cast<size_t>(l.n));
@@ -72,10 +85,10 @@ void end_if_a_rank_was_lost() {
   ::_exit(1);
 }
 
-void on_signal(int) {
+void on_signal(int signal) {
   if (g_host_count) {
     const int saved = errno;
-    end_if_a_rank_was_lost();
+    end_if_a_rank_was_lost(signal);
     errno = saved;
   }
   if (g_interrupted) {  // the second: the user does not want to wait for the step to end
@@ -108,6 +121,7 @@ void InterruptGuard::watch_ranks(int rank, int size, const std::vector<std::pair
   g_host_count = 0;  // the handler reads nothing while it is filled
   g_rank = rank;
   g_size = size;
+  g_under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
   const int n = std::min(static_cast<int>(host_ranks.size()), kMaxHostRanks);
   for (int i = 0; i < n; ++i) g_host[i] = {host_ranks[static_cast<size_t>(i)].first, host_ranks[static_cast<size_t>(i)].second};
   std::atomic_signal_fence(std::memory_order_seq_cst);

@@ -3,12 +3,13 @@
 // (never inside a checkpoint or an output being written) and can keep its last finished step.
 // A second signal while the first is pending exits at once with 130, writing one line.
 //
-// Across processes (watch_ranks): when a rank dies, mpirun ends the others with SIGTERM. A rank
-// that receives a signal while a rank of its host has no process any more knows it was lost:
-// the lowest surviving rank of the host writes one line naming the lost ranks and the last step
-// every rank completed, and each exits at once with 1 (waiting for the step boundary would
-// hang in a collective the lost rank never joins). A rank lost on another host is not seen
-// here: mpirun's own line names it.
+// Across processes (watch_ranks): when a rank dies, mpirun ends the others with SIGTERM (and
+// SIGKILL a second later). A rank that receives a signal while a rank of its host has no process
+// any more knows it was lost: the lowest surviving rank of the host writes one line naming the
+// lost ranks and the last step every rank completed, and each exits at once with 1 (waiting for
+// the step boundary would hang in a collective the lost rank never joins). Under mpirun a
+// SIGTERM with no rank of this host lost (one on another host, or the job interrupted) ends the
+// rank the same way, its line naming the step; mpirun's own line names the lost rank.
 #pragma once
 
 #include <cstdint>

@@ -2,12 +2,13 @@
 # Two hosts on one machine: two network namespaces joined by a veth pair, one rank in each, MPI
 # over TCP between them (no shared memory: Open MPI sees two nodes). mpirun starts in the first
 # and reaches the second through a launch agent that enters its namespace (nsenter), where a
-# cluster's mpirun would use ssh. The charlm sample trained for 3 steps on 2 stages this way gives the very
-# bytes of one process.
+# cluster's mpirun would use ssh. The charlm sample trained for 3 steps on 2 stages this way gives
+# the very bytes of one process; the rank on the second host killed mid-run ends the job within
+# 60 s, the survivor's line naming the last step every rank completed.
 #
 #   tests/ranks/two_hosts.sh PIPETRAIN MPIRUN     (ctest: mpi.two_hosts_netns; needs root)
 #
-# Exit 0 when the bytes match, 1 when not, 77 (ctest: skipped) where network namespaces cannot be
+# Exit 0 when both hold, 1 when not, 77 (ctest: skipped) where network namespaces cannot be
 # made (not root, or no iproute2 or util-linux).
 set -euo pipefail
 pipetrain=$1 mpirun=$2
@@ -74,3 +75,34 @@ for f in one.onnx one.safetensors; do
   cmp "$work/$f" "$work/${f/one/two}" || { echo "two_hosts: ${f/one/two} differs from one process's"; exit 1; }
 done
 echo "two_hosts: 2 ranks in 2 network namespaces over TCP: the bytes of one process"
+
+# The rank on the second host killed mid-run: the first stops within 60 s with one line naming
+# the last step every rank completed (mpirun's own line names the lost rank).
+marker="$work/long.onnx"
+in_ns "${holders[0]}" "$mpirun" --allow-run-as-root -n 2 --hostfile "$work/hosts" \
+  --mca plm_rsh_agent "$work/agent.sh" --mca btl self,tcp \
+  --mca oob_tcp_if_include 10.99.0.0/24 --mca btl_tcp_if_include 10.99.0.0/24 \
+  "$(realpath "$pipetrain")" train samples/charlm/train.yaml "${sets[@]}" --set steps=100000 \
+  --set "output.model=$marker" >"$work/killed.log" 2>&1 &
+run=$!
+victim=""
+for _ in $(seq 300); do
+  for p in $(pgrep -f "train .*$marker" || true); do
+    [ "$(readlink "/proc/$p/ns/net")" = "$(readlink "/proc/${holders[1]}/ns/net")" ] && \
+      [ "$(tr '\0' ' ' <"/proc/$p/cmdline" | cut -d' ' -f1)" = "$(realpath "$pipetrain")" ] && victim=$p
+  done
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { cat "$work/killed.log"; echo "two_hosts: no rank found in the second namespace"; exit 1; }
+sleep 3
+t0=$SECONDS
+kill -9 "$victim"
+code=0
+wait "$run" || code=$?
+elapsed=$((SECONDS - t0))
+line=$(grep -E "^error: rank 0 of 2: mpirun ended the job .* after step [0-9]+, the last every rank completed" "$work/killed.log" || true)
+if [ "$code" = 0 ] || [ "$elapsed" -gt 60 ] || [ -z "$line" ]; then
+  cat "$work/killed.log"; echo "two_hosts: after the kill: exit $code in $elapsed s, the survivor's line: '${line}'"; exit 1
+fi
+echo "two_hosts: the rank on the second host killed: exit $code in $elapsed s; $line"

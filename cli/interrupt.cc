@@ -11,7 +11,7 @@
 namespace pt {
 namespace {
 
-volatile sig_atomic_t g_interrupted = 0;
+volatile sig_atomic_t g_interrupted = 0;  // the first signal's number
 struct sigaction g_old_int, g_old_term;
 
 // The lost-rank watch: filled before the handlers can read it, read-only in them.
@@ -94,9 +94,9 @@ void on_signal(int signal) {
   if (g_interrupted) {  // the second: the user does not want to wait for the step to end
     static const char kLine[] = "\ninterrupted again: exiting now, without a checkpoint of the step under way\n";
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kLine, sizeof kLine - 1);
-    ::_exit(kInterruptedExitCode);
+    ::_exit(interrupted_exit_code(signal));
   }
-  g_interrupted = 1;
+  g_interrupted = signal;
 }
 
 }  // namespace
@@ -131,5 +131,7 @@ void InterruptGuard::watch_ranks(int rank, int size, const std::vector<std::pair
 void InterruptGuard::completed(int64_t steps) { g_completed = steps; }
 
 bool InterruptGuard::interrupted() const { return g_interrupted != 0; }
+
+int InterruptGuard::signal() const { return g_interrupted; }
 
 }  // namespace pt

@@ -1,7 +1,8 @@
 // cli/interrupt.h: Ctrl-C (SIGINT) and SIGTERM during `pipetrain train`'s step loop. In: the
 // signals; out: a flag the loop reads at each step boundary, so that a run stops between steps
 // (never inside a checkpoint or an output being written) and can keep its last finished step.
-// A second signal while the first is pending exits at once with 130, writing one line.
+// A second signal while the first is pending exits at once, writing one line. The exit code is
+// the shells' for a signal: 128 + its number (130 for SIGINT, 143 for SIGTERM).
 //
 // Across processes (watch_ranks): when a rank dies, mpirun ends the others with SIGTERM (and
 // SIGKILL a second later). A rank that receives a signal while a rank of its host has no process
@@ -28,6 +29,8 @@ class InterruptGuard {
 
   // True once SIGINT or SIGTERM arrived since construction.
   bool interrupted() const;
+  // The first of them to arrive (SIGINT or SIGTERM), 0 before one does.
+  int signal() const;
 
   // This process is rank `rank` of `size`; host_ranks: (rank, pid) of every rank on this host.
   void watch_ranks(int rank, int size, const std::vector<std::pair<int, int>>& host_ranks);
@@ -35,7 +38,7 @@ class InterruptGuard {
   void completed(int64_t steps);
 };
 
-// The exit code of a run stopped by a signal, as shells report SIGINT.
-constexpr int kInterruptedExitCode = 130;
+// The exit code of a run stopped by `signal`, as shells report it.
+constexpr int interrupted_exit_code(int signal) { return 128 + signal; }
 
 }  // namespace pt

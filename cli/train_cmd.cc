@@ -12,7 +12,8 @@
 // input model with new weights), the trained state_dict as safetensors (cli/trained_weights.h),
 // a Chrome trace and an SVG of the measured timeline above the
 // simulated one. Every file is written whole or not at all. Ctrl-C or SIGTERM (cli/interrupt.h)
-// stops the loop at the next step boundary: a checkpoint of the last finished step, one line, 130.
+// stops the loop at the next step boundary: a checkpoint of the last finished step, one line, exit
+// 130 (SIGINT) or 143 (SIGTERM).
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -292,7 +293,7 @@ class Trainer {
   void print_profile() const;
   void step(int64_t s);
   void save_checkpoint(int64_t steps_done);
-  int stop_interrupted(int64_t steps_done);
+  int stop_interrupted(int64_t steps_done, int signal);
   void finish();
   void write_weights();
   std::map<std::string, const Tensor*> trained_tensors() const;
@@ -633,7 +634,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
 
 // Ctrl-C or SIGTERM between steps: the last finished step is kept where a checkpoint.dir is set,
 // one line says what was kept and how to go on; the outputs of a finished run are not written.
-int Trainer::stop_interrupted(int64_t steps_done) {
+int Trainer::stop_interrupted(int64_t steps_done, int signal) {
   progress_->end();
   std::ostringstream line;
   line << "interrupted at step " << steps_done << " of " << cfg_.steps << ": ";
@@ -648,7 +649,7 @@ int Trainer::stop_interrupted(int64_t steps_done) {
   }
   std::cout << std::flush;
   if (ranks_.rank() == 0) std::cerr << line.str() << "\n";
-  return kInterruptedExitCode;
+  return interrupted_exit_code(signal);
 }
 
 void Trainer::resume() {
@@ -1173,11 +1174,12 @@ int Trainer::run() {
         profiled_from_ = s;
       }
       step(s);
-      // Across processes every rank stops at the same boundary: a signal seen by any of them.
-      std::vector<double> stop = {guard.interrupted() ? 1.0 : 0.0};
-      ranks_.sum(stop);
-      guard.completed(s + 1);  // every rank took part in that sum
-      if (stop[0] > 0 && s + 1 < cfg_.steps) return stop_interrupted(s + 1);
+      // Across processes every rank stops at the same boundary: a signal seen by any of them
+      // (the highest number, if several, gives the exit code).
+      std::vector<int64_t> stop = {guard.signal()};
+      ranks_.max(stop);
+      guard.completed(s + 1);  // every rank took part in that reduction
+      if (stop[0] > 0 && s + 1 < cfg_.steps) return stop_interrupted(s + 1, static_cast<int>(stop[0]));
     }
   }
   finish();

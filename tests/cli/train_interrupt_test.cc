@@ -1,7 +1,7 @@
 // Issue 21, item 3: Ctrl-C (SIGINT) or SIGTERM during `pipetrain train`, as a newcomer sees it.
 // The run stops at the next step boundary, keeps the last finished step as a checkpoint where
-// the config names a checkpoint.dir, says so in one line and exits 130; --resume then ends on
-// the very bytes of an uninterrupted run.
+// the config names a checkpoint.dir, says so in one line and exits 130 (SIGINT) or 143 (SIGTERM);
+// --resume then ends on the very bytes of an uninterrupted run.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -95,14 +95,14 @@ TEST(TrainInterrupt, CtrlCKeepsTheLastStepAndResumesToTheSameBytes) {
   EXPECT_EQ(slurp(cut / "trained.safetensors"), slurp(whole / "trained.safetensors"));
 }
 
-// SIGTERM with no checkpoint.dir: exit 130, one line saying nothing was kept and how to make a
-// run resumable; no output file is written.
+// SIGTERM with no checkpoint.dir: exit 143 (128 + SIGTERM, as shells report it), one line saying
+// nothing was kept and how to make a run resumable; no output file is written.
 TEST(TrainInterrupt, WithoutACheckpointDirItSaysNothingWasKept) {
   const fs::path d = scratch("int_nodir");
   const int status = interrupt_after(mlp_config(d, 300, 0), d / "metrics.jsonl", 3, {SIGTERM}, d / "log.txt");
   const std::string log = slurp(d / "log.txt");
   ASSERT_TRUE(WIFEXITED(status)) << log;
-  EXPECT_EQ(WEXITSTATUS(status), 130) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 143) << log;
   const std::regex line(
       "interrupted at step [0-9]+ of 300: nothing was kept \\(the config names no checkpoint.dir\\); add "
       "checkpoint: \\{dir: DIR, every: N\\} to make a run resumable\n");

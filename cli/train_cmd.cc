@@ -47,6 +47,7 @@
 #include "train/checkpoint.h"
 #include "train/comm.h"
 #include "exec/cpu/cpu_backend.h"
+#include "exec/reference_step.h"
 #include "train/data.h"
 #include "train/executor.h"
 #include "train/optimizer.h"
@@ -294,6 +295,10 @@ class Trainer {
   void step(int64_t s);
   void save_checkpoint(int64_t steps_done);
   int stop_interrupted(int64_t steps_done, int signal);
+  // Step s made a NaN or an Inf (loss or gradient norm): one line naming the step and where the
+  // first non-finite value came from (the node, its chunk and stage, the micro-batch), found by
+  // running this replica's micro-batches again on the CPU with every node's output watched.
+  [[noreturn]] void stop_nonfinite(int64_t s, double norm, const std::vector<FeedMap>& feeds, int first);
   void finish();
   void write_weights();
   std::map<std::string, const Tensor*> trained_tensors() const;
@@ -652,6 +657,31 @@ int Trainer::stop_interrupted(int64_t steps_done, int signal) {
   return interrupted_exit_code(signal);
 }
 
+void Trainer::stop_nonfinite(int64_t s, double norm, const std::vector<FeedMap>& feeds, int first) {
+  share_parameters();  // the watched run needs every device's parameters of this step
+  if (ranks_.rank() == 0) {
+    const auto text = [](double x) { return std::isnan(x) ? std::string("nan") : std::string(x > 0 ? "inf" : "-inf"); };
+    std::string what = !std::isfinite(last_loss_) ? "the loss is " + text(last_loss_) : "the gradient norm is " + text(norm);
+    CpuBackend cpu(cfg_.threads);
+    ReferenceStep watch(chunks_, cpu, true);
+    for (size_t m = 0; m < feeds.size() && !watch.first_nonfinite(); ++m) {
+      watch.run_micro_batch(feeds[m]);
+      if (const NonFinite* f = watch.first_nonfinite())
+        what += "; the first " + f->what + ": output '" + f->value + "' of node '" + f->node + "' (" + f->op + ") in the " +
+                f->pass + " of chunk " + std::to_string(f->chunk) + " (stage " +
+                std::to_string(schedule_.device_of(static_cast<int>(f->chunk))) + "), micro-batch " +
+                std::to_string(first + static_cast<int>(m));
+    }
+    if (!watch.first_nonfinite()) what += "; every node stays finite when this replica's micro-batches run again on the CPU";
+    throw UserError("step " + std::to_string(s + 1), what,
+                    "the run stopped before updating the parameters; the last checkpoint is kept: lower optimizer.lr, "
+                    "set optimizer.clip_grad_norm, or look at that node's inputs");
+  }
+  std::vector<double> wait = {0};
+  ranks_.sum(wait);  // rank 0 never joins: its error ends every rank (MPI_Abort)
+  std::abort();
+}
+
 void Trainer::resume() {
   const std::optional<Checkpoint> c = read_latest_checkpoint(cfg_.checkpoint.dir);
   if (!c) {
@@ -745,6 +775,14 @@ void Trainer::step(int64_t s) {
     squares.push_back(!here(d) ? 0.0 : sharded() ? sharded_squared_norm(d) : Optimizer::squared_norm(whole_[d], executor_->grads()));
   ranks_.sum(squares, Over::kReplica);  // each device's from its rank: the same norm as in one process
   const double norm = Optimizer::global_norm(squares);
+  // Each replica's loss is held where its last chunk runs; their sum, in replica order.
+  std::vector<double> losses(static_cast<size_t>(D), 0.0);
+  losses[static_cast<size_t>(ranks_.replica())] = executor_->loss();
+  ranks_.sum(losses);
+  last_loss_ = 0;
+  for (double l : losses) last_loss_ += l;
+  // A NaN or an Inf stops the run before the update: the parameters stay those of the last step.
+  if (!std::isfinite(last_loss_) || !std::isfinite(norm)) stop_nonfinite(s, norm, feeds, first);
   const double lr = optimizers_.front()->current_lr();
   for (size_t d = 0; d < optimizers_.size(); ++d)
     if (here(d)) optimizers_[d]->step(executor_->grads(), norm);
@@ -757,12 +795,6 @@ void Trainer::step(int64_t s) {
 
   const std::vector<std::vector<ActionTime>> times = step_times();
   const Simulation measured = measured_step(lowered_, times);
-  // Each replica's loss is held where its last chunk runs; their sum, in replica order.
-  std::vector<double> losses(static_cast<size_t>(D), 0.0);
-  losses[static_cast<size_t>(ranks_.replica())] = executor_->loss();
-  ranks_.sum(losses);
-  last_loss_ = 0;
-  for (double l : losses) last_loss_ += l;
   std::vector<int64_t> peak_kept = executor_->peak_kept_bytes();
   ranks_.max(peak_kept, Over::kReplica);
   const double samples_per_s = static_cast<double>(rows_ * M * D) / seconds;

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,19 @@ namespace pt {
 
 class StageProgram;
 
+// Where a value first stopped being finite (ReferenceStep's watch): the node that made it.
+struct NonFinite {
+  size_t chunk = 0;
+  std::string pass;   // "forward", "input gradient" (B) or "weight gradient" (W)
+  std::string node, op, value;
+  std::string what;   // "nan" or "inf"
+};
+
 class ReferenceStep {
  public:
-  ReferenceStep(const std::vector<BackwardGraphs>& chunks, Backend& backend);
+  // watch: every node's float outputs are kept and checked as they are made (a slower run, for
+  // finding where a NaN or an Inf first appears: first_nonfinite()).
+  ReferenceStep(const std::vector<BackwardGraphs>& chunks, Backend& backend, bool watch = false);
   ~ReferenceStep();
 
   // feeds: every model input, plus "target" and "loss_scale", of one micro-batch.
@@ -30,6 +41,9 @@ class ReferenceStep {
   const std::map<std::string, Tensor>& grads() const { return grads_; }
   // Bytes F kept per chunk in the last micro-batch (what the recompute policy promises).
   const std::vector<int64_t>& kept_bytes() const { return kept_bytes_; }
+  // With watch: the first non-finite node output since construction, in the order the step
+  // makes them (chunk by chunk forward, then backward); nullptr while every one is finite.
+  const NonFinite* first_nonfinite() const { return found_ ? &*found_ : nullptr; }
 
  private:
   struct Chunk;
@@ -37,6 +51,9 @@ class ReferenceStep {
   std::map<std::string, Tensor> grads_;
   std::vector<int64_t> kept_bytes_;
   double loss_ = 0;
+  bool watch_ = false;
+  std::optional<NonFinite> found_;
+  void check(const Graph& g, size_t chunk, const char* pass, const std::map<std::string, Tensor>& store);
 };
 
 }  // namespace pt

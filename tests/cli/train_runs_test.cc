@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -128,6 +129,27 @@ TEST(TrainRuns, CheckpointPartsReadAsOneAndGoWithTheirCheckpoint) {
   }
   pt::clear_checkpoints(dir);
   EXPECT_TRUE(fs::is_empty(d / "ckpt"));
+}
+
+// A step whose loss or gradient is not finite (here an SGD step of lr 1e30 overflows the
+// weights, and the next forward makes an Inf): the run stops before updating, with one line
+// naming the step and the first node whose output is not finite (its chunk, stage and
+// micro-batch); exit 2, the last checkpoint kept and nothing else written.
+TEST(TrainRuns, ANonFiniteStepStopsAndNamesTheNodeThatMadeIt) {
+  const fs::path d = scratch("nonfinite");
+  const fs::path cfg = mlp_config(d, 6, 1);
+  const Result r = run("train -q " + cfg.string() + " --set optimizer.kind=sgd --set optimizer.lr=1.0e+30 "
+                       "--set optimizer.warmup_steps=0 --set optimizer.schedule=constant");
+  EXPECT_EQ(r.code, 2) << r.err;
+  const std::regex line(
+      "error: step 2: the (loss|gradient norm) is (nan|inf|-inf); the first (nan|inf): output '[^']+' of node '[^']+' \\([A-Za-z]+\\) in the "
+      "(forward|input gradient|weight gradient) of chunk [0-3] \\(stage [01]\\), micro-batch [0-3]; the run stopped before "
+      "updating the parameters; the last checkpoint is kept: lower optimizer.lr, set optimizer.clip_grad_norm, or look "
+      "at that node's inputs\n");
+  EXPECT_TRUE(std::regex_match(r.err, line)) << r.err;
+  EXPECT_EQ(latest(d / "ckpt"), "step_00000001.ckpt");
+  EXPECT_EQ(pt::checkpoint_steps((d / "ckpt").string()), std::vector<int64_t>{1});
+  EXPECT_FALSE(fs::exists(d / "trained.onnx"));
 }
 
 // Item 2: --resume of a finished run (or one whose checkpoint is past --set steps) used to

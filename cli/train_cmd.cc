@@ -98,6 +98,21 @@ Tensor scalar_tensor(T v) {
   return t;
 }
 
+// Before any work: an output the run could not write at its end is one line now. The path must
+// not be a folder, and its nearest existing ancestor must be a folder this process may write.
+void check_writable(const std::string& path, const std::string& where) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw UserError(where, path + " is a folder", "name a file in it, e.g. " + (fs::path(path) / "out").string());
+  fs::path up = fs::absolute(path, ec).parent_path();
+  while (!up.empty() && !fs::exists(up, ec) && up != up.parent_path()) up = up.parent_path();
+  if (!fs::is_directory(up, ec))
+    throw UserError(where, up.string() + " is a file, so " + path + " cannot be made under it", "choose another path");
+  if (::access(up.c_str(), W_OK) != 0)
+    throw UserError(where, "the folder " + up.string() + " is not writable", "choose another path, or make it writable");
+}
+
 void make_parent(const std::string& path) {
   const fs::path parent = fs::path(path).parent_path();
   std::error_code ec;
@@ -1158,6 +1173,12 @@ int Trainer::run() {
   if (args_.resume && cfg_.checkpoint.dir.empty())
     throw UserError("--resume", "the config names no checkpoint.dir", "add checkpoint: {dir: DIR, every: N}");
   if (!args_.resume) claim_checkpoint_dir();
+  for (const auto& [key, path] : {std::pair<const char*, const std::string&>{"output.model", cfg_.output.model},
+                                  {"output.safetensors", cfg_.output.safetensors},
+                                  {"output.metrics", cfg_.output.metrics},
+                                  {"output.trace", cfg_.output.trace},
+                                  {"output.timeline", cfg_.output.timeline}})
+    check_writable(path, cfg_.where(key));
   build();
   open_data();
   if (args_.resume) {

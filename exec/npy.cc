@@ -1,12 +1,15 @@
 #include "exec/npy.h"
 
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace pt {
 namespace {
@@ -26,6 +29,25 @@ std::string descr_of(DType t) {
     if (dt == t) return d;
   PT_CHECK(false, std::string("no .npy descr for ") + dtype_name(t));
   return "";
+}
+
+// The header's shape tuple, e.g. "2, 3" or "4," or "": each entry a whole number >= 0.
+std::vector<int64_t> parse_shape(const std::string& tuple, const std::string& path) {
+  std::vector<int64_t> shape;
+  std::istringstream entries(tuple);
+  std::string entry;
+  while (std::getline(entries, entry, ',')) {
+    const size_t first = entry.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;  // after the trailing comma of "(4,)"
+    const size_t last = entry.find_last_not_of(" \tL");
+    int64_t d = -1;
+    const auto [end, ec] = std::from_chars(entry.data() + first, entry.data() + last + 1, d);
+    if (ec != std::errc() || end != entry.data() + last + 1 || d < 0)
+      throw UserError(path, "has shape entry '" + entry.substr(first) + "', not a size from 0 to 2^63",
+                      "save it again with numpy.save");
+    shape.push_back(d);
+  }
+  return shape;
 }
 
 }  // namespace
@@ -60,14 +82,20 @@ Tensor read_npy(const std::string& path) {
     throw UserError(path, "has no shape in its header", "save it with numpy.save");
   Tensor t;
   t.type.dtype = dt->second;
-  const std::string dims = m[1];
-  const std::regex number("\\d+");
-  std::sregex_iterator it(dims.begin(), dims.end(), number), end;
-  for (; it != end; ++it) t.type.shape.push_back(std::stoll(it->str()));
-  t.data.resize(static_cast<size_t>(t.type.bytes()));
-  if (!in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(t.data.size())))
-    throw UserError(path, "holds fewer bytes than its shape " + shape_str(t.type.shape) + " needs",
-                    "the file is truncated; save it again");
+  t.type.shape = parse_shape(m[1], path);
+  const std::streamoff start = in.tellg();
+  in.seekg(0, std::ios::end);
+  const int64_t held = static_cast<int64_t>(in.tellg() - start);
+  in.seekg(start);
+  int64_t needed = static_cast<int64_t>(dtype_size(t.type.dtype));
+  for (int64_t d : t.type.shape)
+    if (__builtin_mul_overflow(needed, d, &needed)) needed = INT64_MAX;
+  if (needed > held)
+    throw UserError(path, "holds " + std::to_string(held) + " bytes of data, fewer than its shape " +
+                              shape_str(t.type.shape) + " needs",
+                    "the file is truncated or its header is wrong; save it again");
+  t.data.resize(static_cast<size_t>(needed));
+  in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
   return t;
 }
 
@@ -81,18 +109,12 @@ void write_npy(const Tensor& t, const std::string& path) {
   // Pad so that the data starts on a 64-byte boundary, header ending in '\n'.
   const size_t total = 10 + header.size() + 1;
   header += std::string((64 - total % 64) % 64, ' ') + "\n";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UserError(path, "cannot be written", "check that its folder exists and is writable");
-    const uint16_t len = static_cast<uint16_t>(header.size());
-    out.write("\x93NUMPY\x01\x00", 8);
-    out.write(reinterpret_cast<const char*>(&len), 2);
-    out << header;
-    out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
-    if (!out.flush()) throw UserError(path, "writing failed (disk full?)", "free space and run again");
-  }
-  std::filesystem::rename(tmp, path);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  const std::string head = std::string("\x93NUMPY\x01\x00", 8) +
+                           std::string(reinterpret_cast<const char*>(&len), 2) + header;
+  const std::string_view data(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  const std::string_view parts[] = {head, data};
+  write_file_atomic(path, parts, "check that its folder exists and is writable, and has free space");
 }
 
 }  // namespace pt

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/bytes.h"
 #include "core/error.h"
 
 namespace pt {
@@ -69,7 +70,11 @@ StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backen
   // Host memory on the CPU backend; device memory on a device backend (Backend's memory hooks).
   arena_ = static_cast<std::byte*>(backend.allocate(
       static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, kArenaAlignment))));
-  PT_CHECK(arena_ != nullptr, "cannot allocate an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
+  if (arena_ == nullptr)
+    throw UserError(g.name.empty() ? "the model" : g.name,
+                    "needs " + format_bytes(plan_.arena_bytes) + " of " + backend.name() +
+                        " memory for its tensors, more than can be allocated",
+                    "lower dims.batch or the model's declared sizes, or cut it into more stages");
 
   auto address = [&](ValueId v) -> void* {
     const Location& l = where[static_cast<size_t>(v)];

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "onnx_import/load.h"
 #include "onnx_import/proto_convert.h"
 
@@ -107,22 +108,14 @@ onnx::ModelProto to_model_proto(const Graph& g) {
 }
 
 void save_model(const onnx::ModelProto& m, const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = target.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UserError(path, "cannot be written", "check that its folder exists and is writable");
-    if (!m.SerializeToOstream(&out) || !out.flush()) {
-      out.close();
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw UserError(path, "writing failed (disk full?)", "free space and run again");
-    }
-  }
   std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) throw UserError(path, "cannot be replaced: " + ec.message(), "check the folder's permissions");
+  if (std::filesystem::is_directory(path, ec))
+    throw UserError(path, "is a folder", "name the model file, e.g. " + path + "/model.onnx");
+  std::string bytes;
+  if (!m.SerializeToString(&bytes))
+    throw UserError(path, "cannot be written: the model is over 2 GiB, the most one protobuf holds",
+                    "models this large need external data, which pipetrain does not write yet");
+  write_file_atomic(path, bytes, "check that its folder exists and is writable, and has free space");
 }
 
 void save_model_with_weights(const std::string& source,

@@ -2,6 +2,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <set>
@@ -46,6 +48,24 @@ std::vector<onnx::ValueInfoProto*> runtime_inputs(onnx::GraphProto* g) {
   return out;
 }
 
+// No tensor can pass 2^48 bytes (256 TiB, what 48-bit virtual addresses reach), so an input's
+// bound shape is refused past that; below it, sizes summed by the memory plan cannot overflow.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
+
+void check_input_size(const onnx::ValueInfoProto& in, const std::string& path) {
+  TensorType t{static_cast<DType>(in.type().tensor_type().elem_type()), {}};
+  int64_t bytes = static_cast<int64_t>(dtype_size(t.dtype));
+  bool over = false;
+  for (const auto& d : in.type().tensor_type().shape().dim()) {
+    t.shape.push_back(d.dim_value());
+    over = over || __builtin_mul_overflow(bytes, d.dim_value(), &bytes);
+  }
+  if (over || bytes > kMaxTensorBytes)
+    throw UserError(path + ": input '" + in.name() + "'",
+                    "is " + t.str() + ", more than 2^48 bytes (256 TiB), which no machine holds",
+                    "check the dims the model declares, or bind smaller ones with --dim (dims: in the config)");
+}
+
 void bind_dims(onnx::ModelProto* m, const ImportOptions& opts, const std::string& path) {
   for (onnx::ValueInfoProto* in : runtime_inputs(m->mutable_graph())) {
     if (!in->type().has_tensor_type() || !in->type().tensor_type().has_shape())
@@ -69,9 +89,24 @@ void bind_dims(onnx::ModelProto* m, const ImportOptions& opts, const std::string
       }
     }
   }
+  for (const onnx::ValueInfoProto* in : runtime_inputs(m->mutable_graph())) check_input_size(*in, path);
   // Outputs are re-inferred from the bound inputs.
   for (auto& out : *m->mutable_graph()->mutable_output())
     out.mutable_type()->mutable_tensor_type()->clear_shape();
+}
+
+// A weight holding NaN makes every output it reaches NaN (or, through Relu, silently 0): refused
+// at import. Inf is left alone: masks hold -inf on purpose, and training stops at an inf loss.
+void check_no_nan(const Tensor& t, const std::string& where) {
+  const int64_t n = t.type.numel();
+  int64_t first = -1;
+  if (t.type.dtype == DType::kFloat32)
+    first = std::find_if(t.as<float>(), t.as<float>() + n, [](float x) { return std::isnan(x); }) - t.as<float>();
+  else if (t.type.dtype == DType::kFloat64)
+    first = std::find_if(t.as<double>(), t.as<double>() + n, [](double x) { return std::isnan(x); }) - t.as<double>();
+  if (first < 0 || first == n) return;
+  throw UserError(where, "holds NaN (element " + std::to_string(first) + " of " + t.type.str() + ")",
+                  "export the model again from finite weights");
 }
 
 // Everything known about each tensor name: its type (when concrete) and constant data.
@@ -262,7 +297,9 @@ Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std:
       constant = true;
       graph.buffers[t.name()] = b->second;
     }
-    graph.add_initializer(t.name(), tensor_from_proto(t, path), constant);
+    Tensor value = tensor_from_proto(t, path);
+    if (!constant) check_no_nan(value, path + ": initializer '" + t.name() + "'");
+    graph.add_initializer(t.name(), std::move(value), constant);
   }
   for (const auto& in : g.input()) {
     if (init_names.count(in.name())) continue;

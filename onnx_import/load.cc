@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -114,6 +115,29 @@ void check_ops(const onnx::ModelProto& m, const std::string& path) {
   }
 }
 
+// A node reading a name that it or a later node writes: a cycle, or nodes out of order. Named
+// here because the onnx checker's message for it spans lines and loses the node.
+void check_node_order(const onnx::ModelProto& m, const std::string& path) {
+  const auto& g = m.graph();
+  std::map<std::string, int> writer;
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const std::string& o : g.node(i).output())
+      if (!o.empty()) writer.emplace(o, i);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    for (const std::string& in : n.input()) {
+      auto w = writer.find(in);
+      if (w == writer.end() || w->second < i) continue;
+      const auto& later = g.node(w->second);
+      std::string what = "reads '" + in + "'";
+      what += w->second == i ? ", its own output"
+                             : ", which node '" + later.name() + "' (" + later.op_type() + ") writes after it";
+      throw UserError(node_where(path, n, default_opset(m)), what + " (a cycle, or nodes out of order)",
+                      "export the model again; an ONNX graph lists its nodes in topological order");
+    }
+  }
+}
+
 }  // namespace
 
 std::string node_where(const std::string& path, const onnx::NodeProto& n, int64_t opset) {
@@ -164,6 +188,7 @@ onnx::ModelProto load_model(const std::string& path, int64_t* source_opset,
   // refused the new types, and nothing else changes a graph of supported ops, so such a model is
   // checked as the newest IR version known here.
   if (m.ir_version() > onnx::Version::IR_VERSION) m.set_ir_version(onnx::Version::IR_VERSION);
+  check_node_order(m, path);
   try {
     NewerOpsHidden hidden(m.mutable_graph());
     onnx::checker::check_model(m);

@@ -78,6 +78,22 @@ void read_header_line(const std::string& body, int line, Header* h) {
     }
 }
 
+// Every chunk and every micro-batch needs at least one action, so a schedule whose chunks (all
+// stages together) or micro-batches, as the header says or the highest action numbers imply,
+// outnumber the actions in the file is refused here, before anything is sized by those numbers:
+// absurd ones end in this line, not in a hang. Smaller gaps are left to validate, which draws
+// the grid.
+void check_numbers_fit_actions(const Schedule& s, int64_t chunks, int64_t mbs, const std::string& where) {
+  int64_t actions = 0;
+  for (const auto& list : s.devices) actions += static_cast<int64_t>(list.size());
+  if (int64_t{s.stages} * chunks <= actions && mbs <= actions) return;
+  throw UserError(where,
+                  "asks for " + std::to_string(s.stages) + " stages x " + std::to_string(chunks) +
+                      " chunks and " + std::to_string(mbs) + " micro-batches, but holds only " +
+                      std::to_string(actions) + " actions",
+                  "check the header's chunks and micro_batches and the numbers in the actions");
+}
+
 // Applies the header to `s`, inferring what it leaves out from the actions.
 void apply_header(const Header& h, const std::string& where, Schedule* s) {
   auto at = [&](const std::string& key) { return where + ":" + std::to_string(h.line.at(key)); };
@@ -102,12 +118,14 @@ void apply_header(const Header& h, const std::string& where, Schedule* s) {
       throw UserError(at("placement"), "placement '" + v + "' is not known", "use loop or v");
     s->placement = v == "v" ? Placement::kV : Placement::kLoop;
   }
-  s->chunks = h.fields.count("chunks") ? header_number(h.fields.at("chunks"), at("chunks"), "chunks")
-                                       : max_chunk / std::max(1, s->stages) + 1;
-  s->micro_batches = h.fields.count("micro_batches")
-                         ? header_number(h.fields.at("micro_batches"), at("micro_batches"),
-                                         "micro_batches")
-                         : max_mb + 1;
+  const int64_t chunks = h.fields.count("chunks") ? header_number(h.fields.at("chunks"), at("chunks"), "chunks")
+                                                  : int64_t{max_chunk} / std::max(1, s->stages) + 1;
+  const int64_t mbs = h.fields.count("micro_batches")
+                          ? header_number(h.fields.at("micro_batches"), at("micro_batches"), "micro_batches")
+                          : int64_t{max_mb} + 1;
+  check_numbers_fit_actions(*s, chunks, mbs, where);
+  s->chunks = static_cast<int>(chunks);
+  s->micro_batches = static_cast<int>(mbs);
 }
 
 }  // namespace

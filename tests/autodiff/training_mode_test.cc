@@ -174,8 +174,11 @@ TEST(TrainingMode, StatisticsStayInTheChunkThatMakesThem) {
           for (size_t k = 1; k < 3; ++k) made.insert(c.forward.value(n.outputs[k]).name);
       const std::vector<std::string> outs = names(c.forward, c.forward.outputs);
       for (const std::string& s : made) EXPECT_TRUE(contains(outs, s)) << s;
-      for (const std::string& o : outs)
-        if (o.find(".batch_") != std::string::npos) EXPECT_TRUE(made.count(o)) << o;
+      for (const std::string& o : outs) {
+        if (o.find(".batch_") != std::string::npos) {
+          EXPECT_TRUE(made.count(o)) << o;
+        }
+      }
       for (const std::string& in : names(c.forward, c.forward.inputs))
         EXPECT_EQ(in.find(".batch_"), std::string::npos) << in;
       for (const std::string& gi : c.output_grads)
@@ -185,9 +188,11 @@ TEST(TrainingMode, StatisticsStayInTheChunkThatMakesThem) {
     EXPECT_EQ(seen.size(), 2 * form.batch_norms.size());
     const Graph& last = chunks.back().forward;
     EXPECT_EQ(last.value(last.outputs[0]).name, kLossOutput);
-    for (const Node& n : last.nodes)
-      if (n.op_type == "SoftmaxCrossEntropy")
+    for (const Node& n : last.nodes) {
+      if (n.op_type == "SoftmaxCrossEntropy") {
         EXPECT_EQ(last.value(n.inputs[0]).name, g.value(g.outputs[0]).name);
+      }
+    }
   }
 }
 
@@ -378,8 +383,11 @@ TEST(TrainingMode, DropoutOffIsTheIdentity) {
   EXPECT_FALSE(form.dropout_key);
   EXPECT_EQ(form.dropouts, 0);
   EXPECT_EQ(g.find(kDropoutKey), kNoValue);
-  for (const Node& n : g.nodes)
-    if (n.op_type == "Dropout") EXPECT_EQ(n.inputs.size(), 1u) << n.name;
+  for (const Node& n : g.nodes) {
+    if (n.op_type == "Dropout") {
+      EXPECT_EQ(n.inputs.size(), 1u) << n.name;
+    }
+  }
   // Runs on the CPU (training Dropout would not) and trains.
   const auto [grads, loss] = step_grads(g, 2, "none");
   EXPECT_EQ(grads.size(), 2u);

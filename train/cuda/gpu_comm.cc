@@ -1,19 +1,10 @@
 #include "train/cuda/gpu_comm.h"
 
-#include <nccl.h>
-
 #include <string>
 
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
-
-#define PT_NCCL_CHECK(call)                                                               \
-  do {                                                                                    \
-    const ncclResult_t pt_status_ = (call);                                               \
-    if (pt_status_ != ncclSuccess)                                                        \
-      ::pt::cuda::library_failure("NCCL", __FILE__, __LINE__, #call,                      \
-                                  ncclGetErrorString(pt_status_));                        \
-  } while (0)
+#include "train/cuda/nccl_check.h"
 
 namespace pt::cuda {
 

@@ -1,21 +1,11 @@
 #include "train/cuda/nccl_ranks.h"
 
-#include <nccl.h>
 #include <unistd.h>
-
-#include <atomic>
-#include <tuple>
 
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_context.h"
-
-#define PT_NCCL_RANKS_CHECK(call)                                                          \
-  do {                                                                                     \
-    const ncclResult_t pt_status_ = (call);                                                \
-    if (pt_status_ != ncclSuccess)                                                         \
-      ::pt::cuda::library_failure("NCCL", __FILE__, __LINE__, #call, ncclGetErrorString(pt_status_)); \
-  } while (0)
+#include "train/cuda/nccl_check.h"
 
 namespace pt::cuda {
 
@@ -66,7 +56,7 @@ NcclRankComm::NcclRankComm(std::vector<CudaBackend*> devices, std::vector<std::p
     const auto [from, to] = links[i];
     const bool sender = devices_[static_cast<size_t>(from)] != nullptr, receiver = devices_[static_cast<size_t>(to)] != nullptr;
     PT_CHECK(!(sender && receiver), "an NCCL link between ranks has both ends here");
-    if (sender) PT_NCCL_RANKS_CHECK(ncclGetUniqueId(&ids[i]));
+    if (sender) PT_NCCL_CHECK(ncclGetUniqueId(&ids[i]));
     share(&ids[i], sizeof(ncclUniqueId), sender);
     if (!sender && !receiver) continue;  // two other ranks' link: the id was theirs to pass
     auto l = std::make_unique<Link>();
@@ -81,14 +71,14 @@ NcclRankComm::NcclRankComm(std::vector<CudaBackend*> devices, std::vector<std::p
     links_[{from, to}] = std::move(l);
   }
   // Every communicator at once: a rank with several links joins them in any order its peers do.
-  PT_NCCL_RANKS_CHECK(ncclGroupStart());
+  PT_NCCL_CHECK(ncclGroupStart());
   for (size_t i = 0; i < links.size(); ++i) {
     if (!links_.count(links[i])) continue;
     Link& l = *links_[links[i]];
     DeviceGuard g(l.here->device());
-    PT_NCCL_RANKS_CHECK(ncclCommInitRank(&l.comm, 2, ids[i], l.sender ? 0 : 1));
+    PT_NCCL_CHECK(ncclCommInitRank(&l.comm, 2, ids[i], l.sender ? 0 : 1));
   }
-  PT_NCCL_RANKS_CHECK(ncclGroupEnd());
+  PT_NCCL_CHECK(ncclGroupEnd());
 }
 
 NcclRankComm::~NcclRankComm() {
@@ -132,7 +122,7 @@ void NcclRankComm::send(std::string_view name, int micro_batch, int from, int to
   if (bytes) PT_CUDA_CHECK(cudaMemcpyAsync(staging.p, data, bytes, cudaMemcpyDeviceToDevice, l.stream));
   PT_CUDA_CHECK(cudaEventRecord(l.done, l.stream));
   PT_CUDA_CHECK(cudaStreamWaitEvent(l.here->stream(), l.done, 0));
-  PT_NCCL_RANKS_CHECK(ncclSend(staging.p, bytes, ncclChar, 1, l.comm, l.stream));
+  PT_NCCL_CHECK(ncclSend(staging.p, bytes, ncclChar, 1, l.comm, l.stream));
 }
 
 void NcclRankComm::recv(std::string_view name, int micro_batch, int from, int to, void* data, size_t bytes) {
@@ -155,11 +145,11 @@ void NcclRankComm::recv(std::string_view name, int micro_batch, int from, int to
       if (m.name == name && m.micro_batch == micro_batch) {
         PT_CHECK(m.bytes == bytes, "message '" + m.name + "' has " + std::to_string(m.bytes) + " bytes, expected " +
                                        std::to_string(bytes));
-        PT_NCCL_RANKS_CHECK(ncclRecv(data, bytes, ncclChar, 0, l.comm, l.stream));
+        PT_NCCL_CHECK(ncclRecv(data, bytes, ncclChar, 0, l.comm, l.stream));
         break;
       }
       Link::Buffer& landing = l.buffer(m.name, m.micro_batch, m.bytes);
-      PT_NCCL_RANKS_CHECK(ncclRecv(landing.p, m.bytes, ncclChar, 0, l.comm, l.stream));
+      PT_NCCL_CHECK(ncclRecv(landing.p, m.bytes, ncclChar, 0, l.comm, l.stream));
       landing.landed = true;
     }
   }

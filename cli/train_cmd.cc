@@ -814,8 +814,10 @@ void Trainer::step(int64_t s) {
   ranks_.max(peak_kept, Over::kReplica);
   const double samples_per_s = static_cast<double>(rows_ * M * D) / seconds;
   if (s > first_step_) step_seconds_.push_back(seconds);
-  const std::vector<TraceSpan> collectives = collective_spans(spans);
-  if (s - first_step_ < kTraceSteps) trace_step(s, std::chrono::duration<double>(run_begin - t0_).count(), times, collectives);
+  // The trace holds the first steps only: the gathers for it (collectives on every rank alike)
+  // stop with it.
+  if (s - first_step_ < kTraceSteps)
+    trace_step(s, std::chrono::duration<double>(run_begin - t0_).count(), times, collective_spans(spans));
   if (s > first_step_ && timed_.size() < 8) timed_.push_back(times);  // the first warms up
   for (size_t d = 0; d < peak_kept_.size(); ++d) peak_kept_[d] = std::max(peak_kept_[d], peak_kept[d]);
   progress_->step(s, last_loss_, lr, samples_per_s, measured.bubble);

@@ -73,20 +73,6 @@ void MpiWorld::split(int replicas) {
   groups_ = std::move(g);
 }
 
-void MpiWorld::sum_in_replica_order(float* values, size_t count) const {
-  const int replicas = groups_->replicas;
-  if (replicas == 1 || count == 0) return;
-  PT_CHECK(count <= static_cast<size_t>(std::numeric_limits<int>::max()), "a gradient over 2^31 values");
-  std::vector<float> all(count * static_cast<size_t>(replicas));
-  MPI_Allgather(values, static_cast<int>(count), MPI_FLOAT, all.data(), static_cast<int>(count), MPI_FLOAT,
-                groups_->of(Over::kPosition));
-  for (size_t i = 0; i < count; ++i) {
-    float s = all[i];
-    for (int r = 1; r < replicas; ++r) s += all[static_cast<size_t>(r) * count + i];
-    values[i] = s;
-  }
-}
-
 namespace {
 
 // Counts and offsets as MPI takes them (ints), checked.
@@ -105,7 +91,28 @@ std::vector<int> offsets_of(const std::vector<int>& counts) {
   return out;
 }
 
+// out[i] = ((all[0][i] + all[1][i]) + all[2][i]) ...: `replicas` slices of `count` floats added
+// in replica order, the same bits on every rank whatever MPI did to bring them.
+void add_in_replica_order(const float* all, size_t count, int replicas, float* out) {
+  for (size_t i = 0; i < count; ++i) {
+    float s = all[i];
+    for (int r = 1; r < replicas; ++r) s += all[static_cast<size_t>(r) * count + i];
+    out[i] = s;
+  }
+}
+
 }  // namespace
+
+void MpiWorld::sum_in_replica_order(float* values, size_t count) const {
+  const int replicas = groups_->replicas;
+  if (replicas == 1 || count == 0) return;
+  PT_CHECK(count <= static_cast<size_t>(std::numeric_limits<int>::max()), "a gradient over 2^31 values");
+  std::vector<float> all(count * static_cast<size_t>(replicas));
+  MPI_Allgather(values, static_cast<int>(count), MPI_FLOAT, all.data(), static_cast<int>(count), MPI_FLOAT,
+                groups_->of(Over::kPosition));
+  add_in_replica_order(all.data(), count, replicas, values);
+}
+
 
 void MpiWorld::sum_shard_in_replica_order(float* values, const std::vector<size_t>& counts) const {
   const int replicas = groups_->replicas;
@@ -118,12 +125,7 @@ void MpiWorld::sum_shard_in_replica_order(float* values, const std::vector<size_
   std::vector<float> all(static_cast<size_t>(mine) * static_cast<size_t>(replicas));
   MPI_Alltoallv(values, send.data(), send_at.data(), MPI_FLOAT, all.data(), recv.data(), recv_at.data(), MPI_FLOAT,
                 groups_->of(Over::kPosition));
-  float* out = values + send_at[static_cast<size_t>(me)];
-  for (size_t i = 0; i < static_cast<size_t>(mine); ++i) {
-    float s = all[i];
-    for (int r = 1; r < replicas; ++r) s += all[static_cast<size_t>(r) * static_cast<size_t>(mine) + i];
-    out[i] = s;
-  }
+  add_in_replica_order(all.data(), static_cast<size_t>(mine), replicas, values + send_at[static_cast<size_t>(me)]);
 }
 
 void MpiWorld::gather_shards(std::byte* data, const std::vector<size_t>& bytes) const {

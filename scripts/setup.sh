@@ -2,6 +2,9 @@
 # Installs what pipetrain needs on Debian 12 (apt packages, a Python venv with onnx and
 # onnxruntime beside Debian's torch), then configures and builds into build/.
 # Safe to rerun: installs only what is missing, rebuilds incrementally.
+#   bash scripts/setup.sh                  install, then build into build/
+#   bash scripts/setup.sh --deps-only      install only (scripts/sanitize.sh, scripts/fuzz.sh)
+# PT_EXTRA_APT names more packages to install (the fuzz build adds clang's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +12,7 @@ APT_PACKAGES=(build-essential cmake ninja-build pkg-config
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libcli11-dev libyaml-cpp-dev libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin iproute2
-  python3 python3-venv python3-numpy python3-torch python3-torchvision)
+  python3 python3-venv python3-numpy python3-torch python3-torchvision ${PT_EXTRA_APT:-})
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -28,6 +31,8 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import onnxruntime, onnx,
   /usr/bin/python3 -m venv --system-site-packages .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check "numpy<2" onnx onnxruntime
 fi
+
+[ "${1:-}" = "--deps-only" ] && exit 0
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPT_PYTHON="$PWD/.venv/bin/python" >/dev/null
 cmake --build build -j "$(nproc)"

@@ -7,7 +7,7 @@
 namespace pt {
 
 InProcessComm::Message& InProcessComm::entry(std::string_view name, int micro_batch, int to) {
-  auto it = box_.find(std::tuple<int, int, std::string_view>(micro_batch, to, name));
+  auto it = box_.find(KeyView(micro_batch, to, name));
   if (it == box_.end()) it = box_.emplace(Key(micro_batch, to, std::string(name)), Message()).first;
   return it->second;
 }

@@ -110,13 +110,22 @@ class InProcessComm : public Comm {
     int from = -1;
     std::vector<std::byte> data;
   };
-  // (micro_batch, to, name); std::less<> finds by a string_view name without a copy.
+  // (micro_batch, to, name); KeyLess finds by a string_view name without a copy (std::less<>
+  // would compare tuples of string and string_view, which only some standard libraries allow).
   using Key = std::tuple<int, int, std::string>;
+  using KeyView = std::tuple<int, int, std::string_view>;
+  struct KeyLess {
+    using is_transparent = void;
+    static KeyView view(const Key& k) { return {std::get<0>(k), std::get<1>(k), std::get<2>(k)}; }
+    static const KeyView& view(const KeyView& k) { return k; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const { return view(a) < view(b); }
+  };
   Message& entry(std::string_view name, int micro_batch, int to);  // caller holds mu_
 
   std::mutex mu_;
   std::condition_variable arrived_;
-  std::map<Key, Message, std::less<>> box_;
+  std::map<Key, Message, KeyLess> box_;
   bool aborted_ = false;
 };
 

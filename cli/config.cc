@@ -11,6 +11,12 @@
 namespace pt {
 namespace {
 
+// Whether a path the config names exists; a name the file system refuses (too long, ...) does not.
+bool path_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
 // Where a node came from: "file:line", or "--set key" for an override.
 class Reader {
  public:
@@ -156,12 +162,14 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.read(root, "", "model", &c->model, "a model file");
   if (c->model.empty())
     throw UserError(r.where(root, "model"), "is missing", "name the ONNX model to train");
-  if (!std::filesystem::exists(c->model))
+  if (!path_exists(c->model))
     throw UserError(r.where(root["model"], "model"), "file '" + c->model + "' does not exist",
                     "check the path (relative paths are from the working folder)");
   if (const YAML::Node d = root["dims"]) {
     if (!d.IsMap()) throw UserError(r.where(d, "dims"), "expected a map of name: size", "write dims: {batch: 8}");
     for (const auto& kv : d) {
+      if (!kv.first.IsScalar() || kv.first.Scalar().empty())
+        throw UserError(r.where(d, "dims"), "holds a key that is not a dimension's name", "write dims: {batch: 8}");
       const std::string name = kv.first.as<std::string>();
       int64_t v = 0;
       r.read(d, "dims", name.c_str(), &v, "a whole number");
@@ -224,14 +232,14 @@ void read_loss_data(const Reader& r, const YAML::Node& root, TrainConfig* c) {
       throw UserError(r.where(d["eval_fraction"], "data.eval_fraction"),
                       "must be in [0, 1), got " + std::to_string(c->data.eval_fraction), "hold out less");
     const auto need_file = [&](const std::string& file, const char* key) {
-      if (!file.empty() && !std::filesystem::exists(file))
+      if (!file.empty() && !path_exists(file))
         throw UserError(r.where(d[key], std::string("data.") + key), "file '" + file + "' does not exist",
                         "check the path (relative paths are from the working folder)");
     };
     need_file(c->data.targets, "targets");
     need_file(c->data.file, "file");
     for (const auto& [name, file] : c->data.inputs)
-      if (!std::filesystem::exists(file))
+      if (!path_exists(file))
         throw UserError(r.where(d["inputs"][name], "data.inputs." + name), "file '" + file + "' does not exist",
                         "check the path (relative paths are from the working folder)");
     if (c->data.kind == "npy" && (c->data.inputs.empty() || c->data.targets.empty()))
@@ -380,7 +388,7 @@ void check_no_duplicate_keys(const YAML::Node& n, const std::string& path, const
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
   YAML::Node root;
-  if (std::filesystem::is_directory(path))
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
     throw UserError(path, "is a folder, not a config file", "give the YAML file, e.g. samples/charlm/train.yaml");
   try {
     root = YAML::LoadFile(path);
@@ -400,10 +408,17 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
   }
   TrainConfig c;
   const Reader r(path, &c.places, overridden);
-  read_sections(r, root, &c);
-  read_loss_data(r, root, &c);
-  read_optimizer(r, root, &c);
-  read_pipeline(r, root, &c);
+  try {
+    read_sections(r, root, &c);
+    read_loss_data(r, root, &c);
+    read_optimizer(r, root, &c);
+    read_pipeline(r, root, &c);
+  } catch (const YAML::Exception& e) {
+    // Every key is read by name with its type checked; what yaml-cpp still refuses (a key that is
+    // not a name, an alias it cannot follow) is named by its line.
+    throw UserError(path + (e.mark.is_null() ? "" : ":" + std::to_string(e.mark.line + 1)),
+                    "cannot read this part of the config: " + e.msg, "write it as samples/charlm/train.yaml does");
+  }
   check_gpus(r, root, c);
   return c;
 }

@@ -63,9 +63,18 @@ Tensor read_npy(const std::string& path) {
     uint16_t h = 0;
     in.read(reinterpret_cast<char*>(&h), 2);
     header_len = h;
-  } else {
+  } else if (magic[6] == 2 || magic[6] == 3) {
     in.read(reinterpret_cast<char*>(&header_len), 4);
+  } else {
+    throw UserError(path, "is .npy format version " + std::to_string(static_cast<unsigned char>(magic[6])) + ", not 1, 2 or 3",
+                    "save it with numpy.save");
   }
+  const std::streamoff at = in.tellg();
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(at);
+  if (!in || at < 0 || static_cast<std::streamoff>(header_len) > size - at)
+    throw UserError(path, "has a truncated header", "save it again");
   std::string header(header_len, '\0');
   if (!in.read(header.data(), header_len)) throw UserError(path, "has a truncated header", "save it again");
   std::smatch m;

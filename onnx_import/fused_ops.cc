@@ -171,6 +171,15 @@ void attention(const onnx::NodeProto& n, const FusedFacts& f, Writer& w) {
 bool decompose_fused(const onnx::NodeProto& n, const FusedFacts& facts, onnx::GraphProto* g,
                      std::vector<onnx::NodeProto>* out) {
   if (!n.domain().empty() && n.domain() != "ai.onnx") return false;
+  // The onnx library here predates these ops, so its checker cannot count their inputs: done here.
+  const int inputs = n.op_type() == "RMSNormalization" ? 2 : n.op_type() == "Attention" ? 3 : -1;
+  if (inputs < 0) return false;
+  for (int i = 0; i < inputs; ++i)
+    if (!has_input(n, i) || n.output_size() < 1 || n.output(0).empty())
+      refuse(facts, "has " + std::to_string(n.input_size()) + " inputs and " + std::to_string(n.output_size()) +
+                        " outputs, but " + n.op_type() + " takes at least " + std::to_string(inputs) +
+                        " inputs and gives an output",
+             "export the model again");
   Writer w(n, g, out);
   if (n.op_type() == "RMSNormalization") {
     rms_normalization(n, facts, w);

@@ -2,6 +2,7 @@
 
 #include <onnx/checker.h>
 
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "onnx_import/op_table.h"
 #include "onnx_import/opset_adapt.h"
+#include "onnx_import/proto_convert.h"
 
 namespace pt {
 namespace {
@@ -43,30 +45,53 @@ onnx::ModelProto parse_file(const std::string& path) {
   return m;
 }
 
+// One number of a tensor's external_data (offset, length): a decimal count of bytes.
+int64_t external_number(const std::string& where, const std::string& key, const std::string& value) {
+  int64_t v = -1;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size() || v < 0)
+    throw UserError(where, "has external data " + key + " '" + value + "', not a count of bytes",
+                    "export the model again");
+  return v;
+}
+
 // Moves one tensor's external bytes into raw_data.
 void inline_external(onnx::TensorProto* t, const fs::path& dir, const std::string& model_path) {
+  const std::string where = model_path + ": tensor '" + t->name() + "'";
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : t->external_data()) {
     if (kv.key() == "location") location = kv.value();
-    if (kv.key() == "offset") offset = std::stoll(kv.value());
-    if (kv.key() == "length") length = std::stoll(kv.value());
+    if (kv.key() == "offset") offset = external_number(where, "offset", kv.value());
+    if (kv.key() == "length") length = external_number(where, "length", kv.value());
   }
-  const std::string where = model_path + ": tensor '" + t->name() + "'";
   if (location.empty())
     throw UserError(where, "is marked external but names no location", "export the model again");
-  const fs::path file = dir / location;
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
+  // As the ONNX spec has it: a relative path inside the model's folder, never out of it.
+  const fs::path relative(location);
+  bool escapes = relative.is_absolute() || relative.has_root_name();
+  for (const fs::path& part : relative) escapes = escapes || part == "..";
+  if (escapes)
+    throw UserError(where, "names external data '" + location + "', outside the model's folder",
+                    "keep the data file beside the model, as it was exported");
+  const fs::path file = dir / relative;
+  std::error_code ec;
+  if (!fs::exists(file, ec))
     throw UserError(where, "its external data file '" + file.string() + "' is missing",
                     "keep the data file beside the model, as it was exported");
-  in.seekg(0, std::ios::end);
-  const int64_t size = static_cast<int64_t>(in.tellg());
-  if (length < 0) length = size - offset;
-  if (offset < 0 || offset + length > size)
+  if (!fs::is_regular_file(file, ec))
+    throw UserError(where, "names external data '" + file.string() + "', which is not a regular file",
+                    "keep the data file beside the model, as it was exported");
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw UserError(where, "its external data file '" + file.string() + "' cannot be opened",
+                    "check its permissions");
+  const int64_t size = static_cast<int64_t>(fs::file_size(file, ec));
+  if (length < 0) length = offset <= size ? size - offset : 0;
+  if (offset > size || length > size - offset)
     throw UserError(where,
-                    "needs bytes " + std::to_string(offset) + ".." + std::to_string(offset + length) +
-                        " of '" + file.string() + "', which holds " + std::to_string(size),
+                    "needs " + std::to_string(length) + " bytes from byte " + std::to_string(offset) + " of '" +
+                        file.string() + "', which holds " + std::to_string(size),
                     "the external data file is truncated; export the model again");
   std::string data(static_cast<size_t>(length), '\0');
   in.seekg(offset);
@@ -158,9 +183,27 @@ std::set<std::string> names_read(const onnx::GraphProto& g) {
   return read;
 }
 
+// Every tensor the file holds (initializers, Constant values and other tensor attributes) has a
+// possible shape and the data that shape needs, before anything reads one. Tensors of a dtype
+// pipetrain does not take are refused later, with the op or opset that brought them.
+void check_tensors(const onnx::ModelProto& m, const std::string& path) {
+  auto check = [](const onnx::TensorProto& t, const std::string& where) {
+    if (dtype_size(static_cast<DType>(t.data_type())) != 0) check_tensor_data(t, where);
+  };
+  for (const auto& t : m.graph().initializer()) check(t, path + ": initializer '" + t.name() + "'");
+  for (int i = 0; i < m.graph().node_size(); ++i) {
+    const auto& n = m.graph().node(i);
+    for (const auto& a : n.attribute())
+      if (a.has_t())
+        check(a.t(), path + ": node '" + (n.name().empty() ? "#" + std::to_string(i) : n.name()) +
+                                     "' (" + n.op_type() + "), attribute '" + a.name() + "'");
+  }
+}
+
 onnx::ModelProto read_model(const std::string& path) {
   onnx::ModelProto m = parse_file(path);
   inline_all_external(&m, path);
+  check_tensors(m, path);
   return m;
 }
 

@@ -15,41 +15,54 @@ void copy_field(const Field& f, Tensor* t) {
 
 }  // namespace
 
-Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& where) {
-  Tensor t;
-  t.type.dtype = static_cast<DType>(tp.data_type());
-  t.type.shape.assign(tp.dims().begin(), tp.dims().end());
-  const size_t elem = dtype_size(t.type.dtype);
+TensorType check_tensor_data(const onnx::TensorProto& tp, const std::string& where) {
+  TensorType type;
+  type.dtype = static_cast<DType>(tp.data_type());
+  type.shape.assign(tp.dims().begin(), tp.dims().end());
+  const size_t elem = dtype_size(type.dtype);
   if (elem == 0)
     throw UserError(where, std::string("tensor '") + tp.name() + "' has unsupported dtype " +
                                std::to_string(tp.data_type()),
                     "use numeric tensors (float, int, bool)");
-  const int64_t n = t.type.numel();
-  t.data.resize(static_cast<size_t>(n) * elem);
-  auto mismatch = [&](int64_t have) {
-    return UserError(where,
-                     "tensor '" + tp.name() + "' of shape " + shape_str(t.type.shape) + " holds " +
-                         std::to_string(have) + " elements' worth of data, expected " +
-                         std::to_string(n),
-                     "the model file is corrupt or truncated; export it again");
-  };
+  int64_t n = 1;
+  for (int64_t d : type.shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 48))
+      throw UserError(where, "tensor '" + tp.name() + "' has shape " + shape_str(type.shape) +
+                                 ", not a size a tensor can have",
+                      "the model file is corrupt; export it again");
   if (tp.data_location() == onnx::TensorProto::EXTERNAL)
     PT_CHECK(false, "external data of '" + tp.name() + "' must be inlined before conversion");
+  int64_t have = 0;
   if (tp.has_raw_data()) {
-    if (tp.raw_data().size() != t.data.size())
-      throw mismatch(static_cast<int64_t>(tp.raw_data().size() / elem));
+    have = static_cast<int64_t>(tp.raw_data().size() / elem);
+    if (tp.raw_data().size() % elem != 0) have = -1;
+  } else {
+    switch (type.dtype) {
+      case DType::kFloat32: have = tp.float_data_size(); break;
+      case DType::kFloat64: have = tp.double_data_size(); break;
+      case DType::kInt64: have = tp.int64_data_size(); break;
+      case DType::kUInt64: case DType::kUInt32: have = tp.uint64_data_size(); break;
+      default: have = tp.int32_data_size(); break;
+    }
+  }
+  if (have != n)
+    throw UserError(where,
+                    "tensor '" + tp.name() + "' of shape " + shape_str(type.shape) + " holds " +
+                        (have < 0 ? std::to_string(tp.raw_data().size()) + " bytes of data, not whole elements"
+                                  : std::to_string(have) + " elements' worth of data") +
+                        ", expected " + std::to_string(n),
+                    "the model file is corrupt or truncated; export it again");
+  return type;
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& where) {
+  Tensor t;
+  t.type = check_tensor_data(tp, where);
+  t.data.resize(static_cast<size_t>(t.type.bytes()));
+  if (tp.has_raw_data()) {
     if (!t.data.empty()) std::memcpy(t.data.data(), tp.raw_data().data(), t.data.size());
     return t;
   }
-  int64_t have = 0;
-  switch (t.type.dtype) {
-    case DType::kFloat32: have = tp.float_data_size(); break;
-    case DType::kFloat64: have = tp.double_data_size(); break;
-    case DType::kInt64: have = tp.int64_data_size(); break;
-    case DType::kUInt64: case DType::kUInt32: have = tp.uint64_data_size(); break;
-    default: have = tp.int32_data_size(); break;
-  }
-  if (have != n) throw mismatch(have);
   switch (t.type.dtype) {
     case DType::kFloat32: copy_field<float>(tp.float_data(), &t); break;
     case DType::kFloat64: copy_field<double>(tp.double_data(), &t); break;

@@ -10,6 +10,10 @@
 
 namespace pt {
 
+// The tensor's type, after checking that its dtype is numeric, its shape a possible one (sizes from
+// 0, at most 2^48 elements) and that it holds the data its shape needs; nothing is copied.
+// Throws UserError naming `where`.
+TensorType check_tensor_data(const onnx::TensorProto& t, const std::string& where);
 // Reads data from raw_data or the typed fields. External data must already be inlined (see
 // load_model). Throws UserError naming `where` on a size mismatch or an unknown dtype.
 Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& where);

@@ -131,58 +131,105 @@ void clear_checkpoints(const std::string& dir) {
   fs::remove(fs::path(dir) / "latest", ec);
 }
 
-Checkpoint read_checkpoint(const std::string& path) {
+namespace {
+
+// A whole number of a checkpoint header (a JSON float or a number past int64 is damage).
+int64_t whole(const nlohmann::json& v, const std::string& path) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
+    throw UserError(path, "damaged checkpoint header: " + v.dump() + " where a whole number belongs",
+                    "resume from another checkpoint");
+  return v.get<int64_t>();
+}
+
+// One tensor's entry of a checkpoint header, checked against the file: a known dtype, sizes from 0
+// up, the byte count its type needs, and bytes that lie inside the file (`data` of them after the
+// header). Throws UserError naming the file.
+Tensor read_tensor(std::istream& in, const nlohmann::json& e, std::streamoff base, int64_t data,
+                   const std::string& path) {
+  const std::string name = e.at("name").get<std::string>();
+  auto damaged = [&](const std::string& what) {
+    return UserError(path, "damaged checkpoint: tensor '" + name + "' " + what, "resume from another checkpoint");
+  };
+  Tensor t;
+  const int64_t dtype = whole(e.at("dtype"), path);
+  t.type.dtype = static_cast<DType>(dtype);
+  if (dtype < 0 || dtype > INT32_MAX || dtype_size(t.type.dtype) == 0) throw damaged("has no known dtype");
+  if (!e.at("shape").is_array()) throw damaged("has no shape");
+  for (const auto& d : e.at("shape")) t.type.shape.push_back(whole(d, path));
+  int64_t need = static_cast<int64_t>(dtype_size(t.type.dtype));
+  for (int64_t d : t.type.shape)
+    if (d < 0 || __builtin_mul_overflow(need, d, &need)) throw damaged("has an impossible shape");
+  const int64_t bytes = whole(e.at("bytes"), path), offset = whole(e.at("offset"), path);
+  if (bytes != need) throw damaged("has the wrong size");
+  if (offset < 0 || offset > data || bytes > data - offset)
+    throw UserError(path, "damaged checkpoint: the file is short", "resume from another checkpoint");
+  t.data.resize(static_cast<size_t>(bytes));
+  in.seekg(base + static_cast<std::streamoff>(offset));
+  in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
+  if (!in) throw UserError(path, "damaged checkpoint: the file is short", "resume from another checkpoint");
+  return t;
+}
+
+// A checkpoint file; a manifest (`part` false) may name parts, a part names none.
+Checkpoint read_file(const std::string& path, bool part) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path, "cannot read the checkpoint", "check checkpoint.dir");
   std::string magic, header;
   std::getline(in, magic);
   std::getline(in, header);
   if (magic != kMagic) throw UserError(path, "is not a pipetrain checkpoint", "point checkpoint.dir at a folder `pipetrain train` wrote");
+  const std::streamoff base = in.tellg();
+  std::error_code ec;
+  const int64_t data = static_cast<int64_t>(fs::file_size(path, ec)) - static_cast<int64_t>(base);
+  if (ec || base < 0) throw UserError(path, "damaged checkpoint: the file is short", "resume from another checkpoint");
   Checkpoint c;
-  nlohmann::json h;
+  std::vector<std::string> parts;
   try {
-    h = nlohmann::json::parse(header);
-    c.step = h.at("step").get<int64_t>();
-    c.data_position = h.at("data_position").get<int64_t>();
+    const nlohmann::json h = nlohmann::json::parse(header);
+    c.step = whole(h.at("step"), path);
+    c.data_position = whole(h.at("data_position"), path);
     c.meta = h.at("meta").get<std::map<std::string, std::string>>();
+    for (const auto& e : h.at("tensors")) {
+      Tensor t = read_tensor(in, e, base, data, path);
+      c.tensors.emplace_back(e.at("name").get<std::string>(), std::move(t));
+    }
+    parts = h.value("parts", std::vector<std::string>{});
   } catch (const nlohmann::json::exception& e) {
     throw UserError(path, std::string("damaged checkpoint header: ") + e.what(), "resume from another checkpoint");
   }
-  const std::streamoff base = in.tellg();
-  for (const auto& e : h.at("tensors")) {
-    Tensor t;
-    t.type.dtype = static_cast<DType>(e.at("dtype").get<int>());
-    t.type.shape = e.at("shape").get<std::vector<int64_t>>();
-    const size_t bytes = e.at("bytes").get<size_t>();
-    if (static_cast<int64_t>(bytes) != t.type.bytes())
-      throw UserError(path, "damaged checkpoint: tensor '" + e.at("name").get<std::string>() + "' has the wrong size", "resume from another checkpoint");
-    t.data.resize(bytes);
-    in.seekg(base + static_cast<std::streamoff>(e.at("offset").get<size_t>()));
-    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
-    if (!in) throw UserError(path, "damaged checkpoint: the file is short", "resume from another checkpoint");
-    c.tensors.emplace_back(e.at("name").get<std::string>(), std::move(t));
-  }
-  // The parts the ranks wrote, beside this file.
-  for (const auto& name : h.value("parts", nlohmann::json::array())) {
-    const fs::path part = fs::path(path).parent_path() / name.get<std::string>();
-    if (!fs::exists(part))
-      throw UserError(part.string(), "is missing: a part of checkpoint " + fs::path(path).filename().string(),
+  // The parts the ranks wrote, beside this file: names of the form step_N.rankR.part, nothing else.
+  if (part && !parts.empty())
+    throw UserError(path, "damaged checkpoint: a part that names parts", "resume from another checkpoint");
+  for (const std::string& name : parts) {
+    if (step_of(name, true) < 0 || fs::path(name).filename() != name)
+      throw UserError(path, "damaged checkpoint: names a part '" + name + "', not a step_N.rankR.part beside it",
+                      "resume from another checkpoint");
+    const fs::path file = fs::path(path).parent_path() / name;
+    if (!fs::exists(file, ec))
+      throw UserError(file.string(), "is missing: a part of checkpoint " + fs::path(path).filename().string(),
                       "give every rank a checkpoint.dir all of them see (a shared file system), or resume from "
                       "another checkpoint");
-    Checkpoint p = read_checkpoint(part.string());
+    Checkpoint p = read_file(file.string(), true);
     if (p.step != c.step)
-      throw UserError(part.string(), "belongs to step " + std::to_string(p.step) + ", not " + std::to_string(c.step),
+      throw UserError(file.string(), "belongs to step " + std::to_string(p.step) + ", not " + std::to_string(c.step),
                       "resume from another checkpoint");
     for (auto& t : p.tensors) c.tensors.push_back(std::move(t));
   }
   return c;
 }
 
+}  // namespace
+
+Checkpoint read_checkpoint(const std::string& path) { return read_file(path, false); }
+
 std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir) {
   std::ifstream latest(fs::path(dir) / "latest");
   if (!latest) return std::nullopt;
   std::string name;
   std::getline(latest, name);
+  if (step_of(name, false) < 0 || fs::path(name).filename() != name)
+    throw UserError((fs::path(dir) / "latest").string(), "names '" + name + "', not a step_N.ckpt beside it",
+                    "remove it, or resume from a checkpoint file by name");
   return read_checkpoint((fs::path(dir) / name).string());
 }
 

@@ -123,6 +123,52 @@ TEST(ImportErrors, MissingExternalData) {
   EXPECT_NE(err.find("is missing; keep the data file beside the model"), std::string::npos) << err;
 }
 
+// External data fields a broken or hostile file may hold (found by tests/fuzz/fuzz_model.cc's
+// kind of input): a path out of the model's folder, a device, offsets that are not numbers or run
+// past the file. Each is one line naming the tensor; nothing is read from outside the folder.
+TEST(ImportErrors, ExternalDataOutsideTheFolderOrNotANumber) {
+  fs::path dir = scratch("ext_fields");
+  fs::create_directories(dir);
+  fs::copy_file("samples/synthetic/tiny_ext.onnx.data", dir / "tiny_ext.onnx.data", fs::copy_options::overwrite_existing);
+  onnx::ModelProto m;
+  {
+    std::ifstream in("samples/synthetic/tiny_ext.onnx", std::ios::binary);
+    ASSERT_TRUE(m.ParseFromIstream(&in));
+  }
+  onnx::TensorProto* t = nullptr;
+  for (auto& init : *m.mutable_graph()->mutable_initializer())
+    if (init.data_location() == onnx::TensorProto::EXTERNAL) t = &init;
+  ASSERT_NE(t, nullptr);
+  auto error_with = [&](const std::string& key, const std::string& value) {
+    onnx::ModelProto copy = m;
+    for (auto& init : *copy.mutable_graph()->mutable_initializer())
+      if (init.name() == t->name())
+        for (auto& kv : *init.mutable_external_data())
+          if (kv.key() == key) kv.set_value(value);
+    const fs::path p = dir / "edited.onnx";
+    std::ofstream out(p, std::ios::binary);
+    copy.SerializeToOstream(&out);
+    out.close();
+    return import_error(p.string());
+  };
+  const std::string where = (dir / "edited.onnx").string() + ": tensor '" + t->name() + "': ";
+  EXPECT_EQ(error_with("location", "/etc/passwd"),
+            where + "names external data '/etc/passwd', outside the model's folder; keep the data file beside "
+                    "the model, as it was exported");
+  EXPECT_EQ(error_with("location", "../ext_fields/tiny_ext.onnx.data"),
+            where + "names external data '../ext_fields/tiny_ext.onnx.data', outside the model's folder; keep the "
+                    "data file beside the model, as it was exported");
+  EXPECT_EQ(error_with("location", "."), where + "names external data '" + (dir / ".").string() +
+                                              "', which is not a regular file; keep the data file beside the "
+                                              "model, as it was exported");
+  EXPECT_EQ(error_with("offset", "12abc"),
+            where + "has external data offset '12abc', not a count of bytes; export the model again");
+  EXPECT_EQ(error_with("offset", "99999999999999999999"),
+            where + "has external data offset '99999999999999999999', not a count of bytes; export the model again");
+  const std::string past = error_with("offset", "9223372036854775000");
+  EXPECT_NE(past.find("bytes from byte 9223372036854775000 of"), std::string::npos) << past;
+}
+
 onnx::ModelProto tiny_model(const std::string& op, const std::string& domain, int64_t opset) {
   onnx::ModelProto m;
   m.set_ir_version(8);

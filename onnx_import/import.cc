@@ -303,7 +303,11 @@ Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std:
   }
   for (const auto& in : g.input()) {
     if (init_names.count(in.name())) continue;
-    graph.inputs.push_back(graph.add_value(in.name(), known.types.at(in.name())));
+    const auto t = known.types.find(in.name());
+    if (t == known.types.end())
+      throw UserError(path + ": input '" + in.name() + "'", "has no tensor type pipetrain can read",
+                      "export the model again, with a float, integer or bool tensor for each input");
+    graph.inputs.push_back(graph.add_value(in.name(), t->second));
   }
   for (const auto& n : g.node()) {
     const std::string where = node_where(path, n, opset);
@@ -324,7 +328,13 @@ Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std:
     }
     graph.add_node(std::move(node));
   }
-  for (const auto& o : g.output()) graph.outputs.push_back(graph.find(o.name()));
+  for (const auto& o : g.output()) {
+    const ValueId v = graph.find(o.name());
+    if (v == kNoValue)
+      throw UserError(path + ": graph output '" + o.name() + "'",
+                      "is written by no node and is no input or initializer", "export the model again");
+    graph.outputs.push_back(v);
+  }
   graph.rebuild_uses();
   return graph;
 }

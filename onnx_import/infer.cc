@@ -125,10 +125,15 @@ Result batch_norm(const Args& a) {
 // window that would start past the input and its left padding).
 Dims window_out(const Args& a, const Dims& in, const Dims& kernel, bool ceil_mode) {
   const size_t r = kernel.size();
+  // Sizes past 2^31 are no window, and keep (kernel - 1) * dilation + pads in int64.
   auto ints = [&](const char* name, size_t n, int64_t fill) {
     Dims v = a.node.attr_ints(name);
+    for (int64_t x : v)
+      if (x > (int64_t{1} << 31) || x < -(int64_t{1} << 31)) a.fail(std::string(name) + " " + shape_str(v) + " are out of range");
     return v.empty() ? Dims(n, fill) : v;
   };
+  for (int64_t k : kernel)
+    if (k < 1 || k > (int64_t{1} << 31)) a.fail("kernel " + shape_str(kernel) + " is out of range");
   const Dims strides = ints("strides", r, 1), dil = ints("dilations", r, 1), pads = ints("pads", 2 * r, 0);
   const std::string pad = a.node.attr_string("auto_pad", "NOTSET");
   if (strides.size() != r || dil.size() != r || pads.size() != 2 * r || in.size() != r + 2)
@@ -206,8 +211,8 @@ Result reshape(const Args& a) {
     if (d == -1) {
       if (infer >= 0) a.fail("more than one -1 in the shape");
       infer = static_cast<int64_t>(i);
-    } else {
-      known *= d;
+    } else if (d < 0 || __builtin_mul_overflow(known, d, &known) || known > kMaxTensorElements) {
+      a.fail("shape " + shape_str(*target) + " is not a size a tensor can have");
     }
   }
   const int64_t total = product(s, 0, s.size());
@@ -363,7 +368,11 @@ Result pad(const Args& a) {
   const size_t r = a.shape(0).size();
   if (pads->size() != 2 * r) a.fail(std::to_string(pads->size()) + " pads for rank " + std::to_string(r));
   Dims out = a.shape(0);
-  for (size_t d = 0; d < r; ++d) out[d] += (*pads)[d] + (*pads)[d + r];
+  for (size_t d = 0; d < r; ++d) {
+    if (std::abs((*pads)[d]) > kMaxTensorElements || std::abs((*pads)[d + r]) > kMaxTensorElements)
+      a.fail("pads " + shape_str(*pads) + " are larger than any tensor");
+    out[d] += (*pads)[d] + (*pads)[d + r];
+  }
   return one(a.type(0).dtype, out);
 }
 
@@ -485,7 +494,17 @@ std::optional<std::vector<TensorType>> infer_types(const Node& node,
   auto it = rules().find(node.op_type);
   if (it == rules().end()) return std::nullopt;
   Result out = it->second(a);
-  if (out) out->resize(node.outputs.size());  // omitted outputs stay kUndefined
+  if (!out) return out;
+  out->resize(node.outputs.size());  // omitted outputs stay kUndefined
+  // Every rule's inputs hold at most 2^48 elements, and so does every output it gives: the bound
+  // that keeps size arithmetic (here, in folding, the memory plan and the kernels) in int64.
+  for (const TensorType& t : *out) {
+    int64_t n = 1;
+    for (int64_t d : t.shape)
+      if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxTensorElements)
+        a.fail("its output would be " + t.str() + ", " +
+               (d < 0 ? std::string("a negative size") : "more than 2^48 elements"));
+  }
   return out;
 }
 

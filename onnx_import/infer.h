@@ -14,6 +14,11 @@
 
 namespace pt {
 
+// No tensor holds more elements: 48-bit virtual addresses reach 2^48 bytes (256 TiB). Import
+// refuses larger shapes (initializers, inputs, every inferred output), which keeps every size
+// product in int64.
+constexpr int64_t kMaxTensorElements = int64_t{1} << 48;
+
 // nullopt when an input the rule needs is unknown (inference runs again after folding) or the op
 // has no rule. UserError at `where` (the file, node, op and opset) when the inputs contradict the
 // op (shapes that do not broadcast, an axis out of range, a reshape that does not fit).

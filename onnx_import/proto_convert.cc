@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "onnx_import/infer.h"
 
 namespace pt {
 namespace {
@@ -26,7 +27,7 @@ TensorType check_tensor_data(const onnx::TensorProto& tp, const std::string& whe
                     "use numeric tensors (float, int, bool)");
   int64_t n = 1;
   for (int64_t d : type.shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 48))
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxTensorElements)
       throw UserError(where, "tensor '" + tp.name() + "' has shape " + shape_str(type.shape) +
                                  ", not a size a tensor can have",
                       "the model file is corrupt; export it again");

@@ -35,7 +35,7 @@ case "$mode" in
   tsan)
     dir=build-tsan
     flags=(-DPT_SANITIZE=thread)
-    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/sanitize/tsan.supp"
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/scripts/sanitize/tsan.supp"
     export OMP_NUM_THREADS=1
     ;;
   *)

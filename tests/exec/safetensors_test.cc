@@ -22,7 +22,7 @@ Tensor tensor(std::vector<int64_t> shape, std::vector<T> values) {
   Tensor t;
   t.type = {dtype_of<T>(), std::move(shape)};
   t.data.resize(values.size() * sizeof(T));
-  std::memcpy(t.data.data(), values.data(), t.data.size());
+  if (!values.empty()) std::memcpy(t.data.data(), values.data(), t.data.size());  // memcpy takes no null pointer
   return t;
 }
 

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libcli11-dev libyaml-cpp-dev libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev
-  libopenmpi-dev openmpi-bin iproute2
+  libopenmpi-dev openmpi-bin iproute2 procps
   python3 python3-venv python3-numpy python3-torch python3-torchvision ${PT_EXTRA_APT:-})
 
 missing=()

@@ -188,7 +188,7 @@ std::set<std::string> names_read(const onnx::GraphProto& g) {
 // pipetrain does not take are refused later, with the op or opset that brought them.
 void check_tensors(const onnx::ModelProto& m, const std::string& path) {
   auto check = [](const onnx::TensorProto& t, const std::string& where) {
-    if (dtype_size(static_cast<DType>(t.data_type())) != 0) check_tensor_data(t, where);
+    if (numeric_dtype(t)) check_tensor_data(t, where);
   };
   for (const auto& t : m.graph().initializer()) check(t, path + ": initializer '" + t.name() + "'");
   for (int i = 0; i < m.graph().node_size(); ++i) {

@@ -34,13 +34,10 @@ std::vector<int64_t> reversed(std::vector<int64_t> d) {
   return d;
 }
 
-// a == b, or (transposed) a == b^T for rank-2 tensors of one dtype.
-// (Tensors of a dtype pipetrain does not take compare as different and as no fill; the load
-// refuses them later with the reason.)
-bool numeric(const onnx::TensorProto& t) { return dtype_size(static_cast<DType>(t.data_type())) != 0; }
-
+// a == b, or (transposed) a == b^T for rank-2 tensors of one dtype. Tensors of a dtype pipetrain
+// does not take compare as different (and below, as no fill).
 bool same_values(const onnx::TensorProto& a, const onnx::TensorProto& b, bool transposed) {
-  if (!numeric(a) || !numeric(b)) return false;
+  if (!numeric_dtype(a) || !numeric_dtype(b)) return false;
   const Tensor x = tensor_from_proto(a, a.name()), y = tensor_from_proto(b, b.name());
   if (x.type.dtype != y.type.dtype) return false;
   if (!transposed) return x.type.shape == y.type.shape && x.data == y.data;
@@ -55,7 +52,7 @@ bool same_values(const onnx::TensorProto& a, const onnx::TensorProto& b, bool tr
 }
 
 bool constant_fill(const onnx::TensorProto& t) {
-  if (!numeric(t)) return false;
+  if (!numeric_dtype(t)) return false;
   const Tensor x = tensor_from_proto(t, t.name());
   const size_t e = dtype_size(x.type.dtype);
   for (size_t i = e; i < x.data.size(); i += e)

@@ -14,6 +14,9 @@ namespace pt {
 // 0, at most 2^48 elements) and that it holds the data its shape needs; nothing is copied.
 // Throws UserError naming `where`.
 TensorType check_tensor_data(const onnx::TensorProto& t, const std::string& where);
+// Whether the tensor's dtype is one pipetrain holds (numeric or bool); others are refused by the
+// load with the op or opset that brought them.
+inline bool numeric_dtype(const onnx::TensorProto& t) { return dtype_size(static_cast<DType>(t.data_type())) != 0; }
 // Reads data from raw_data or the typed fields. External data must already be inlined (see
 // load_model). Throws UserError naming `where` on a size mismatch or an unknown dtype.
 Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& where);

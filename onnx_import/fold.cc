@@ -29,8 +29,26 @@ Folded one(Tensor t) {
   return out;
 }
 
+namespace {
+
+// Thrown where a tensor folding would build passes kMaxFoldBytes; evaluate_constant turns it into
+// "not folded".
+struct TooLargeToFold {};
+
+// Throws TooLargeToFold unless `shape` of `elem`-byte elements fits in kMaxFoldBytes (checked
+// without overflow, whatever the dims).
+void check_fold_size(const std::vector<int64_t>& shape, int64_t elem) {
+  int64_t bytes = elem;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes) || bytes > kMaxFoldBytes)
+      throw TooLargeToFold{};
+}
+
+}  // namespace
+
 // A zero-filled tensor.
 Tensor new_tensor(DType dtype, std::vector<int64_t> shape) {
+  check_fold_size(shape, static_cast<int64_t>(dtype_size(dtype)));
   Tensor t;
   t.type = TensorType{dtype, std::move(shape)};
   t.data.resize(static_cast<size_t>(t.type.bytes()));
@@ -90,6 +108,7 @@ void for_each_index(const std::vector<int64_t>& shape, Visit visit) {
 // offsets[i] = base + sum_d idx_i[d] * strides[d], idx_i the i-th multi-index of `shape`.
 std::vector<int64_t> strided_offsets(const std::vector<int64_t>& shape, int64_t base,
                                      const std::vector<int64_t>& strides) {
+  check_fold_size(shape, sizeof(int64_t));
   std::vector<int64_t> offsets;
   for_each_index(shape, [&](const std::vector<int64_t>& idx) {
     int64_t o = base;
@@ -342,6 +361,7 @@ Folded fold_constant_of_shape(const Node& node, const Inputs& in, int64_t) {
     if (!v || v->type.numel() != 1) return std::nullopt;
     value = *v;
   }
+  check_fold_size(*shape, sizeof(int64_t));
   const std::vector<int64_t> offsets(static_cast<size_t>(product(*shape, 0, shape->size())), 0);
   return one(take(value, *shape, offsets));
 }
@@ -463,8 +483,11 @@ Folded fold_tile(const Node& node, const Inputs& in, int64_t) {
   std::vector<int64_t> shape;
   for (size_t d = 0; d < s.size(); ++d) {
     if ((*repeats)[d] < 0) fail(node, "repeats " + shape_str(*repeats) + " has a negative entry");
-    shape.push_back(s[d] * (*repeats)[d]);
+    int64_t dim = 0;
+    if (__builtin_mul_overflow(s[d], (*repeats)[d], &dim)) throw TooLargeToFold{};
+    shape.push_back(dim);
   }
+  check_fold_size(shape, sizeof(int64_t));
   const std::vector<int64_t> strides = row_major_strides(s);
   std::vector<int64_t> offsets;
   for_each_index(shape, [&](const std::vector<int64_t>& idx) {
@@ -589,7 +612,12 @@ std::optional<std::vector<Tensor>> evaluate_constant(const Node& node,
   if (it == table.end() || inputs.size() < it->second.required_inputs) return std::nullopt;
   for (size_t i = 0; i < it->second.required_inputs; ++i)
     if (!inputs[i]) return std::nullopt;
-  std::optional<std::vector<Tensor>> out = it->second.fold(node, inputs, opset);
+  std::optional<std::vector<Tensor>> out;
+  try {
+    out = it->second.fold(node, inputs, opset);
+  } catch (const fold_detail::TooLargeToFold&) {
+    return std::nullopt;
+  }
   if (out && out->size() != node.outputs.size()) return std::nullopt;
   return out;
 }

@@ -145,10 +145,10 @@ bool constant_inputs(const onnx::NodeProto& n, Known& known, std::vector<Tensor>
     }
     auto t = known.types.find(name);
     if ((n.op_type() == "Shape" || n.op_type() == "Size") && t != known.types.end()) {
-      // The values do not matter: a zero-filled tensor of the right shape stands in.
+      // Their folders read only the type: a tensor of that type and no data stands in (the
+      // input may be far too large to build).
       Tensor stand_in;
       stand_in.type = t->second;
-      stand_in.data.resize(static_cast<size_t>(t->second.bytes()));
       storage->push_back(std::move(stand_in));
       inputs->push_back(&storage->back());
       continue;
@@ -171,8 +171,7 @@ Node node_shell(const onnx::NodeProto& n, const std::string& where) {
 }
 
 // One pass over the nodes: folds every node whose inputs are constant. Returns how many.
-int fold_pass(onnx::ModelProto* m, Known& known, const ImportOptions& opts,
-              const std::string& path) {
+int fold_pass(onnx::ModelProto* m, Known& known, const std::string& path) {
   auto* g = m->mutable_graph();
   const int64_t opset = default_opset(*m);
   std::set<std::string> graph_outputs;
@@ -187,10 +186,7 @@ int fold_pass(onnx::ModelProto* m, Known& known, const ImportOptions& opts,
     std::optional<std::vector<Tensor>> out;
     if (!is_output && n.op_type() != "Dropout" && constant_inputs(n, known, &storage, &inputs))
       out = evaluate_constant(node_shell(n, node_where(path, n, opset)), inputs, opset);
-    int64_t bytes = 0;
-    if (out)
-      for (const Tensor& t : *out) bytes += static_cast<int64_t>(t.data.size());
-    if (!out || bytes > opts.max_fold_bytes) {
+    if (!out) {
       *kept.Add() = std::move(n);
       continue;
     }
@@ -360,7 +356,7 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   known.read(m.graph());
   for (int round = 0; round < 32; ++round) {
     infer_pass(m.graph(), known, path, default_opset(m));
-    const int folded = fold_pass(&m, known, opts, path);
+    const int folded = fold_pass(&m, known, path);
     if (folded + rewrite_constant_gathers(m.mutable_graph(), &known.types, &known.constants, path) +
             rewrite_uniform_draws(m.mutable_graph(), &known.types, &known.constants, path) +
             fold_sequences(m.mutable_graph(), &known.types, &known.constants, path, default_opset(m)) +

@@ -18,7 +18,6 @@ namespace pt {
 struct ImportOptions {
   int64_t batch = 1;                      // binds the first dim of each input when symbolic
   std::map<std::string, int64_t> dims;    // binds named symbolic dims (--dim name=value)
-  int64_t max_fold_bytes = 64ll << 20;    // folded constants larger than this stay as nodes
   ParameterChoices parameters;            // config parameters.tied / untied (module_params.h)
 };
 

@@ -335,5 +335,31 @@ TEST(Fold, ExpandRejectsShapesThatDoNotBroadcast) {
   EXPECT_THROW(evaluate_constant(make_node("e", "Expand", 2), {&x, &target}, 17), UserError);
 }
 
+// A constant bigger than kMaxFoldBytes stays a node and costs no memory: ConstantOfShape, Expand,
+// Tile and Where to 2^40 elements or more, and Shape of an input of 2^45 bytes that has a type and no data.
+TEST(Fold, TooLargeToBuildStaysANode) {
+  const Tensor huge_shape = ints({1 << 20, 1 << 20}, {2});
+  EXPECT_FALSE(evaluate_constant(make_node("c", "ConstantOfShape", 1), {&huge_shape}, 17));
+  const Tensor one = floats(1, {1});
+  EXPECT_FALSE(evaluate_constant(make_node("e", "Expand", 2), {&one, &huge_shape}, 17));
+  const Tensor x = floats(6, {2, 3});
+  const Tensor repeats = ints({int64_t{1} << 62, 1 << 20}, {2});
+  EXPECT_FALSE(evaluate_constant(make_node("t", "Tile", 2), {&x, &repeats}, 17));
+  Tensor cond;
+  cond.type = {DType::kBool, {1 << 20, 1}};
+  cond.data.resize(1 << 20);
+  const Tensor row = floats(1 << 20, {1, 1 << 20});
+  EXPECT_FALSE(evaluate_constant(make_node("w", "Where", 3), {&cond, &row, &row}, 17));
+  const Tensor fits = ints({1 << 10, 1 << 10}, {2});
+  EXPECT_EQ(fold1(make_node("c", "ConstantOfShape", 1), {&fits}).type.str(), "float32[1024,1024]");
+
+  Tensor typed_only;
+  typed_only.type = {DType::kFloat32, {1 << 20, 1 << 20, 1 << 3}};
+  EXPECT_EQ(values_of(fold1(make_node("s", "Shape", 1), {&typed_only})),
+            (std::vector<int64_t>{1 << 20, 1 << 20, 1 << 3}));
+  EXPECT_EQ(values_of(fold1(make_node("n", "Size", 1), {&typed_only})),
+            std::vector<int64_t>{int64_t{1} << 43});
+}
+
 }  // namespace
 }  // namespace pt

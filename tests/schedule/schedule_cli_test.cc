@@ -48,19 +48,33 @@ TEST(ScheduleCli, JsonHasTheDocumentedShapeAndTheClosedForm) {
   const Result r = pipetrain("--kind 1f1b --stages 4 --micro-batches 8 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  for (const char* key : {"kind", "stages", "micro_batches", "chunks", "makespan", "bubble", "devices"})
+  for (const char* key : {"kind", "stages", "micro_batches", "chunks", "makespan", "bubble",
+                          "bubble_steps_overlapped", "devices"})
     EXPECT_TRUE(j.contains(key)) << key;
-  EXPECT_EQ(j.size(), 7u);
+  EXPECT_EQ(j.size(), 8u);
   EXPECT_EQ(j["kind"], "1f1b");
   EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 33.0);
   EXPECT_DOUBLE_EQ(j["bubble"].get<double>(), 3.0 / 11);
   ASSERT_EQ(j["devices"].size(), 4u);
   for (const auto& d : j["devices"]) {
-    EXPECT_EQ(d.size(), 5u);
+    EXPECT_EQ(d.size(), 6u);
     EXPECT_TRUE(d["peak_bytes"].is_null());  // unit costs carry no bytes
   }
   EXPECT_DOUBLE_EQ(j["devices"][0]["peak_activations"].get<double>(), 4.0);
   EXPECT_DOUBLE_EQ(j["devices"][3]["peak_activations"].get<double>(), 1.0);
+  // Device 3 idles 3 units before its first F and 3 after its last B: none inside its span.
+  EXPECT_DOUBLE_EQ(j["devices"][3]["bubble_steps_overlapped"].get<double>(), 0.0);
+}
+
+// ZB-V with m >= 2p leaves no idle time inside any device's span (its paper's zero bubble), while
+// the first step alone still idles at the edges.
+TEST(ScheduleCli, JsonGivesTheBubbleWithStepsOverlapped) {
+  const Result r = pipetrain("--kind zb-v --stages 4 --micro-batches 8 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["bubble"].get<double>(), 1.0 / 17);
+  EXPECT_DOUBLE_EQ(j["bubble_steps_overlapped"].get<double>(), 0.0);
+  for (const auto& d : j["devices"]) EXPECT_DOUBLE_EQ(d["bubble_steps_overlapped"].get<double>(), 0.0);
 }
 
 TEST(ScheduleCli, PrintsATimelineBubbleAndPeak) {

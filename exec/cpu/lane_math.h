@@ -45,6 +45,18 @@ inline double lane_sum(const float* p, int64_t n) {
   return total;
 }
 
+// sum_i p[i] * q[i] over [0, n), the same way.
+inline double lane_dot(const float* p, const float* q, int64_t n) {
+  float lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lane[k] += p[i + k] * q[i + k];
+  double total = 0;
+  for (; i < n; ++i) total += double(p[i]) * q[i];
+  for (float l : lane) total += l;
+  return total;
+}
+
 // sum_i (p[i] - mean)^2 over [0, n), the same way.
 inline double lane_squared_deviation(const float* p, int64_t n, float mean) {
   float lane[kLanes] = {};

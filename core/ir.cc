@@ -121,6 +121,12 @@ std::vector<int64_t> Node::attr_ints(const std::string& key) const {
 
 std::string Node::label() const { return "node '" + name + "' (" + op_type + ")"; }
 
+bool Node::is_view() const {
+  return (domain.empty() || domain == "ai.onnx") &&
+         (op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" ||
+          op_type == "Unsqueeze" || op_type == "Identity");
+}
+
 int64_t Graph::opset() const {
   auto it = opsets.find("");
   if (it == opsets.end()) it = opsets.find("ai.onnx");

@@ -120,6 +120,9 @@ struct Node {
   std::vector<int64_t> attr_ints(const std::string& key) const;  // empty when absent
   // Name for messages: "node 'mm1' (MatMul)".
   std::string label() const;
+  // Reshape, Flatten, Squeeze, Unsqueeze or Identity of the default domain: output 0 holds input
+  // 0's bytes as they are, so no byte needs to move.
+  bool is_view() const;
 };
 
 // The user's overrides of import's tie rules (config `parameters: {tied, untied}`).

@@ -14,6 +14,7 @@ struct StageProgram::Step {
   std::unique_ptr<Kernel> kernel;
   std::vector<Buffer> inputs, outputs;
   void* scratch = nullptr;
+  bool aliased = false;  // a view whose output shares its input's buffer: nothing to run
 };
 
 namespace {
@@ -51,13 +52,25 @@ StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backen
       throw UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
                       std::string("run it on another backend or replace the op; `pipetrain ops` "
                                   "lists what the ") + backend.name() + " backend takes");
-    for (ValueId v : node.outputs) {
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      const ValueId v = node.outputs[k];
       if (v == kNoValue || where[static_cast<size_t>(v)].constant) continue;
       const Value& val = g.value(v);
       int last = i;
       if (!val.consumers.empty()) last = std::max(last, val.consumers.back());
       for (ValueId o : g.outputs)
         if (o == v) last = n;
+      // A view of an arena buffer is that buffer, live until the view's last reader too.
+      const int viewed = k == 0 && node.is_view() && !node.inputs.empty() && node.inputs[0] != kNoValue
+                             ? where[static_cast<size_t>(node.inputs[0])].buffer
+                             : -1;
+      if (viewed >= 0 && g.value(node.inputs[0]).type.bytes() == val.type.bytes()) {
+        where[static_cast<size_t>(v)].buffer = viewed;
+        BufferLife& life = lives[static_cast<size_t>(viewed)];
+        life.last = std::max(life.last, last);
+        step.aliased = true;
+        continue;
+      }
       where[static_cast<size_t>(v)].buffer = static_cast<int>(lives.size());
       lives.push_back({val.name, val.type.bytes(), i, last});
     }
@@ -123,7 +136,8 @@ void StageProgram::bind_inputs(std::span<const Buffer> inputs) {
 void StageProgram::run(std::span<const Buffer> inputs) {
   if (profile_) return run_profiled(inputs, profile_);
   bind_inputs(inputs);
-  for (Step& s : steps_) s.kernel->run(s.inputs, s.outputs, s.scratch);
+  for (Step& s : steps_)
+    if (!s.aliased) s.kernel->run(s.inputs, s.outputs, s.scratch);
   backend_.synchronize();
 }
 
@@ -138,7 +152,8 @@ void StageProgram::run_profiled(std::span<const Buffer> inputs, std::vector<doub
   seconds->resize(steps_.size());
   for (size_t i = 0; i < steps_.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    steps_[i].kernel->run(steps_[i].inputs, steps_[i].outputs, steps_[i].scratch);
+    if (!steps_[i].aliased)
+      steps_[i].kernel->run(steps_[i].inputs, steps_[i].outputs, steps_[i].scratch);
     backend_.synchronize();
     (*seconds)[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

@@ -1,7 +1,8 @@
 // exec/stage_program.h: a Graph compiled once on a Backend, run many times.
 //
 // Compiling makes one kernel per node (a UserError naming the node when the backend cannot run
-// it), plans one arena for every intermediate tensor and kernel scratch (exec/memory_plan.h),
+// it), plans one arena for every intermediate tensor and kernel scratch (exec/memory_plan.h; a
+// view of an arena tensor, Node::is_view, shares its buffer and runs nothing),
 // allocates it through the backend (host memory on the CPU, device memory on a GPU), and
 // resolves every kernel argument to an address (constants: Backend::device_constant). run()
 // patches the input addresses and calls the kernels in order: nothing is allocated or looked up

@@ -28,12 +28,6 @@ const std::map<std::string, Elementwise>& elementwise_table() {
   return t;
 }
 
-// Ops that only reinterpret their input: no bytes move.
-bool is_view(const std::string& op) {
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
-         op == "Identity";
-}
-
 int64_t numel(const Graph& g, ValueId v) { return v == kNoValue ? 0 : g.value(v).type.numel(); }
 int64_t nbytes(const Graph& g, ValueId v) { return v == kNoValue ? 0 : g.value(v).type.bytes(); }
 
@@ -235,7 +229,7 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
     for (ValueId v : n.inputs)
       if (v != kNoValue && g.value(v).is_parameter()) params.insert(v);
     for (ValueId v : params) c.param_bytes += nbytes(g, v);
-    if (!is_view(n.op_type)) {
+    if (!n.is_view()) {
       for (ValueId v : n.inputs) c.bytes_read += nbytes(g, v);
       for (ValueId v : n.outputs) c.bytes_written += nbytes(g, v);
     }

@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from train import summary_of  # bench/train.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = os.path.join(ROOT, "samples", "charlm", "gpl3.txt")
 MICRO_BATCH, MICRO_BATCHES = 8, 8
@@ -136,12 +138,7 @@ def pipetrain_step(binary, config, metrics, steps):
         os.remove(metrics)
     subprocess.run([binary, "train", config, "-q", "--set", f"steps={steps}"], check=True,
                    stdout=subprocess.DEVNULL)
-    with open(metrics) as f:
-        for line in f:
-            j = json.loads(line)
-            if "summary" in j:
-                return j["summary"]["step_s_median"]
-    raise RuntimeError("no summary in " + metrics)
+    return summary_of(metrics)["step_s_median"]
 
 
 def worker(*args):

@@ -35,6 +35,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "samples", "charlm"))
 import make_charlm  # noqa: E402
+from train import summary_of  # noqa: E402  (bench/train.py)
 
 MICRO_BATCH, MICRO_BATCHES, VOCAB = 8, 8, 256
 
@@ -120,12 +121,7 @@ output: {{metrics: {metrics}}}
         lines = r.stdout.splitlines()
         start = next((i for i, line in enumerate(lines) if line.startswith("kernel time per step")), len(lines))
         print("\n".join(lines[start:]))
-    with open(metrics) as f:
-        for line in f:
-            j = json.loads(line)
-            if "summary" in j:
-                return j["summary"]["step_s_median"]
-    raise RuntimeError("no summary in " + metrics)
+    return summary_of(metrics)["step_s_median"]
 
 
 def main():

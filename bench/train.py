@@ -34,6 +34,11 @@ def train(binary, out, steps, **sets):
     for key, value in sets.items():
         args += ["--set", f"{key.replace('__', '.')}={value}"]
     subprocess.run(args, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return summary_of(metrics)
+
+
+def summary_of(metrics):
+    """The summary line of a run's output.metrics (bench/cpu_step.py and gpu_train.py use it too)."""
     with open(metrics) as f:
         for line in f:
             j = json.loads(line)

@@ -33,6 +33,10 @@ import time
 from train import summary_of  # bench/train.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "samples", "charlm"))
+import make_charlm  # noqa: E402  (imports torch)
+
+CONFIG = make_charlm.CONFIG  # the hyperparameters samples/charlm/train.yaml uses
 TEXT = os.path.join(ROOT, "samples", "charlm", "gpl3.txt")
 MICRO_BATCH, MICRO_BATCHES = 8, 8
 # d_model -> (blocks, context): the sizes issue 15 names.
@@ -41,12 +45,10 @@ SIZES = {64: (4, 64), 256: (4, 128), 512: (8, 128)}
 
 def charlm(d, seed=0):
     """The charlm module at width d (heads of 64, at least 4), its blocks and context per SIZES."""
-    sys.path.insert(0, os.path.join(ROOT, "samples", "charlm"))
-    import make_charlm
     import torch
     layers, context = SIZES[d]
     torch.manual_seed(seed)
-    return make_charlm.CharLM(context, d, max(4, d // 64), layers), make_charlm.CONFIG
+    return make_charlm.CharLM(context, d, max(4, d // 64), layers)
 
 
 def step_flops(d):
@@ -60,7 +62,7 @@ def step_flops(d):
 
 def export(d, path):
     import torch
-    model, _ = charlm(d)
+    model = charlm(d)
     model.eval()
     example = torch.randint(0, 256, (MICRO_BATCH, SIZES[d][1]), dtype=torch.long)
     torch.onnx.export(model, (example,), path, input_names=["input"], output_names=["output"])
@@ -71,10 +73,10 @@ def torch_worker(d, threads, steps, compiled):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(threads)
-    model, cfg = charlm(d)
+    model = charlm(d)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=cfg["betas"],
-                            weight_decay=cfg["weight_decay"])
+    opt = torch.optim.AdamW(model.parameters(), lr=CONFIG["lr"], betas=CONFIG["betas"],
+                            weight_decay=CONFIG["weight_decay"])
     forward = torch.compile(model) if compiled else model
     T = SIZES[d][1]
     g = torch.Generator().manual_seed(0)
@@ -89,7 +91,7 @@ def torch_worker(d, threads, steps, compiled):
             loss = F.cross_entropy(forward(xs[m]).reshape(-1, 256), ys[m].reshape(-1),
                                    reduction="sum") / (MICRO_BATCHES * ys[m].numel())
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CONFIG["clip"])
         opt.step()
         times.append(time.perf_counter() - t0)
     print(json.dumps({"step_s": statistics.median(times[warm:])}))
@@ -109,7 +111,6 @@ def sgemm_worker(threads):
 
 def config_for(d, model_path, out, stages, threads):
     """A train.yaml for pipetrain: charlm's hyperparameters, no warm-up, nothing written but metrics."""
-    _, cfg = charlm(d)
     metrics = os.path.join(out, "metrics.jsonl")
     text = f"""model: {model_path}
 dims: {{batch: {MICRO_BATCH}}}
@@ -117,10 +118,10 @@ loss: {{kind: cross_entropy, output: output}}
 data: {{kind: tokens, file: {TEXT}, shuffle: true}}
 optimizer:
   kind: adamw
-  lr: {cfg["lr"]}
-  betas: [{cfg["betas"][0]}, {cfg["betas"][1]}]
-  weight_decay: {cfg["weight_decay"]}
-  clip_grad_norm: {cfg["clip"]}
+  lr: {CONFIG["lr"]}
+  betas: [{CONFIG["betas"][0]}, {CONFIG["betas"][1]}]
+  weight_decay: {CONFIG["weight_decay"]}
+  clip_grad_norm: {CONFIG["clip"]}
 pipeline: {{stages: {stages}, chunks: 1, micro_batches: {MICRO_BATCHES}, schedule: {"zb-h1" if stages > 1 else "1f1b"}}}
 parameters: {{frozen: [mask]}}
 threads: {threads}

@@ -52,6 +52,10 @@ StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backen
       throw UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
                       std::string("run it on another backend or replace the op; `pipetrain ops` "
                                   "lists what the ") + backend.name() + " backend takes");
+    // A view of an arena buffer is that buffer, live until the view's last reader too.
+    const int viewed = node.is_view() && !node.inputs.empty() && node.inputs[0] != kNoValue
+                           ? where[static_cast<size_t>(node.inputs[0])].buffer
+                           : -1;
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       const ValueId v = node.outputs[k];
       if (v == kNoValue || where[static_cast<size_t>(v)].constant) continue;
@@ -60,11 +64,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backen
       if (!val.consumers.empty()) last = std::max(last, val.consumers.back());
       for (ValueId o : g.outputs)
         if (o == v) last = n;
-      // A view of an arena buffer is that buffer, live until the view's last reader too.
-      const int viewed = k == 0 && node.is_view() && !node.inputs.empty() && node.inputs[0] != kNoValue
-                             ? where[static_cast<size_t>(node.inputs[0])].buffer
-                             : -1;
-      if (viewed >= 0 && g.value(node.inputs[0]).type.bytes() == val.type.bytes()) {
+      if (k == 0 && viewed >= 0 && g.value(node.inputs[0]).type.bytes() == val.type.bytes()) {
         where[static_cast<size_t>(v)].buffer = viewed;
         BufferLife& life = lives[static_cast<size_t>(viewed)];
         life.last = std::max(life.last, last);

@@ -19,7 +19,8 @@ using Folded = std::optional<std::vector<Tensor>>;
 // UserError naming the node.
 [[noreturn]] void fail(const Node& node, const std::string& what);
 Folded one(Tensor t);
-// A zero-filled tensor.
+// A zero-filled tensor. Past kMaxFoldBytes (fold.h) it stops the fold instead: evaluate_constant
+// then returns nullopt, so a folder needs no size check of its own before calling it.
 Tensor new_tensor(DType dtype, std::vector<int64_t> shape);
 // The values of an int32 or int64 tensor; nullopt for null or any other dtype.
 std::optional<std::vector<int64_t>> read_ints(const Tensor* t);
@@ -28,7 +29,7 @@ int64_t normalize_axis(const Node& node, int64_t axis, int64_t rank);
 // numpy broadcasting of `shapes`; UserError where two dims differ and neither is 1.
 std::vector<int64_t> broadcast_shape(const Node& node, const std::vector<std::vector<int64_t>>& shapes);
 // offsets[i] = the element of a tensor of shape `in` that element i of `out` reads when `in`
-// broadcasts to `out`.
+// broadcasts to `out`; past kMaxFoldBytes it stops the fold as new_tensor does.
 std::vector<int64_t> broadcast_offsets(const std::vector<int64_t>& in, const std::vector<int64_t>& out);
 
 // ---- Numeric folders (fold_ops.cc) ----

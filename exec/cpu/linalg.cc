@@ -38,7 +38,7 @@ class PrimitiveCall {
   void execute(dnnl::stream& s) const {
     const dnnl_status_t st = dnnl_primitive_execute(prim_.get(), s.get(),
                                                     static_cast<int>(args_.size()), args_.data());
-    PT_CHECK(st == dnnl_success, "oneDNN matmul failed with status " + std::to_string(st));
+    PT_CHECK(st == dnnl_success, "oneDNN primitive failed with status " + std::to_string(st));
   }
 
  private:
@@ -61,7 +61,10 @@ bool any_zero(const Dims& d) {
 // What a matmul kernel computes: Y = alpha * (A @ B) + bias, or Y = alpha * (A @ B) + beta * Y
 // once Gemm's C has been broadcast into Y (c_rows x c_cols, a dim of 1 broadcast).
 struct MatmulPlan {
-  memory::desc a, b, y;
+  memory::desc a, b, y;   // as the primitive reads and writes them
+  // A and B as the inputs hold them, where the primitive reads a copy laid out as `a` or `b`
+  // (gemm_relayout); zero: read in place
+  memory::desc a_stored, b_stored;
   memory::desc bias;      // {1, N} when C is used as the primitive's bias, else zero
   float alpha = 1.f;
   float beta = 0.f;       // scale of the sum post-op; 0: no C copied into Y
@@ -69,7 +72,33 @@ struct MatmulPlan {
   int64_t c_rows = 0, c_cols = 0;  // C's shape aligned to [rows, cols] when beta != 0
 };
 
-// Y = A @ B (+ C) on oneDNN matmul. Inputs: A, B, optional C (Gemm); output Y.
+// A copy of one matmul operand into the kernel's scratch in the layout the primitive reads
+// (a oneDNN reorder), made before each product.
+class OperandCopy {
+ public:
+  OperandCopy(const memory::desc& from, const memory::desc& to, const dnnl::engine& eng,
+              size_t offset)
+      : call_(dnnl::reorder(dnnl::reorder::primitive_desc(eng, from, eng, to))), offset_(offset) {
+    from_ = call_.add(DNNL_ARG_FROM, from, eng);
+    to_ = call_.add(DNNL_ARG_TO, to, eng);
+  }
+  // Copies `data` to its place in `scratch` (aligned) and returns that place.
+  const void* run(const void* data, std::byte* scratch, dnnl::stream& s) const {
+    std::byte* copy = scratch + offset_;
+    call_.bind(from_, data);
+    call_.bind(to_, copy);
+    call_.execute(s);
+    return copy;
+  }
+
+ private:
+  PrimitiveCall call_;
+  size_t offset_;
+  int from_ = -1, to_ = -1;
+};
+
+// Y = A @ B (+ C) on oneDNN matmul. Inputs: A, B, optional C (Gemm); output Y. Scratch holds the
+// operand copies (MatmulPlan::a_stored, b_stored), then oneDNN's scratchpad.
 class MatmulKernel final : public Kernel {
  public:
   MatmulKernel(const MatmulPlan& plan, CpuContext& ctx)
@@ -77,26 +106,37 @@ class MatmulKernel final : public Kernel {
         stream_(*ctx.stream),
         threads_(ctx.threads),
         call_(make_primitive(plan, *ctx.engine)) {
-    a_ = call_.add(DNNL_ARG_SRC, plan.a, *ctx.engine);
-    b_ = call_.add(DNNL_ARG_WEIGHTS, plan.b, *ctx.engine);
-    y_ = call_.add(DNNL_ARG_DST, plan.y, *ctx.engine);
-    if (!plan.bias.is_zero()) bias_ = call_.add(DNNL_ARG_BIAS, plan.bias, *ctx.engine);
+    const dnnl::engine& eng = *ctx.engine;
+    a_ = call_.add(DNNL_ARG_SRC, plan.a, eng);
+    b_ = call_.add(DNNL_ARG_WEIGHTS, plan.b, eng);
+    y_ = call_.add(DNNL_ARG_DST, plan.y, eng);
+    if (!plan.bias.is_zero()) bias_ = call_.add(DNNL_ARG_BIAS, plan.bias, eng);
+    if (!plan.a_stored.is_zero()) {
+      copy_a_.emplace(plan.a_stored, plan.a, eng, copies_bytes_);
+      copies_bytes_ += round_up(plan.a.get_size());
+    }
+    if (!plan.b_stored.is_zero()) {
+      copy_b_.emplace(plan.b_stored, plan.b, eng, copies_bytes_);
+      copies_bytes_ += round_up(plan.b.get_size());
+    }
     if (scratchpad_.get_size() > 0)
-      scratch_ = call_.add(DNNL_ARG_SCRATCHPAD, scratchpad_, *ctx.engine);
+      scratch_ = call_.add(DNNL_ARG_SCRATCHPAD, scratchpad_, eng);
   }
 
   size_t scratch_bytes() const override {
-    return scratchpad_.get_size() > 0 ? scratchpad_.get_size() + kScratchAlign : 0;
+    const size_t total = copies_bytes_ + scratchpad_.get_size();
+    return total > 0 ? total + kScratchAlign : 0;
   }
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     if (plan_.beta != 0.f) broadcast_c(in[2].as<const float>(), out[0].as<float>());
-    call_.bind(a_, in[0].data);
-    call_.bind(b_, in[1].data);
+    auto* base = static_cast<std::byte*>(aligned(scratch));
+    const ThreadScope threads(threads_);
+    call_.bind(a_, copy_a_ ? copy_a_->run(in[0].data, base, stream_) : in[0].data);
+    call_.bind(b_, copy_b_ ? copy_b_->run(in[1].data, base, stream_) : in[1].data);
     call_.bind(y_, out[0].data);
     if (bias_ >= 0) call_.bind(bias_, in[2].data);
-    if (scratch_ >= 0) call_.bind(scratch_, aligned(scratch));
-    const ThreadScope threads(threads_);
+    if (scratch_ >= 0) call_.bind(scratch_, base + copies_bytes_);
     call_.execute(stream_);
   }
 
@@ -132,6 +172,8 @@ class MatmulKernel final : public Kernel {
   dnnl::stream& stream_;
   int threads_;
   PrimitiveCall call_;
+  std::optional<OperandCopy> copy_a_, copy_b_;
+  size_t copies_bytes_ = 0;  // scratch taken by the operand copies, ahead of the scratchpad
   int a_ = -1, b_ = -1, y_ = -1, bias_ = -1, scratch_ = -1;
 };
 
@@ -175,6 +217,22 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans) {
                       trans ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
+// The layouts in which the primitive reads Gemm's A and B, stored transposed or not: oneDNN
+// 2.6's AVX2 sgemm runs an A stored transposed (a weight gradient X^T @ dY, contracted over the
+// rows of both) at half the rate of the other layouts, so such an A is copied row-major first;
+// and when the product is wider than tall it also reads B transposed, the layout it runs at
+// full rate at every shape measured. A fixed rule on the shapes, so a node computes the same
+// bits on every run, stage and schedule. (Single thread, m x n x k in GFLOP/s, A stored
+// transposed: 1024 x 256 x 1024 at 35 -> 74 to 83 with A copied; 256 x 1024 x 1024 at 32 ->
+// 67 to 77 with both copied.)
+struct GemmLayout {
+  bool copy_a = false, copy_b = false;
+};
+GemmLayout gemm_relayout(int64_t m, int64_t n, bool trans_a, bool trans_b) {
+  if (!trans_a) return {};
+  return {true, !trans_b && m < n};
+}
+
 // Gemm (gemm_geometry): a row bias with alpha = beta = 1 (torch's Linear) goes to the
 // primitive's bias; any other C is copied into Y and summed with scale beta.
 std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
@@ -182,8 +240,11 @@ std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
   const auto g = gemm_geometry(s);
   if (!g) return std::nullopt;
   MatmulPlan p;
-  p.a = matrix_desc(g->m, g->k, g->trans_a);
-  p.b = matrix_desc(g->k, g->n, g->trans_b);
+  const GemmLayout layout = gemm_relayout(g->m, g->n, g->trans_a, g->trans_b);
+  p.a = matrix_desc(g->m, g->k, g->trans_a && !layout.copy_a);
+  p.b = matrix_desc(g->k, g->n, g->trans_b || layout.copy_b);
+  if (layout.copy_a) p.a_stored = matrix_desc(g->m, g->k, g->trans_a);
+  if (layout.copy_b) p.b_stored = matrix_desc(g->k, g->n, g->trans_b);
   p.y = plain_desc(DType::kFloat32, {g->m, g->n});
   p.m = g->m;
   p.n = g->n;

@@ -159,6 +159,42 @@ TEST(Gemm, TransposedWithColumnBias) {
   testing::expect_near_all(run_node(node, cpu::make_gemm, {a, b, c}, {ad, bd, cd}, y), want);
 }
 
+// A stored transposed (a weight gradient, X^T @ dY) is copied row-major before the product, and
+// B handed over transposed too when Y is wider than tall (gemm_relayout in exec/cpu/linalg.cc):
+// every branch of that rule, with the row bias torch's Linear uses and with a scaled full C,
+// against a plain loop.
+TEST(Gemm, TransposedALayoutsMatchLoop) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape sh : {Shape{40, 24, 33}, Shape{24, 40, 33}, Shape{32, 32, 17}})
+    for (const int64_t trans_b : {0, 1})
+      for (const bool full_c : {false, true}) {
+        const int64_t m = sh.m, n = sh.n, k = sh.k;
+        const TensorType a{DType::kFloat32, {k, m}};
+        const TensorType b{DType::kFloat32, trans_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}};
+        const TensorType c{DType::kFloat32, full_c ? std::vector<int64_t>{m, n} : std::vector<int64_t>{n}};
+        const TensorType y{DType::kFloat32, {m, n}};
+        const auto ad = testing::wave(a.numel(), 1.f), bd = testing::wave(b.numel(), 0.5f);
+        const auto cd = testing::wave(c.numel(), 2.f);
+        const float alpha = full_c ? 0.5f : 1.f, beta = full_c ? 2.f : 1.f;
+        std::vector<float> want(static_cast<size_t>(m * n));
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            float acc = 0;
+            for (int64_t q = 0; q < k; ++q)
+              acc += ad[q * m + i] * (trans_b ? bd[j * k + q] : bd[q * n + j]);
+            want[i * n + j] = alpha * acc + beta * (full_c ? cd[i * n + j] : cd[j]);
+          }
+        Node node;
+        node.op_type = "Gemm";
+        node.attrs = {{"alpha", alpha}, {"beta", beta}, {"transA", int64_t{1}}, {"transB", trans_b}};
+        SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                     " transB " + std::to_string(trans_b) + (full_c ? " full C" : " row bias"));
+        testing::expect_near_all(run_node(node, cpu::make_gemm, {a, b, c}, {ad, bd, cd}, y), want);
+      }
+}
+
 TEST(MatMul, DeclinesMismatchedInnerDims) {
   Graph g;
   Node node;

@@ -115,6 +115,26 @@ TEST(ClosedForms, ZbVAndVZbHaveNoBubbleAt1f1bsPeak) {
   EXPECT_NEAR(run("v-zb", 4, 32).span_bubble, 1.0 / 97, 1e-15);  // 3 idle in a span of 97
 }
 
+TEST(ClosedForms, VZbTradesOverlapForBoundedWMemory) {
+  // Why v-zb is not the paper's zero: its one difference from zb-v is the bound of P pending
+  // W's. Under the papers' convention (B frees all, W keeps nothing) that bound only costs
+  // overlap (p=8, m=16: 3 idle in each device's span of 51, where zb-v has none). Once W keeps a
+  // share of F's activation until it runs (here half), the bound is what keeps memory near
+  // 1F1B's: at most P pending W's of a chunk (half a stage) each, P + P/4 at the peak, while
+  // zb-v, which runs W's only in idle time, piles them up as M grows.
+  EXPECT_NEAR(run("v-zb", 8, 16).span_bubble, 3.0 / 51, 1e-15);
+  EXPECT_DOUBLE_EQ(run("zb-v", 8, 16).span_bubble, 0.0);
+  for (int p : kStages) {
+    const int m = 32;
+    Costs costs = unit_costs(p, 2);
+    for (ChunkCost& c : costs.chunks) c.w_keep = 0.5 * c.activation;
+    const Simulation vzb = simulate(generate("v-zb", p, m, 0), costs, "v-zb");
+    const Simulation zbv = simulate(generate("zb-v", p, m, 0), costs, "zb-v");
+    EXPECT_LE(max_peak(vzb), p + p / 4.0) << p;
+    EXPECT_GT(max_peak(zbv), 2.0 * p) << p;
+  }
+}
+
 TEST(ClosedForms, VHalfAndVMinMemoryAndBubble) {
   // Memory: the paper's (P+2)//2 and (P+4)//3 micro-batches at the peak device, none above
   // (1F1B: P), i.e. 3 and 2 of 4, 5 and 4 of 8: about 1/2 and 1/3 of 1F1B's as P grows.

@@ -1,6 +1,7 @@
 // exec/cpu/dnnl_kernel.h: a CPU kernel made of oneDNN primitives run in order (reorders, the
 // op, reorders back), with its arguments bound to the step's inputs, outputs or scratch, and the
-// small factory helpers the oneDNN-backed kernels share (nn.cc forward, nn_grad.cc backward).
+// small factory helpers the oneDNN-backed kernels share (nn.cc forward, nn_grad.cc backward,
+// linalg.cc MatMul and Gemm).
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -91,10 +92,12 @@ class DnnlKernel final : public Kernel {
              {{DNNL_ARG_FROM, have, from}, {DNNL_ARG_TO, want, to}});
   }
 
-  // Runs after the steps, e.g. to turn a variance into InvStdDev.
-  using Epilogue = std::function<void(std::span<const Buffer> in, std::span<const Buffer> out,
-                                      const std::byte* scratch)>;
-  void set_epilogue(Epilogue f) { epilogue_ = std::move(f); }
+  // Host code run before the steps (e.g. Gemm's C copied into Y for the sum post-op) or after
+  // them (e.g. a variance turned into InvStdDev).
+  using Hook = std::function<void(std::span<const Buffer> in, std::span<const Buffer> out,
+                                  const std::byte* scratch)>;
+  void set_prologue(Hook f) { prologue_ = std::move(f); }
+  void set_epilogue(Hook f) { epilogue_ = std::move(f); }
 
   size_t scratch_bytes() const override {
     const size_t total = reserved_ + scratchpad_;
@@ -105,6 +108,7 @@ class DnnlKernel final : public Kernel {
     const auto p = reinterpret_cast<uintptr_t>(scratch);
     auto* base =
         reinterpret_cast<std::byte*>((p + kScratchAlign - 1) / kScratchAlign * kScratchAlign);
+    if (prologue_) prologue_(in, out, base);
     const ThreadScope threads(threads_);
     for (const Step& s : steps_) {
       for (size_t i = 0; i < s.mems.size(); ++i)
@@ -147,7 +151,7 @@ class DnnlKernel final : public Kernel {
   std::vector<Step> steps_;
   size_t reserved_ = 0;    // bytes of scratch regions; the shared scratchpad follows them
   size_t scratchpad_ = 0;  // bytes of the largest user-mode scratchpad
-  Epilogue epilogue_;
+  Hook prologue_, epilogue_;
 };
 
 using Args = std::vector<std::tuple<int, memory::desc, Place>>;

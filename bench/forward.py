@@ -67,8 +67,8 @@ def main():
         for _ in range(args.rounds):
             pt.append(pipetrain_ms(args.bench, model, args.batch, args.threads, args.repeats))
             ref.append(ort_ms(session, feeds, args.repeats))
-        print(f"| {name} | {fmt(pt)} | {fmt(ref)} | {statistics.median(pt) / statistics.median(ref):.2f} |",
-              flush=True)
+        ratio = statistics.median(pt) / statistics.median(ref)
+        print(f"| {name} | {fmt(pt)} | {fmt(ref)} | {ratio:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -164,6 +164,7 @@ TEST(Gemm, TransposedWithColumnBias) {
 // every branch of that rule, with the row bias torch's Linear uses and with a scaled full C,
 // against a plain loop.
 TEST(Gemm, TransposedALayoutsMatchLoop) {
+  using Dims = std::vector<int64_t>;
   struct Shape {
     int64_t m, n, k;
   };
@@ -171,10 +172,9 @@ TEST(Gemm, TransposedALayoutsMatchLoop) {
     for (const int64_t trans_b : {0, 1})
       for (const bool full_c : {false, true}) {
         const int64_t m = sh.m, n = sh.n, k = sh.k;
-        const TensorType a{DType::kFloat32, {k, m}};
-        const TensorType b{DType::kFloat32, trans_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}};
-        const TensorType c{DType::kFloat32, full_c ? std::vector<int64_t>{m, n} : std::vector<int64_t>{n}};
-        const TensorType y{DType::kFloat32, {m, n}};
+        const TensorType a{DType::kFloat32, {k, m}}, y{DType::kFloat32, {m, n}};
+        const TensorType b{DType::kFloat32, trans_b ? Dims{n, k} : Dims{k, n}};
+        const TensorType c{DType::kFloat32, full_c ? Dims{m, n} : Dims{n}};
         const auto ad = testing::wave(a.numel(), 1.f), bd = testing::wave(b.numel(), 0.5f);
         const auto cd = testing::wave(c.numel(), 2.f);
         const float alpha = full_c ? 0.5f : 1.f, beta = full_c ? 2.f : 1.f;
@@ -188,7 +188,8 @@ TEST(Gemm, TransposedALayoutsMatchLoop) {
           }
         Node node;
         node.op_type = "Gemm";
-        node.attrs = {{"alpha", alpha}, {"beta", beta}, {"transA", int64_t{1}}, {"transB", trans_b}};
+        node.attrs = {
+            {"alpha", alpha}, {"beta", beta}, {"transA", int64_t{1}}, {"transB", trans_b}};
         SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
                      " transB " + std::to_string(trans_b) + (full_c ? " full C" : " row bias"));
         testing::expect_near_all(run_node(node, cpu::make_gemm, {a, b, c}, {ad, bd, cd}, y), want);

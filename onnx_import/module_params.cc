@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <functional>
 #include <set>
+#include <string_view>
 
 #include "core/ir.h"
 #include "onnx_import/load.h"
@@ -355,24 +357,45 @@ class Restorer {
   }
 
   // A weight stored transposed under another name that equals a parameter the file holds (the
-  // LM head of a tied embedding, folded as Transpose(W)) reads that parameter again.
+  // LM head of a tied embedding, folded as Transpose(W)) reads that parameter again: the first
+  // such parameter by name. Each 2-D initializer is decoded once and known by the hash of its
+  // values, so a model of many square weights compares only those that may be equal.
   void restore_transposed_ties(const std::set<std::string>& with_fx) {
     std::map<std::string, std::vector<Site>> readers;
     for (auto& n : *g_->mutable_node())
       if ((n.op_type() == "MatMul" || n.op_type() == "Gemm") && n.input_size() > 1 && inits_.count(n.input(1)) &&
           !with_fx.count(n.input(1)))
         readers[n.input(1)].push_back({&n, 1});
+    if (readers.empty()) return;
+    std::map<size_t, std::vector<std::string>> by_values;  // names in name order
+    for (const auto& [p, pt] : inits_)
+      if (pt->dims_size() == 2 && numeric_dtype(*pt) && !constant_fill(*pt))
+        by_values[values_hash(tensor_from_proto(*pt, p), false)].push_back(p);
     for (const auto& [t, sites] : readers) {
       const onnx::TensorProto& tt = *inits_.at(t);
       if (tt.dims_size() != 2 || !is_float(tt) || matches(choices_.tied, t)) continue;
-      for (const auto& [p, pt] : inits_) {
-        if (p == t || pt->dims_size() != 2 || dims(*pt) != reversed(dims(tt)) || constant_fill(*pt) ||
-            !same_values(tt, *pt, true))
-          continue;
+      auto same = by_values.find(values_hash(tensor_from_proto(tt, t), true));
+      if (same == by_values.end()) continue;
+      for (const std::string& p : same->second) {
+        const onnx::TensorProto& pt = *inits_.at(p);
+        if (p == t || dims(pt) != reversed(dims(tt)) || !same_values(tt, pt, true)) continue;
         for (const Site& s : sites) read_as(s, t, p, true);
         break;
       }
     }
+  }
+
+  // A hash of a 2-D tensor's values in row-major order, or of its transpose's.
+  static size_t values_hash(const Tensor& x, bool transposed) {
+    if (!transposed) return std::hash<std::string_view>{}(
+        std::string_view(reinterpret_cast<const char*>(x.data.data()), x.data.size()));
+    const size_t e = dtype_size(x.type.dtype);
+    const int64_t r = x.type.shape[0], c = x.type.shape[1];
+    std::string t(x.data.size(), '\0');
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j)
+        std::memcpy(&t[static_cast<size_t>(j * r + i) * e], &x.data[static_cast<size_t>(i * c + j) * e], e);
+    return std::hash<std::string>{}(t);
   }
 
   // The legacy exporter stores a Linear's weight transposed as `onnx::MatMul_N`, read by the

@@ -1,8 +1,9 @@
 // bench/partition_bench.cc: how long the partitioner takes on a large graph.
 //
-//   partition_bench MODEL.onnx STAGES [REPEATS]
+//   partition_bench MODEL.onnx STAGES [REPEATS [LINK]]
 // Imports the model once (timed separately), then times cost estimation plus the exact
-// partitioner REPEATS times and prints the best and median wall time.
+// partitioner REPEATS times and prints the best and median wall time. LINK (a preset of
+// partition/link.h, default none) prices the transfers, as `partition --link` does.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,12 +25,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: partition_bench MODEL.onnx STAGES [REPEATS]\n");
+    std::fprintf(stderr, "usage: partition_bench MODEL.onnx STAGES [REPEATS [LINK]]\n");
     return 2;
   }
   const int stages = std::atoi(argv[2]);
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 5;
   try {
+    const pt::LinkModel link = pt::link_preset(argc > 4 ? argv[4] : "none", "LINK");
     auto t0 = std::chrono::steady_clock::now();
     pt::Graph g = pt::import_model(argv[1]);
     const double import_s = seconds_since(t0);
@@ -40,15 +42,16 @@ int main(int argc, char** argv) {
       std::vector<pt::NodeCost> costs = pt::estimate_costs(g);
       pt::PartitionOptions o;
       o.stages = stages;
+      o.link = link;
       pt::PartitionPlan plan = pt::plan_partition(g, costs, o);
       times.push_back(seconds_since(t0));
       imbalance = plan.imbalance;
     }
     std::sort(times.begin(), times.end());
-    std::printf("nodes %zu  stages %d  import %.3f s  cost+partition best %.4f s median %.4f s  "
-                "imbalance %.4f\n",
-                g.nodes.size(), stages, import_s, times.front(), times[times.size() / 2],
-                imbalance);
+    std::printf("nodes %zu  stages %d  link %s  import %.3f s  cost+partition best %.4f s median "
+                "%.4f s  imbalance %.4f\n",
+                g.nodes.size(), stages, link.name.c_str(), import_s, times.front(),
+                times[times.size() / 2], imbalance);
   } catch (const pt::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -8,6 +8,11 @@
 #include <vector>
 
 #include "core/bytes.h"
+#include "partition/link.h"
+
+namespace CLI {
+class App;
+}
 
 namespace pt {
 
@@ -18,6 +23,29 @@ struct ModelArgs {
   std::vector<std::string> dims;  // "name=value"
   std::vector<std::string> tied, untied;  // initializer names or globs (onnx_import/module_params.h)
 };
+
+// How transfers between devices are priced (partition/link.h): a preset, then what the user
+// overrides of it. `partition` and `schedule` take them as --link, --bandwidth, --latency and
+// --device-rate; `train` as pipeline.link, bandwidth, latency and device_rate.
+struct LinkArgs {
+  std::string preset = "cpu";      // none | cpu | nvlink | pcie | tcp
+  std::string bandwidth, latency;  // empty: the preset's
+  double device_rate = 0;          // GFLOP/s; 0: the preset's
+};
+
+// The model the arguments describe; `place(key)` names where key ("link", "bandwidth",
+// "latency") was written, for errors.
+template <typename Place>
+LinkModel link_model(const LinkArgs& a, Place place) {
+  LinkModel m = link_preset(a.preset, place("link"));
+  if (!a.bandwidth.empty()) m.bandwidth = parse_bandwidth(a.bandwidth, place("bandwidth"));
+  if (!a.latency.empty()) m.latency = parse_latency(a.latency, place("latency"));
+  if (a.device_rate > 0) m.rate = a.device_rate * 1e9;
+  if (!a.bandwidth.empty() || !a.latency.empty() || a.device_rate > 0) m.name += " (adjusted)";
+  return m;
+}
+
+void add_link_args(CLI::App* cmd, LinkArgs* l);  // commands.cc
 
 struct InspectArgs {
   ModelArgs model;
@@ -42,6 +70,7 @@ struct PartitionArgs {
   std::vector<std::string> cut_after;
   std::string memory_limit;  // "8GiB", "512MB", bytes; empty: none
   double slack = 0.02;
+  LinkArgs link;
   std::string export_dir;
   bool json = false;
   bool backward = false;   // also build F, B, W per stage (report; export with --export)

@@ -36,6 +36,22 @@ void add_model_args(CLI::App* cmd, ModelArgs* m) {
   cmd->add_option("--untied", m->untied, "initializers (names or globs) given one copy per module that reads them");
 }
 
+}  // namespace
+
+void add_link_args(CLI::App* cmd, LinkArgs* l) {
+  cmd->add_option("--link", l->preset,
+                  "how devices are joined, pricing transfers: none | cpu (default: stages in "
+                  "one process) | nvlink | pcie | tcp");
+  cmd->add_option("--bandwidth", l->bandwidth, "bytes per second between devices, e.g. 1GB/s (overrides --link's)");
+  cmd->add_option("--latency", l->latency, "time per message, e.g. 50us (overrides --link's)");
+  cmd->add_option("--device-rate", l->device_rate,
+                  "GFLOP/s a device computes, converting transfer times to the cost model's units "
+                  "(overrides --link's)")
+      ->check(CLI::PositiveNumber);
+}
+
+namespace {
+
 struct Command {
   const char* name;
   const char* help;
@@ -81,6 +97,7 @@ int run_cli(int argc, char** argv) {
                        "balanced: splits within this fraction of the best bottleneck may be "
                        "chosen for fewer bytes crossing cuts (0: exact minimum)")
              ->check(CLI::NonNegativeNumber);
+         add_link_args(c, &partition.link);
          c->add_option("--chunks-per-stage", partition.chunks_per_stage,
                        "chunks per device (2: V-shaped placement)")
              ->check(at_least_one());

@@ -319,7 +319,8 @@ void read_parallel_pipeline(const Reader& r, const YAML::Node& root, const YAML:
 void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   if (const YAML::Node q = root["pipeline"]) {
     const std::string p = "pipeline";
-    r.check_keys(q, p, {"stages", "chunks", "micro_batches", "schedule", "partition", "recompute", "memory_limit"});
+    r.check_keys(q, p, {"stages", "chunks", "micro_batches", "schedule", "partition", "recompute", "memory_limit",
+                        "link", "bandwidth", "latency", "device_rate"});
     r.read(q, p, "stages", &c->pipeline.stages, "a whole number");
     r.positive(q, p, "stages", c->pipeline.stages, 1);
     r.read(q, p, "chunks", &c->pipeline.chunks, "a whole number");
@@ -331,6 +332,18 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.one_of(q, p, "partition", c->pipeline.partition, {"balanced", "params", "uniform"});
     r.read(q, p, "recompute", &c->pipeline.recompute, "a recompute policy");
     r.read(q, p, "memory_limit", &c->pipeline.memory_limit, "a size such as 8GiB");
+    LinkArgs& l = c->pipeline.link;
+    r.read(q, p, "link", &l.preset, "none, cpu, nvlink, pcie or tcp");
+    r.read(q, p, "bandwidth", &l.bandwidth, "bytes per second such as 10GB/s");
+    r.read(q, p, "latency", &l.latency, "a time such as 50us");
+    r.read(q, p, "device_rate", &l.device_rate, "GFLOP/s");
+    if (l.device_rate < 0)
+      throw UserError(r.where(q["device_rate"], "pipeline.device_rate"), "must be positive", "give GFLOP/s, e.g. 100");
+    LinkArgs check = l;  // a bad value is refused here, where the runtime's preset is not known
+    if (check.preset.empty()) check.preset = "none";
+    link_model(check, [&](const std::string& key) {
+      return q[key] ? r.where(q[key], "pipeline." + key) : "config: pipeline." + key;
+    });
   }
   read_parallel_pipeline(r, root, root["pipeline"], c);
   if (const YAML::Node f = root["parameters"]) {

@@ -13,7 +13,11 @@
 //               warmup_steps: 20, schedule: cosine, min_lr: 0, momentum: 0.9, nesterov: false,
 //               betas: [0.9, 0.999], eps: 1.0e-8}
 //   pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: balanced,
-//              recompute: selective, memory_limit: 8GiB}
+//              recompute: selective, memory_limit: 8GiB,
+//              link: tcp, bandwidth: 1GB/s, latency: 50us, device_rate: 100}
+//                                    # link prices the transfers the balanced cuts weigh
+//                                    # (partition/link.h); by default cpu, or nvlink with
+//                                    # device: cuda (however many processes: the same cuts)
 //   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"]}   # names or globs
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
 //   parallel: {data: 1, zero: 0}     # data-parallel replicas of the pipeline (mpirun -n: a
@@ -49,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "core/ir.h"
 
 namespace pt {
@@ -94,6 +99,7 @@ struct TrainConfig {
     std::string partition = "balanced";
     std::string recompute = "none";
     std::string memory_limit;    // per device; empty: none
+    LinkArgs link{""};           // preset "": the runtime's (default_link in train_cmd.cc)
   } pipeline;
 
   std::vector<std::string> frozen;  // parameters.frozen

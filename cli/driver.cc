@@ -33,6 +33,7 @@ PartitionOptions partition_options(const PartitionArgs& a) {
   o.strategy = parse_strategy(a.strategy);
   o.cut_after = a.cut_after;
   o.slack = a.slack;
+  o.link = link_model(a.link, [](const std::string& key) { return "--" + key; });
   if (!a.memory_limit.empty()) o.memory.limit = parse_bytes(a.memory_limit, "--memory-limit");
   if (o.strategy == Strategy::kManual && a.cut_after.empty())
     throw UserError("--strategy manual", "needs the nodes to cut after",
@@ -134,6 +135,7 @@ Costs plan_costs(const PartitionPlan& plan, const std::vector<NodeCost>& nodes) 
       cc.w += nodes[static_cast<size_t>(n)].flops_bwd_weight * 1e-9;
     }
     cc.activation = static_cast<double>(c.activation_bytes);
+    cc.comm = static_cast<double>(c.link_out) * 1e-9;  // cost units are FLOP-equivalents
     costs.chunks.push_back(cc);
   }
   return costs;

@@ -61,6 +61,8 @@ nlohmann::json partition_json(const Graph& g, const PartitionPlan& plan) {
                       {"memory_bytes", c.memory},
                       {"cost", c.cost},
                       {"share", plan.total_cost ? double(c.cost) / double(plan.total_cost) : 0.0},
+                      {"link_in_s", double(c.link_in) / plan.link.rate},
+                      {"link_out_s", double(c.link_out) / plan.link.rate},
                       {"inputs", tensors_json(g, c.inputs)},
                       {"outputs", tensors_json(g, c.outputs)}});
   }
@@ -68,6 +70,10 @@ nlohmann::json partition_json(const Graph& g, const PartitionPlan& plan) {
           {"devices", plan.devices},
           {"chunks_per_stage", plan.chunks_per_stage},
           {"total_cost", plan.total_cost},
+          {"link", {{"name", plan.link.name},
+                    {"bandwidth", plan.link.bandwidth},
+                    {"latency_s", plan.link.latency},
+                    {"device_flops", plan.link.rate}}},
           {"stages", stages},
           {"imbalance", plan.imbalance}};
 }
@@ -79,23 +85,33 @@ void print_partition_table(std::ostream& os, const Graph& g, const PartitionPlan
      << plan.devices << " devices" << (plan.chunks_per_stage == 2 ? " (V-shaped)" : "")
      << ", strategy " << strategy_name(plan.strategy) << ", micro-batch " << micro_batch
      << "\n";
+  const bool priced = plan.link.priced();
+  if (priced)
+    os << "link " << describe_link(plan.link)
+       << "; a stage waits for its inputs and for its outputs' gradients\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%5s %6s %6s %9s %10s %10s %11s %11s %7s\n",
+  std::snprintf(line, sizeof line, "%5s %6s %6s %9s %10s %10s %11s %11s %7s%s\n",
                 chunked ? "chunk" : "stage", "device",
-                "nodes", "params", "fwd FLOP", "bwd FLOP", "act/mb", "memory", "share");
+                "nodes", "params", "fwd FLOP", "bwd FLOP", "act/mb", "memory", "share",
+                priced ? "   link us" : "");
   os << line;
   for (const ChunkPlan& c : plan.chunks) {
     const double share = plan.total_cost ? 100.0 * double(c.cost) / double(plan.total_cost) : 0;
-    std::snprintf(line, sizeof line, "%5d %6d %6d %9s %10s %10s %11s %11s %6.1f%%\n", c.index,
+    char link[32] = "";
+    if (priced) std::snprintf(link, sizeof link, " %9.1f", 1e6 * double(c.link_in + c.link_out) / plan.link.rate);
+    std::snprintf(line, sizeof line, "%5d %6d %6d %9s %10s %10s %11s %11s %6.1f%%%s\n", c.index,
                   c.device, c.end - c.begin, format_count(double(c.param_count)).c_str(),
                   format_count(double(c.flops_fwd)).c_str(),
                   format_count(double(c.flops_bwd)).c_str(),
-                  format_bytes(c.activation_bytes).c_str(), format_bytes(c.memory).c_str(), share);
+                  format_bytes(c.activation_bytes).c_str(), format_bytes(c.memory).c_str(), share,
+                  link);
     os << line;
     os << "        in:  " << tensor_list(g, c.inputs) << "\n";
     os << "        out: " << tensor_list(g, c.outputs) << "\n";
   }
-  os << "imbalance " << fixed(plan.imbalance, 3) << " (largest device cost / mean device cost)\n";
+  os << "imbalance " << fixed(plan.imbalance, 3)
+     << (priced ? " (largest device time, links included, / mean device time)\n"
+                : " (largest device cost / mean device cost)\n");
 }
 
 std::vector<InitializerRole> initializer_roles(const Graph& g) {

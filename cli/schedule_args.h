@@ -6,9 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace CLI {
-class App;
-}
+#include "cli/args.h"
 
 namespace pt {
 
@@ -18,7 +16,8 @@ struct ScheduleArgs {
   int micro_batches = 0;
   int chunks = 0;                   // per device; 0: the kind's default (auto: try 1 and 2)
   std::vector<double> costs;        // F,B,W for every stage, or F,B,W per stage (3*stages)
-  double comm = 0;                  // time of one transfer between devices
+  double comm = 0;                  // time of one transfer between devices (0: --model's link)
+  LinkArgs link;                    // --model: prices the transfers between chunks
   double w_keep = 0;                // fraction of F's activation that B leaves for W
   std::string model;                // costs from this model's cost model and partition
   int64_t micro_batch = 1;          // --model: binds the batch dimension

@@ -46,8 +46,9 @@ void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
   c->add_option("--costs", a->costs,
                 "F,B,W times of a whole stage (or of each stage in turn: 3 x stages numbers)")
       ->delimiter(',');
-  c->add_option("--comm", a->comm, "time of one transfer between devices")
+  c->add_option("--comm", a->comm, "time of one transfer between devices (with --model: instead of the link's)")
       ->check(CLI::NonNegativeNumber);
+  add_link_args(c, &a->link);
   c->add_option("--w-keep", a->w_keep, "fraction of F's activations that B leaves for W")
       ->check(CLI::Range(0.0, 1.0));
   c->add_option("--model", a->model, "take costs from this ONNX model (FLOPs, saved bytes)");
@@ -76,6 +77,7 @@ Costs model_costs(const ScheduleArgs& a, int v) {
   PartitionOptions po;
   po.stages = a.stages;
   po.chunks_per_stage = v;
+  po.link = link_model(a.link, [](const std::string& key) { return "--" + key; });
   return plan_costs(plan_partition(g, nodes, po), nodes);
 }
 
@@ -101,7 +103,7 @@ Costs costs_for(const ScheduleArgs& a, int stages, int v) {
     costs = unit_costs(stages, v);
   }
   for (ChunkCost& c : costs.chunks) {
-    c.comm = a.comm;
+    if (a.model.empty() || a.comm > 0) c.comm = a.comm;
     c.w_keep = a.w_keep * c.activation;
   }
   return costs;

@@ -302,6 +302,7 @@ class Trainer {
  private:
   void build();
   void plan_schedule(const std::vector<NodeCost>& costs);
+  PartitionOptions partition_options(int chunks_per_stage) const;
   int chunks_for(const std::string& kind) const;
   void open_data();
   void claim_checkpoint_dir() const;
@@ -423,10 +424,7 @@ void Trainer::build() {
   const std::vector<NodeCost> costs = estimate_costs(train_);
   plan_schedule(costs);
 
-  PartitionOptions po;
-  po.stages = cfg_.pipeline.stages;
-  po.chunks_per_stage = schedule_.chunks;
-  po.strategy = at_key(cfg_, "pipeline.partition", [&] { return parse_strategy(cfg_.pipeline.partition); });
+  const PartitionOptions po = partition_options(schedule_.chunks);
   PartitionPlan plan = at_key(cfg_, "pipeline.stages", [&] { return plan_partition(train_, costs, po); });
   for (ChunkPlan& c : plan.chunks) c.device = schedule_.device_of(c.index);
   BackwardArgs b;
@@ -523,6 +521,21 @@ int Trainer::chunks_for(const std::string& kind) const {
   return 0;
 }
 
+// The cuts the config asks for, transfers priced by pipeline.link or else by the device: cpu on
+// the CPU, nvlink with CUDA (partition/link.h states each preset's figures). Not by the count
+// of processes: under mpirun the same config cuts where one process does and gives its bytes;
+// a run across hosts over TCP says `link: tcp`.
+PartitionOptions Trainer::partition_options(int chunks_per_stage) const {
+  PartitionOptions po;
+  po.stages = cfg_.pipeline.stages;
+  po.chunks_per_stage = chunks_per_stage;
+  po.strategy = at_key(cfg_, "pipeline.partition", [&] { return parse_strategy(cfg_.pipeline.partition); });
+  LinkArgs link = cfg_.pipeline.link;
+  if (link.preset.empty()) link.preset = cfg_.device == "cuda" ? "nvlink" : "cpu";
+  po.link = link_model(link, [&](const std::string& key) { return cfg_.where("pipeline." + key); });
+  return po;
+}
+
 void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
   const TrainConfig::Pipeline& p = cfg_.pipeline;
   const std::string key = "pipeline.schedule";
@@ -548,11 +561,8 @@ void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
     // Costs per chunking from the partition of each; the limit counts kept bytes per device.
     AutoOptions o;
     for (int v : chunks ? std::vector<int>{chunks} : std::vector<int>{1, 2}) {
-      PartitionOptions po;
-      po.stages = p.stages;
-      po.chunks_per_stage = v;
       try {
-        o.chunkings.push_back(plan_costs(plan_partition(train_, costs, po), costs));
+        o.chunkings.push_back(plan_costs(plan_partition(train_, costs, partition_options(v)), costs));
       } catch (const UserError&) {
         if (v == 1) throw;  // the model cannot be cut even once per stage: say so
       }

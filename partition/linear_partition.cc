@@ -25,6 +25,8 @@ void check_problem(const LinearProblem& p, const MemoryModel& m) {
   };
   PT_CHECK(non_negative(p.cost), "negative cost");
   PT_CHECK(non_negative(p.param_bytes) && non_negative(p.activation_bytes), "negative bytes");
+  PT_CHECK(p.cut_cost.empty() || p.cut_cost.size() == n + 1, "cut_cost needs 0 or n+1 entries");
+  PT_CHECK(non_negative(p.cut_cost), "negative cut cost");
   PT_CHECK(m.limit >= 0 && m.state_factor >= 0, "negative memory model");
   for (const SharedParam& s : p.shared)
     PT_CHECK(s.bytes >= 0 && s.readers.size() >= 2 && std::is_sorted(s.readers.begin(), s.readers.end()) &&
@@ -334,7 +336,7 @@ class FewestCrossing {
     std::vector<PartRange> out(parts_);
     for (int k = 0; k < parts_; ++k) {
       const int begin = k == 0 ? 0 : cuts[k - 1], end = k == parts_ - 1 ? n_ : cuts[k];
-      out[k] = {begin, end, r_.cost(begin, end), r_.memory(begin, end, k, parts_, m_)};
+      out[k] = {begin, end, r_.cost(begin, end), 0, r_.memory(begin, end, k, parts_, m_)};
     }
     return out;
   }
@@ -348,6 +350,141 @@ class FewestCrossing {
   std::vector<std::vector<int64_t>> fewest_;  // by part, then start; fewest_[K] over {n}
   std::vector<std::vector<char>> reach_;      // by part, then start: set by the last probe
   std::vector<int> nearest_;
+};
+
+// The solver when cut_cost is priced. Part k over [j, i) takes time(k, j, i) = cost(j, i) plus
+// the cut_cost of its inner cuts, which depends on both ends, so neither the sweep's windows nor
+// FewestCrossing's groups apply. DPs over (start, end) pairs, parts right to left, answer the
+// same questions in three passes:
+//  1. least[k][j] = min over ends i of max(time(k, j, i), least[k+1][i]): T* = least[0][0].
+//  2. Under bound = floor(T* * (1 + slack)), per start the pair (fewest crossing bytes, least
+//     largest time) of the chains to n, compared in that order: adding a part adds the same
+//     bytes to both sides of a comparison and a max can only keep an order, so the best chain
+//     from j extends a best chain from its end. best[0][0] = (B*, L*).
+//  3. The fewest crossing bytes per start with every time <= L*; the walk from 0 ends each part
+//     at the first end that keeps B*: of the splits reaching (B*, L*), the earliest cuts.
+// A pass under a bound visits only the pairs it allows: a time is at least the cost, so part k
+// starts and ends within end_span's cost bands and its end stops where cost(j, i) passes the
+// bound; memory only grows with the end, so ends also stop at the last that fits. Pass 1 takes
+// as its bound the time of the unpriced solver's split, which is near T* when links are cheap
+// against stages: near-linear then, O(n^2 * parts) at worst.
+class PricedSplit {
+ public:
+  PricedSplit(const LinearProblem& p, int parts, const MemoryModel& m, int64_t limit)
+      : p_(p), r_(p), m_(m), limit_(limit), n_(static_cast<int>(p.size())), parts_(parts),
+        last_fit_(parts, std::vector<int>(p.size() + 1, -1)) {}
+
+  // T* given some split's largest time `upper`.
+  int64_t least_time(int64_t upper) {
+    std::vector<int64_t> next(n_ + 1, kNoLimit), here(n_ + 1);
+    next[n_] = 0;
+    for (int k = parts_ - 1; k >= 0; --k) {
+      std::fill(here.begin(), here.end(), kNoLimit);
+      for (int j : starts(k, upper))
+        for_each_end(k, j, upper, [&](int i, int64_t t) {
+          if (next[i] != kNoLimit) here[j] = std::min(here[j], std::max(t, next[i]));
+        });
+      std::swap(next, here);
+    }
+    PT_CHECK(next[0] <= upper, "the unpriced split is not among those searched");
+    return next[0];
+  }
+
+  std::vector<PartRange> solve(int64_t bound) {
+    // Pass 2: (bytes, largest time) per start.
+    using Best = std::pair<int64_t, int64_t>;
+    const Best none{kUnreached, kUnreached};
+    std::vector<Best> next(n_ + 1, none), here(n_ + 1);
+    next[n_] = {0, 0};
+    for (int k = parts_ - 1; k >= 0; --k) {
+      std::fill(here.begin(), here.end(), none);
+      for (int j : starts(k, bound))
+        for_each_end(k, j, bound, [&](int i, int64_t t) {
+          if (next[i] == none) return;
+          here[j] = std::min(here[j], Best{crossing(k, j) + next[i].first, std::max(t, next[i].second)});
+        });
+      std::swap(next, here);
+    }
+    PT_CHECK(next[0] != none, "no split within the bound");
+    // Pass 3: fewest bytes with every time <= L*, then the walk.
+    const int64_t most = next[0].second;
+    std::vector<std::vector<int64_t>> fewest(parts_ + 1, std::vector<int64_t>(n_ + 1, kUnreached));
+    fewest[parts_][n_] = 0;
+    for (int k = parts_ - 1; k >= 0; --k)
+      for (int j : starts(k, most))
+        for_each_end(k, j, most, [&](int i, int64_t) {
+          if (fewest[k + 1][i] != kUnreached)
+            fewest[k][j] = std::min(fewest[k][j], crossing(k, j) + fewest[k + 1][i]);
+        });
+    PT_CHECK(fewest[0][0] == next[0].first, "the fewest bytes differ between passes");
+    std::vector<PartRange> out;
+    int j = 0;
+    for (int k = 0; k < parts_; ++k) {
+      int end = -1;
+      for_each_end(k, j, most, [&](int i, int64_t) {
+        if (end < 0 && fewest[k + 1][i] != kUnreached &&
+            crossing(k, j) + fewest[k + 1][i] == fewest[k][j])
+          end = i;
+      });
+      PT_CHECK(end > j, "a start on the best chain has no part");
+      out.push_back({j, end, r_.cost(j, end), r_.link(j, end, k, parts_),
+                     r_.memory(j, end, k, parts_, m_)});
+      j = end;
+    }
+    PT_CHECK(j == n_, "walk does not end at n");
+    return out;
+  }
+
+ private:
+  struct Range {  // the positions [first, last], to iterate
+    int first, last;
+    struct It {
+      int i;
+      int operator*() const { return i; }
+      It& operator++() { ++i; return *this; }
+      bool operator!=(const It& o) const { return i != o.i; }
+    };
+    It begin() const { return {first}; }
+    It end() const { return {std::max(first, last + 1)}; }
+  };
+
+  int64_t crossing(int k, int j) const { return k > 0 ? p_.cut_bytes[j] : 0; }
+
+  // Where part k can start when every part costs at most bound.
+  Range starts(int k, int64_t bound) const {
+    if (k == 0) return {0, 0};
+    const Span s = end_span(r_, n_, parts_, k - 1, bound);
+    return {s.first, s.last};
+  }
+
+  // The last end of part k from j whose memory fits, found once.
+  int last_fit(int k, int j) {
+    int& at = last_fit_[k][j];
+    if (at < 0) {
+      const auto over = [&](int i) { return r_.memory(j, i, k, parts_, m_) > limit_; };
+      at = limit_ == kNoLimit ? n_ : first_past(j + 1, n_ + 1, over) - 1;
+    }
+    return at;
+  }
+
+  // fn(i, time) for every end i of part k from j that fits memory, lies in the part's end band
+  // under bound, and takes time <= bound; the last part ends at n.
+  template <typename Fn>
+  void for_each_end(int k, int j, int64_t bound, Fn fn) {
+    const Span ends = end_span(r_, n_, parts_, k, bound);
+    const int last = std::min(ends.last, last_fit(k, j));
+    for (int i = std::max(j + 1, ends.first); i <= last && r_.cost(j, i) <= bound; ++i) {
+      const int64_t t = r_.cost(j, i) + r_.link(j, i, k, parts_);
+      if (t <= bound) fn(i, t);
+    }
+  }
+
+  const LinearProblem& p_;
+  RangeMeasure r_;
+  MemoryModel m_;
+  int64_t limit_;
+  int n_, parts_;
+  std::vector<std::vector<int>> last_fit_;  // by part, then start; -1 until found
 };
 
 // The largest part memory of a split that is always valid: K-1 single positions, then the rest.
@@ -429,6 +566,16 @@ std::vector<PartRange> solve_checked(const LinearProblem& p, int parts, const Me
   const int n = static_cast<int>(p.size());
   const int64_t total = r.cost(0, n);
   const int64_t limit = m.limit == 0 ? kNoLimit : m.limit;
+  if (r.priced()) {
+    // The unpriced optimum (or the refusal when nothing fits: memory knows no prices) bounds T*.
+    LinearProblem free_links = p;
+    free_links.cut_cost.clear();
+    int64_t upper = 0, k = 0;
+    for (const PartRange& part : solve_checked(free_links, parts, m, SolveOptions{0}))
+      upper = std::max(upper, part.cost + r.link(part.begin, part.end, static_cast<int>(k++), parts));
+    PricedSplit priced(p, parts, m, limit);
+    return priced.solve(slack_bound(priced.least_time(upper), opts.slack, kNoLimit));
+  }
   ReachSweep sweep(p, parts, m);
   // The sweep leaves shared parameters' copies out: its answers are confirmed exactly.
   const bool copies = !p.shared.empty() && limit != kNoLimit;
@@ -474,6 +621,12 @@ RangeMeasure::RangeMeasure(const LinearProblem& p)
     params_[i + 1] = params_[i] + p.param_bytes[i];
     act_[i + 1] = act_[i] + p.activation_bytes[i];
   }
+  priced_ = std::any_of(p.cut_cost.begin(), p.cut_cost.end(), [](int64_t c) { return c != 0; });
+}
+
+int64_t RangeMeasure::link(int begin, int end, int part, int parts) const {
+  if (!priced_) return 0;
+  return (part > 0 ? p_.cut_cost[begin] : 0) + (part < parts - 1 ? p_.cut_cost[end] : 0);
 }
 
 int64_t RangeMeasure::params(int begin, int end) const {
@@ -527,7 +680,8 @@ std::vector<PartRange> split_at(const LinearProblem& p, const std::vector<int>& 
   std::vector<PartRange> out(parts);
   for (int k = 0; k < parts; ++k) {
     const int begin = k == 0 ? 0 : cuts[k - 1], end = k == parts - 1 ? n : cuts[k];
-    out[k] = {begin, end, r.cost(begin, end), r.memory(begin, end, k, parts, m)};
+    out[k] = {begin, end, r.cost(begin, end), r.link(begin, end, k, parts),
+              r.memory(begin, end, k, parts, m)};
     if (m.limit != 0 && out[k].memory > m.limit) {
       auto [need, have] = format_pair(out[k].memory, m.limit);
       throw UserError("partition",

@@ -29,6 +29,11 @@ struct LinearProblem {
   std::vector<int64_t> activation_bytes;  // n: bytes position i keeps per micro-batch (>= 0)
   std::vector<int64_t> cut_bytes;         // n+1: bytes of tensors crossing a cut placed just
                                           // before position i (cut_bytes[0]: the graph inputs)
+  // n+1 or empty: what moving the tensors of a cut placed before position i costs the parts on
+  // either side of it, in `cost` units (partition/link.h prices it). An inner cut at i adds
+  // cut_cost[i] to the part ending there (it waits for the gradients coming back) and to the
+  // part starting there (it waits for the activations); empty or all 0: transfers are free.
+  std::vector<int64_t> cut_cost;
   size_t size() const { return cost.size(); }
 };
 
@@ -49,7 +54,10 @@ struct PartRange {
   int begin = 0;  // first position
   int end = 0;    // one past the last position
   int64_t cost = 0;
+  int64_t link = 0;  // cut_cost of its inner cuts: the transfers it waits for
   int64_t memory = 0;
+
+  int64_t time() const { return cost + link; }
 };
 
 // Memory of one part under the model above. O(1) given the prefix sums.
@@ -60,10 +68,13 @@ class RangeMeasure {
   int64_t params(int begin, int end) const;  // with the copies of shared parameters
   int64_t activations(int begin, int end) const { return act_[end] - act_[begin]; }
   int64_t memory(int begin, int end, int part, int parts, const MemoryModel& m) const;
+  int64_t link(int begin, int end, int part, int parts) const;  // cut_cost of its inner cuts
+  bool priced() const { return priced_; }                       // some cut_cost is not 0
 
  private:
   const LinearProblem& p_;
   std::vector<int64_t> cost_, params_, act_;  // prefix sums, size n+1
+  bool priced_ = false;
 };
 
 struct SolveOptions {
@@ -74,7 +85,8 @@ struct SolveOptions {
 };
 
 // Splits [0, n) into `parts` non-empty contiguous ranges whose memory fits m.limit; returns the
-// ranges in order, cost and memory filled. Exact, in two phases:
+// ranges in order, cost, link and memory filled. A part's time is its cost plus its link; the
+// bottleneck is the largest part time. Exact, in two phases:
 //  1. T*, the least largest part cost: binary search over the bottleneck with an
 //     O(n * parts) reachability sweep per probe.
 //  2. Among the splits whose largest part cost is <= floor(T* * (1 + opts.slack)), the one
@@ -82,6 +94,9 @@ struct SolveOptions {
 //     1..K-1), ties broken by the smaller largest part cost, then by the earliest cuts (first
 //     cut first). A DP over the parts, O(n * parts * log n), then a bisection over the largest
 //     cost in [T*, bound] whose probes are O(n * parts) each.
+// With cut_cost priced a part's time depends on both its cuts, so the same two phases run as
+// plain DPs over (start, end) pairs instead, O(n^2 * parts) each, with the same answer: the
+// fewest crossing bytes within the bound, then the smallest largest time, then the earliest cuts.
 // Throws UserError when parts is not in [1, n], when opts.slack is negative or not finite, or
 // when no split fits (the message names the smallest limit that would, see min_feasible_limit).
 std::vector<PartRange> solve_min_bottleneck(const LinearProblem& p, int parts,

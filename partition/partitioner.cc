@@ -145,7 +145,15 @@ int64_t PartitionPlan::device_cost(int device) const {
   return c;
 }
 
-LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs) {
+int64_t PartitionPlan::device_time(int device) const {
+  int64_t t = 0;
+  for (const ChunkPlan& ch : chunks)
+    if (ch.device == device) t += ch.cost + ch.link_in + ch.link_out;
+  return t;
+}
+
+LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs,
+                             const LinkModel& link) {
   const int n = static_cast<int>(g.nodes.size());
   LinearProblem p;
   p.cost.resize(static_cast<size_t>(n));
@@ -164,19 +172,26 @@ LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs)
       }
   for (auto& [v, at] : readers)
     if (at.size() > 1) p.shared.push_back({g.value(v).type.bytes(), std::move(at)});
-  // cut_bytes[i]: tensors made before position i and needed at or after it.
+  // cut_bytes[i]: tensors made before position i and needed at or after it; cut_cost[i] what
+  // moving them costs (their bytes and their count).
   const Lifetimes L = lifetimes(g);
-  std::vector<int64_t> diff(static_cast<size_t>(n) + 2, 0);
+  std::vector<int64_t> diff(static_cast<size_t>(n) + 2, 0), count(static_cast<size_t>(n) + 2, 0);
   for (size_t v = 0; v < g.values.size(); ++v) {
     if (!travels(g, static_cast<ValueId>(v))) continue;
     const int from = L.def[v] + 1, to = std::min(L.last_use[v], n);
     if (to < from) continue;
     diff[static_cast<size_t>(from)] += g.values[v].type.bytes();
     diff[static_cast<size_t>(to) + 1] -= g.values[v].type.bytes();
+    ++count[static_cast<size_t>(from)];
+    --count[static_cast<size_t>(to) + 1];
   }
   p.cut_bytes.resize(static_cast<size_t>(n) + 1);
-  int64_t run = 0;
-  for (int i = 0; i <= n; ++i) p.cut_bytes[static_cast<size_t>(i)] = run += diff[static_cast<size_t>(i)];
+  int64_t run = 0, tensors = 0;
+  for (int i = 0; i <= n; ++i) {
+    p.cut_bytes[static_cast<size_t>(i)] = run += diff[static_cast<size_t>(i)];
+    tensors += count[static_cast<size_t>(i)];
+    if (link.priced()) p.cut_cost.push_back(link.cost(run, tensors));
+  }
   return p;
 }
 
@@ -193,7 +208,9 @@ PartitionPlan plan_partition(const Graph& g, const std::vector<NodeCost>& costs,
     throw UserError("partition", "cannot cut a graph of " + std::to_string(n) + " nodes into " +
                                      std::to_string(parts) + " chunks",
                     "use at most " + std::to_string(n) + " stages");
-  LinearProblem problem = linear_problem(g, costs);
+  // Parameter bytes and node counts are not times: only the balanced and manual splits see links.
+  const bool timed = opts.strategy == Strategy::kBalanced || opts.strategy == Strategy::kManual;
+  LinearProblem problem = linear_problem(g, costs, timed ? opts.link : LinkModel{});
   // A device holding v chunks shares its limit between them.
   MemoryModel per_chunk = opts.memory;
   per_chunk.limit = opts.memory.limit / opts.chunks_per_stage;
@@ -208,6 +225,7 @@ PartitionPlan plan_partition(const Graph& g, const std::vector<NodeCost>& costs,
   plan.strategy = opts.strategy;
   plan.devices = opts.stages;
   plan.chunks_per_stage = opts.chunks_per_stage;
+  plan.link = timed ? opts.link : LinkModel{};
   const Lifetimes L = lifetimes(g);
   for (int c = 0; c < parts; ++c) {
     ChunkPlan ch;
@@ -216,13 +234,20 @@ PartitionPlan plan_partition(const Graph& g, const std::vector<NodeCost>& costs,
     ch.begin = ranges[static_cast<size_t>(c)].begin;
     ch.end = ranges[static_cast<size_t>(c)].end;
     ch.memory = ranges[static_cast<size_t>(c)].memory;
+    if (!problem.cut_cost.empty()) {
+      ch.link_in = c > 0 ? problem.cut_cost[static_cast<size_t>(ch.begin)] : 0;
+      ch.link_out = c < parts - 1 ? problem.cut_cost[static_cast<size_t>(ch.end)] : 0;
+    }
     fill_chunk(g, costs, L, c == parts - 1, &ch);
     plan.total_cost += ch.cost;
     plan.chunks.push_back(std::move(ch));
   }
-  int64_t worst = 0;
-  for (int d = 0; d < plan.devices; ++d) worst = std::max(worst, plan.device_cost(d));
-  const double mean = static_cast<double>(plan.total_cost) / plan.devices;
+  int64_t worst = 0, total_time = 0;
+  for (int d = 0; d < plan.devices; ++d) {
+    worst = std::max(worst, plan.device_time(d));
+    total_time += plan.device_time(d);
+  }
+  const double mean = static_cast<double>(total_time) / plan.devices;
   plan.imbalance = mean > 0 ? static_cast<double>(worst) / mean : 1.0;
   return plan;
 }

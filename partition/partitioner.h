@@ -12,6 +12,7 @@
 #include "core/ir.h"
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"
+#include "partition/link.h"
 
 namespace pt {
 
@@ -31,6 +32,9 @@ struct PartitionOptions {
   Strategy strategy = Strategy::kBalanced;
   std::vector<std::string> cut_after;  // kManual: stages*chunks_per_stage - 1 node names
   MemoryModel memory;                  // limit per device (0: none)
+  // Balanced and manual: a chunk's time is its cost plus the transfers it waits for, the
+  // activations crossing its first cut and their gradients crossing its last (link.h).
+  LinkModel link;
   // Splits within (1 + slack) of the best bottleneck count as balanced; among them the one
   // moving the fewest bytes across cuts wins (cuts between blocks rather than inside them).
   double slack = 0.02;
@@ -50,6 +54,8 @@ struct ChunkPlan {
   int64_t flops_bwd = 0;          // B + W
   int64_t activation_bytes = 0;   // kept per micro-batch: saved outputs plus received inputs
   int64_t cost = 0;               // NodeCost::cost() summed
+  int64_t link_in = 0;            // what receiving its inputs costs, in cost units (link.h)
+  int64_t link_out = 0;           // what sending its outputs (and receiving their gradients) costs
   int64_t memory = 0;             // under the MemoryModel, for its device
 };
 
@@ -59,15 +65,18 @@ struct PartitionPlan {
   int chunks_per_stage = 1;
   std::vector<ChunkPlan> chunks;  // forward order
   int64_t total_cost = 0;
-  double imbalance = 1.0;         // largest device cost / mean device cost
+  double imbalance = 1.0;         // largest device time / mean device time
+  LinkModel link;                 // what the transfers were priced at
 
   int64_t device_cost(int device) const;
+  int64_t device_time(int device) const;  // its chunks' costs plus their links
 };
 
 PartitionPlan plan_partition(const Graph& g, const std::vector<NodeCost>& costs,
                              const PartitionOptions& opts);
 
-// The flat problem the solver sees (exposed for tests and benchmarks).
-LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs);
+// The flat problem the solver sees (exposed for tests and benchmarks); cut_cost priced by `link`.
+LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs,
+                             const LinkModel& link = {});
 
 }  // namespace pt

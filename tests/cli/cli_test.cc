@@ -59,6 +59,35 @@ TEST(Cli, PartitionJsonHasTheDocumentedShape) {
   EXPECT_LE(j["imbalance"].get<double>(), 1.10);
 }
 
+// --link prices what crosses each cut: over a slow link every GPT cut falls between blocks
+// and the JSON says what the link was and what each stage waits for; the same transfers through
+// --bandwidth and --latency give the same plan; bad values get one line.
+TEST(Cli, PartitionLinkPricesTheCuts) {
+  Result r = run("partition samples/gpt/gpt.onnx --stages 4 --micro-batch 8 --link tcp --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["link"]["name"], "tcp");
+  EXPECT_DOUBLE_EQ(j["link"]["bandwidth"].get<double>(), 1.1e9);
+  EXPECT_DOUBLE_EQ(j["link"]["latency_s"].get<double>(), 50e-6);
+  ASSERT_EQ(j["stages"].size(), 4u);
+  for (size_t k = 0; k + 1 < 4; ++k) {
+    ASSERT_EQ(j["stages"][k]["outputs"].size(), 1u) << k;
+    // [8,32,64] float32 over the link, one message: 65536 B / 1.1 GB/s + 50 us.
+    EXPECT_NEAR(j["stages"][k]["link_out_s"].get<double>(), 65536 / 1.1e9 + 50e-6, 1e-9) << k;
+    EXPECT_DOUBLE_EQ(j["stages"][k + 1]["link_in_s"].get<double>(), j["stages"][k]["link_out_s"].get<double>());
+  }
+  Result same = run("partition samples/gpt/gpt.onnx --stages 4 --micro-batch 8 --link none --bandwidth 1.1GB/s "
+                    "--latency 50us --json");
+  ASSERT_EQ(same.code, 0) << same.err;
+  EXPECT_EQ(nlohmann::json::parse(same.out)["stages"], j["stages"]);
+
+  Result table = run("partition samples/gpt/gpt.onnx --stages 4 --link tcp");
+  EXPECT_NE(table.out.find("link tcp: 1.1 GB/s, 50 us per message"), std::string::npos) << table.out;
+  Result bad = run("partition samples/gpt/gpt.onnx --stages 4 --latency soon");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "error: --latency: 'soon' is not a latency; write seconds with a unit, e.g. 5us, 0.05ms or 2e-6\n");
+}
+
 TEST(Cli, PartitionTablePrintsImbalance) {
   Result r = run("partition samples/bert/bert.onnx --stages 3");
   ASSERT_EQ(r.code, 0) << r.err;

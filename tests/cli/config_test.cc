@@ -36,7 +36,8 @@ data: {kind: synthetic, samples: 64, shuffle: false, eval_fraction: 0.25}
 optimizer: {kind: adamw, lr: 3.0e-4, weight_decay: 0.1, clip_grad_norm: 1.0, warmup_steps: 20,
             schedule: cosine, min_lr: 1.0e-5, betas: [0.8, 0.99], eps: 1.0e-6}
 pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: params,
-           recompute: selective, memory_limit: 8GiB}
+           recompute: selective, memory_limit: 8GiB, link: pcie, bandwidth: 2GB/s, latency: 20us,
+           device_rate: 900}
 parameters: {frozen: [mask, "*.running_*"]}
 device: cpu
 threads: 2
@@ -62,6 +63,10 @@ output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.j
   EXPECT_EQ(c.pipeline.chunks, 2);
   EXPECT_EQ(c.pipeline.schedule, "zb-v");
   EXPECT_EQ(c.pipeline.memory_limit, "8GiB");
+  EXPECT_EQ(c.pipeline.link.preset, "pcie");
+  EXPECT_EQ(c.pipeline.link.bandwidth, "2GB/s");
+  EXPECT_EQ(c.pipeline.link.latency, "20us");
+  EXPECT_DOUBLE_EQ(c.pipeline.link.device_rate, 900);
   EXPECT_EQ(c.frozen, (std::vector<std::string>{"mask", "*.running_*"}));
   EXPECT_EQ(c.threads, 2);
   EXPECT_EQ(c.seed, 7u);
@@ -96,8 +101,13 @@ TEST(Config, OverridesUseDottedKeys) {
   EXPECT_EQ(error_of(path, {"dropout=sometimes"}),
             "--set dropout: expected on or off, got 'sometimes'; give on or off");
   EXPECT_EQ(error_of(path, {"pipeline.stagez=2"}),
-            "--set pipeline.stagez: unknown key; known keys here: chunks, memory_limit, "
-            "micro_batches, partition, recompute, schedule, stages");
+            "--set pipeline.stagez: unknown key; known keys here: bandwidth, chunks, device_rate, "
+            "latency, link, memory_limit, micro_batches, partition, recompute, schedule, stages");
+  EXPECT_EQ(error_of(path, {"pipeline.link=infiniband"}),
+            "--set pipeline.link: unknown link 'infiniband'; use none, cpu, nvlink, pcie or tcp");
+  EXPECT_EQ(error_of(path, {"pipeline.latency=soon"}),
+            "--set pipeline.latency: 'soon' is not a latency; write seconds with a unit, e.g. 5us, "
+            "0.05ms or 2e-6");
 }
 
 // device: cpu | cuda (stage d on GPU d mod G) | cuda:I,J,... (a GPU per stage, or one for all).

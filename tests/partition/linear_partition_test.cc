@@ -24,6 +24,16 @@ int64_t naive_cost(const LinearProblem& p, int begin, int end) {
   return s;
 }
 
+// What the part's inner cuts add to its time: cut_cost at its start and at its end.
+int64_t naive_link(const LinearProblem& p, int begin, int end, int part, int parts) {
+  if (p.cut_cost.empty()) return 0;
+  return (part > 0 ? p.cut_cost[begin] : 0) + (part < parts - 1 ? p.cut_cost[end] : 0);
+}
+
+int64_t naive_time(const LinearProblem& p, int begin, int end, int part, int parts) {
+  return naive_cost(p, begin, end) + naive_link(p, begin, end, part, parts);
+}
+
 int64_t naive_memory(const LinearProblem& p, int begin, int end, int part, int parts,
                      const MemoryModel& m) {
   int64_t params = 0, acts = 0;
@@ -71,7 +81,7 @@ BruteForce brute_force(const LinearProblem& p, int parts, const MemoryModel& m) 
     int64_t worst_cost = 0, worst_memory = 0;
     for (int k = 0; k < parts; ++k) {
       const int begin = k == 0 ? 0 : cuts[k - 1], end = k == parts - 1 ? n : cuts[k];
-      worst_cost = std::max(worst_cost, naive_cost(p, begin, end));
+      worst_cost = std::max(worst_cost, naive_time(p, begin, end, k, parts));
       worst_memory = std::max(worst_memory, naive_memory(p, begin, end, k, parts, m));
     }
     out.smallest_limit = std::min(out.smallest_limit, worst_memory);
@@ -80,8 +90,8 @@ BruteForce brute_force(const LinearProblem& p, int parts, const MemoryModel& m) 
   return out;
 }
 
-// The ranges cover [0, n) in order, are non-empty, carry their true cost and memory, and fit.
-// Returns the largest part cost.
+// The ranges cover [0, n) in order, are non-empty, carry their true cost, link and memory, and
+// fit. Returns the largest part time (cost plus link).
 int64_t expect_valid_split(const LinearProblem& p, int parts, const MemoryModel& m,
                            const std::vector<PartRange>& split) {
   EXPECT_EQ(static_cast<int>(split.size()), parts);
@@ -92,9 +102,10 @@ int64_t expect_valid_split(const LinearProblem& p, int parts, const MemoryModel&
     EXPECT_EQ(r.begin, at) << "part " << k;
     EXPECT_LT(r.begin, r.end) << "part " << k;
     EXPECT_EQ(r.cost, naive_cost(p, r.begin, r.end)) << "part " << k;
+    EXPECT_EQ(r.link, naive_link(p, r.begin, r.end, k, parts)) << "part " << k;
     EXPECT_EQ(r.memory, naive_memory(p, r.begin, r.end, k, parts, m)) << "part " << k;
     EXPECT_TRUE(fits(r.memory, m)) << "part " << k << " memory " << r.memory;
-    worst = std::max(worst, r.cost);
+    worst = std::max(worst, r.time());
     at = r.end;
   }
   EXPECT_EQ(at, static_cast<int>(p.size()));
@@ -124,8 +135,8 @@ struct FewestCrossing {
   std::vector<int> cuts;
 };
 
-// Among the splits that fit m.limit with every part cost <= bound: the fewest crossing bytes,
-// then the smallest largest cost, then the earliest cuts (splits are visited in that order).
+// Among the splits that fit m.limit with every part time <= bound: the fewest crossing bytes,
+// then the smallest largest time, then the earliest cuts (splits are visited in that order).
 FewestCrossing brute_force_fewest_crossing(const LinearProblem& p, int parts,
                                            const MemoryModel& m, int64_t bound) {
   const int n = static_cast<int>(p.size());
@@ -135,7 +146,7 @@ FewestCrossing brute_force_fewest_crossing(const LinearProblem& p, int parts,
     bool fit = true;
     for (int k = 0; k < parts; ++k) {
       const int begin = k == 0 ? 0 : cuts[k - 1], end = k == parts - 1 ? n : cuts[k];
-      worst = std::max(worst, naive_cost(p, begin, end));
+      worst = std::max(worst, naive_time(p, begin, end, k, parts));
       fit = fit && fits(naive_memory(p, begin, end, k, parts, m), m);
       if (k > 0) crossing += p.cut_bytes[begin];
     }
@@ -259,6 +270,52 @@ TEST(SolveMinBottleneck, FewestCrossingBytesWithinTheSlackMatchBruteForce) {
   EXPECT_GT(feasible, 1500);
   EXPECT_GT(slack_used, 200);
   EXPECT_GT(bytes_saved, 200);
+}
+
+// With transfers priced a part's time depends on where both its cuts fall: the solver must still
+// find the least largest time, then within the slack the fewest crossing bytes, the least largest
+// time and the earliest cuts, as enumerating every split does.
+TEST(SolveMinBottleneck, PricedCutsMatchBruteForce) {
+  std::mt19937_64 rng(20261127);
+  int feasible = 0, infeasible = 0, moved = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = std::uniform_int_distribution<int>(1, 11)(rng);
+    const int parts = std::uniform_int_distribution<int>(1, n)(rng);
+    LinearProblem p = random_slack_problem(rng, n);
+    const LinearProblem free_links = p;
+    for (int i = 0; i <= n; ++i)
+      p.cut_cost.push_back(std::uniform_int_distribution<int64_t>(0, 3)(rng) == 0
+                               ? 0
+                               : std::uniform_int_distribution<int64_t>(1, 600)(rng));
+    MemoryModel m;
+    m.state_factor = std::uniform_int_distribution<int64_t>(0, 4)(rng);
+    m.limit = random_limit(rng, brute_force(p, parts, m).smallest_limit);
+    const int64_t best = brute_force(p, parts, m).best_cost;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": n=" + std::to_string(n) +
+                 " parts=" + std::to_string(parts) + " limit=" + std::to_string(m.limit));
+    if (best == kInf) {
+      ++infeasible;
+      EXPECT_THROW(solve_min_bottleneck(p, parts, m), UserError);
+      continue;
+    }
+    ++feasible;
+    for (double slack : {0.0, 0.02, 0.1}) {
+      const int64_t bound = slack_bound(best, slack);
+      SCOPED_TRACE("slack=" + std::to_string(slack) + " bound=" + std::to_string(bound));
+      const FewestCrossing want = brute_force_fewest_crossing(p, parts, m, bound);
+      const auto split = solve_min_bottleneck(p, parts, m, SolveOptions{slack});
+      const int64_t worst = expect_valid_split(p, parts, m, split);
+      if (slack == 0) EXPECT_EQ(worst, best);
+      EXPECT_EQ(crossing_bytes(p, split), want.crossing);
+      EXPECT_EQ(worst, want.worst);
+      EXPECT_EQ(cuts_of(split), want.cuts);
+      if (slack == 0) moved += cuts_of(split) != cuts_of(solve_min_bottleneck(free_links, parts, m, kNoSlack));
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(feasible, 1500);
+  EXPECT_GT(infeasible, 200);
+  EXPECT_GT(moved, 300);  // the prices must move cuts, or the test shows nothing
 }
 
 TEST(SolveMinBottleneck, SlackBuysABlockBoundary) {

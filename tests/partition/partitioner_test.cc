@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <onnx/checker.h>
 
+#include <cmath>
+#include <regex>
 #include <set>
 
 #include "core/error.h"
@@ -154,6 +156,78 @@ TEST(Partition, ManualCutsWhereTold) {
   EXPECT_EQ(p.chunks[0].end, 2);
   o.cut_after = {"no_such_node"};
   EXPECT_THROW(plan_partition(l.g, l.costs, o), UserError);
+}
+
+// Without prices, the transformer's balanced cuts at 4 stages fall inside blocks and move 3 or 4
+// tensors each; over a slow link a stage waits for every one of them, and the cuts move to block
+// boundaries, where one tensor crosses. The priced plan's slowest device is faster, links
+// included, than the free plan's cuts would be over the same link.
+TEST(Partition, SlowLinkCutsTheTransformerBetweenBlocks) {
+  Loaded l = load("gpt");
+  PartitionOptions o;
+  o.stages = 4;
+  const PartitionPlan free_plan = plan_partition(l.g, l.costs, o);
+  size_t most = 0;
+  for (size_t c = 0; c + 1 < free_plan.chunks.size(); ++c)
+    most = std::max(most, free_plan.chunks[c].outputs.size());
+  EXPECT_GE(most, 3u);
+
+  o.link = link_preset("tcp");
+  const PartitionPlan priced = plan_partition(l.g, l.costs, o);
+  const std::regex block_end(R"(/blocks\.\d+/Add_1_output_0)");
+  for (size_t c = 0; c + 1 < priced.chunks.size(); ++c) {
+    const ChunkPlan& ch = priced.chunks[c];
+    ASSERT_EQ(ch.outputs.size(), 1u) << "stage " << c;
+    EXPECT_TRUE(std::regex_match(l.g.value(ch.outputs[0]).name, block_end)) << l.g.value(ch.outputs[0]).name;
+    EXPECT_EQ(ch.link_out, o.link.cost(l.g.value(ch.outputs[0]).type.bytes(), 1));
+    EXPECT_EQ(priced.chunks[c + 1].link_in, ch.link_out);
+  }
+  EXPECT_EQ(priced.chunks.front().link_in, 0);
+  EXPECT_EQ(priced.chunks.back().link_out, 0);
+
+  o.strategy = Strategy::kManual;  // the free plan's cuts, priced over the same link
+  for (size_t c = 0; c + 1 < free_plan.chunks.size(); ++c)
+    o.cut_after.push_back(l.g.nodes[static_cast<size_t>(free_plan.chunks[c].end - 1)].name);
+  const PartitionPlan free_cuts = plan_partition(l.g, l.costs, o);
+  int64_t slowest_priced = 0, slowest_free = 0;
+  for (int d = 0; d < 4; ++d) {
+    slowest_priced = std::max(slowest_priced, priced.device_time(d));
+    slowest_free = std::max(slowest_free, free_cuts.device_time(d));
+  }
+  EXPECT_LT(slowest_priced, slowest_free);
+}
+
+TEST(Link, PresetsAndUnitsAsUsersWriteThem) {
+  EXPECT_DOUBLE_EQ(parse_bandwidth("10GB/s", "--bandwidth"), 10e9);
+  EXPECT_DOUBLE_EQ(parse_bandwidth("1.1e9", "--bandwidth"), 1.1e9);
+  EXPECT_DOUBLE_EQ(parse_bandwidth("800MiB/s", "--bandwidth"), 800.0 * 1048576);
+  EXPECT_DOUBLE_EQ(parse_latency("5us", "--latency"), 5e-6);
+  EXPECT_DOUBLE_EQ(parse_latency("0.05ms", "--latency"), 5e-5);
+  EXPECT_DOUBLE_EQ(parse_latency("2e-6", "--latency"), 2e-6);
+  EXPECT_DOUBLE_EQ(parse_latency("1s", "--latency"), 1.0);
+  const LinkModel tcp = link_preset("tcp");
+  EXPECT_DOUBLE_EQ(tcp.seconds(1'100'000'000, 2), 1.0 + 2 * 50e-6);
+  EXPECT_EQ(tcp.cost(1'100'000'000, 2), std::llround((1.0 + 2 * 50e-6) * 100e9));
+  EXPECT_EQ(tcp.seconds(0, 0), 0.0);  // nothing crosses: no message either
+  EXPECT_FALSE(link_preset("none").priced());
+  EXPECT_EQ(link_preset("none").cost(1 << 30, 3), 0);
+  for (const char* name : {"cpu", "nvlink", "pcie", "tcp"}) EXPECT_TRUE(link_preset(name).priced()) << name;
+
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { parse_bandwidth("fast", "--bandwidth"); }),
+            "--bandwidth: 'fast' is not a bandwidth; write bytes per second, e.g. 10GB/s, "
+            "800MiB/s or 1.1e9");
+  EXPECT_EQ(message([] { parse_latency("-1us", "--latency"); }),
+            "--latency: '-1us' is not a latency; write seconds with a unit, e.g. 5us, 0.05ms or 2e-6");
+  EXPECT_EQ(message([] { link_preset("infiniband", "config.yaml:7: pipeline.link"); }),
+            "config.yaml:7: pipeline.link: unknown link 'infiniband'; use none, cpu, nvlink, pcie or tcp");
 }
 
 }  // namespace

@@ -78,6 +78,22 @@ struct PartitionArgs {
   BackwardArgs bwd;
 };
 
+// `pipetrain plan`: the model, the devices and their memory; the planner chooses the rest.
+struct PlanArgs {
+  ModelArgs model;
+  int devices = 1;
+  std::string memory;        // per device: "80GiB"
+  int64_t global_batch = 0;  // rows per step; 0: 2 x devices micro-batches
+  std::string loss = "cross_entropy";
+  std::string loss_output;
+  std::vector<std::string> frozen;
+  LinkArgs link;
+  std::string write;         // the plan as a train config
+  bool json = false;
+};
+
+void add_plan_options(CLI::App* cmd, PlanArgs* a);  // plan_cmd.cc
+
 struct GradArgs {
   std::string model;
   std::vector<std::string> inputs;  // "name=file.npy", the global batch

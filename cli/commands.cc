@@ -70,6 +70,7 @@ int run_cli(int argc, char** argv) {
   RunArgs forward;
   GradArgs grad;
   ScheduleArgs schedule;
+  PlanArgs plan;
   TrainArgs train;
 
   const std::vector<Command> commands = {
@@ -156,6 +157,9 @@ int run_cli(int argc, char** argv) {
       {"schedule", "build or read a pipeline schedule; check, simulate and draw it",
        [&](CLI::App* c) { add_schedule_options(c, &schedule); },
        [&] { return run_schedule(schedule); }},
+      {"plan", "choose chunks, cuts, recompute and schedule under a memory cap; --write a train config",
+       [&](CLI::App* c) { add_plan_options(c, &plan); },
+       [&] { return run_plan(plan); }},
   };
 
   std::vector<std::pair<CLI::App*, const Command*>> subs;

@@ -320,7 +320,7 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   if (const YAML::Node q = root["pipeline"]) {
     const std::string p = "pipeline";
     r.check_keys(q, p, {"stages", "chunks", "micro_batches", "schedule", "partition", "recompute", "memory_limit",
-                        "link", "bandwidth", "latency", "device_rate"});
+                        "link", "bandwidth", "latency", "device_rate", "plan"});
     r.read(q, p, "stages", &c->pipeline.stages, "a whole number");
     r.positive(q, p, "stages", c->pipeline.stages, 1);
     r.read(q, p, "chunks", &c->pipeline.chunks, "a whole number");
@@ -332,6 +332,8 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.one_of(q, p, "partition", c->pipeline.partition, {"balanced", "params", "uniform"});
     r.read(q, p, "recompute", &c->pipeline.recompute, "a recompute policy");
     r.read(q, p, "memory_limit", &c->pipeline.memory_limit, "a size such as 8GiB");
+    r.read(q, p, "plan", &c->pipeline.plan, "auto");
+    if (q["plan"]) r.one_of(q, p, "plan", c->pipeline.plan, {"auto"});
     LinkArgs& l = c->pipeline.link;
     r.read(q, p, "link", &l.preset, "none, cpu, nvlink, pcie or tcp");
     r.read(q, p, "bandwidth", &l.bandwidth, "bytes per second such as 10GB/s");

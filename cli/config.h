@@ -14,10 +14,12 @@
 //               betas: [0.9, 0.999], eps: 1.0e-8}
 //   pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: balanced,
 //              recompute: selective, memory_limit: 8GiB,
-//              link: tcp, bandwidth: 1GB/s, latency: 50us, device_rate: 100}
+//              link: tcp, bandwidth: 1GB/s, latency: 50us, device_rate: 100, plan: auto}
 //                                    # link prices the transfers the balanced cuts weigh
 //                                    # (partition/link.h); by default cpu, or nvlink with
-//                                    # device: cuda (however many processes: the same cuts)
+//                                    # device: cuda (however many processes: the same cuts);
+//                                    # plan: auto lets the planner choose schedule, chunks and
+//                                    # recompute under memory_limit (cli/planner.h)
 //   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"]}   # names or globs
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
 //   parallel: {data: 1, zero: 0}     # data-parallel replicas of the pipeline (mpirun -n: a
@@ -100,6 +102,7 @@ struct TrainConfig {
     std::string recompute = "none";
     std::string memory_limit;    // per device; empty: none
     LinkArgs link{""};           // preset "": the runtime's (default_link in train_cmd.cc)
+    std::string plan;            // "auto": cli/planner.h picks schedule, chunks and recompute
   } pipeline;
 
   std::vector<std::string> frozen;  // parameters.frozen

@@ -24,6 +24,7 @@ int run_partition(const PartitionArgs& a);
 int run_forward(const RunArgs& a);
 int run_grad(const GradArgs& a);
 int run_train(const TrainArgs& a);
+int run_plan(const PlanArgs& a);  // plan_cmd.cc
 
 // Writes each (file name, graph) into dir. Every model is built and checked by the onnx checker
 // before the first file is written, and each file is written atomically.

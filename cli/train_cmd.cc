@@ -40,6 +40,7 @@
 #include "cli/driver.h"
 #include "cli/interrupt.h"
 #include "cli/train_devices.h"
+#include "cli/planner.h"
 #include "cli/train_ranks.h"
 #include "cli/trained_weights.h"
 #include "core/bytes.h"
@@ -302,6 +303,7 @@ class Trainer {
  private:
   void build();
   void plan_schedule(const std::vector<NodeCost>& costs);
+  void plan_pipeline(const std::vector<NodeCost>& costs);
   PartitionOptions partition_options(int chunks_per_stage) const;
   int chunks_for(const std::string& kind) const;
   void open_data();
@@ -536,8 +538,40 @@ PartitionOptions Trainer::partition_options(int chunks_per_stage) const {
   return po;
 }
 
+// pipeline.plan: auto: the planner's best plan under pipeline.memory_limit (cli/planner.h), its
+// schedule run as is and its recompute policies per device, on the graph this run trains.
+void Trainer::plan_pipeline(const std::vector<NodeCost>& costs) {
+  for (const char* key : {"pipeline.schedule", "pipeline.chunks", "pipeline.recompute"})
+    if (cfg_.places.count(key))
+      throw UserError(cfg_.where(key), "is chosen by pipeline.plan: auto", "leave it out, or drop pipeline.plan");
+  if (cfg_.pipeline.memory_limit.empty())
+    throw UserError(cfg_.where("pipeline.plan"), "needs pipeline.memory_limit, the memory of a device",
+                    "set pipeline.memory_limit, e.g. 8GiB");
+  PlanRequest r;
+  r.devices = cfg_.pipeline.stages;
+  r.micro_batches = cfg_.pipeline.micro_batches;
+  r.memory = at_key(cfg_, "pipeline.memory_limit", [&] { return parse_bytes(cfg_.pipeline.memory_limit, "pipeline.memory_limit"); });
+  r.link = partition_options(1).link;
+  r.backward.loss = loss_;
+  r.backward.frozen = cfg_.frozen;
+  const PlanSearch s = at_key(cfg_, "pipeline.plan", [&] { return search_plans(train_, costs, r); });
+  const PlanCandidate& best = s.best();
+  schedule_ = best.schedule;
+  cfg_.pipeline.chunks = best.chunks;
+  cfg_.pipeline.recompute = best.recompute_text();
+  if (!args_.quiet)
+    std::cout << "plan: " << best.name() << "; simulated step " << std::fixed << std::setprecision(3)
+              << best.step_s * 1e3 << " ms, largest device " << format_bytes(best.largest_memory()) << " of "
+              << format_bytes(r.memory) << " (" << s.candidates.size() << " plans searched)\n";
+}
+
 void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
   const TrainConfig::Pipeline& p = cfg_.pipeline;
+  if (p.plan == "auto") {
+    plan_pipeline(costs);
+    lowered_ = add_send_recv(schedule_);
+    return;
+  }
   const std::string key = "pipeline.schedule";
   const bool csv = lowercase(p.schedule).ends_with(".csv");
   const std::string kind = csv ? p.schedule : lowercase(p.schedule);  // kind names in any case

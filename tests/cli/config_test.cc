@@ -102,7 +102,8 @@ TEST(Config, OverridesUseDottedKeys) {
             "--set dropout: expected on or off, got 'sometimes'; give on or off");
   EXPECT_EQ(error_of(path, {"pipeline.stagez=2"}),
             "--set pipeline.stagez: unknown key; known keys here: bandwidth, chunks, device_rate, "
-            "latency, link, memory_limit, micro_batches, partition, recompute, schedule, stages");
+            "latency, link, memory_limit, micro_batches, partition, plan, recompute, schedule, stages");
+  EXPECT_EQ(error_of(path, {"pipeline.plan=manual"}), "--set pipeline.plan: unknown value 'manual'; use one of auto");
   EXPECT_EQ(error_of(path, {"pipeline.link=infiniband"}),
             "--set pipeline.link: unknown link 'infiniband'; use none, cpu, nvlink, pcie or tcp");
   EXPECT_EQ(error_of(path, {"pipeline.latency=soon"}),

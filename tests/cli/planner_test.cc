@@ -1,0 +1,163 @@
+// The planner (cli/planner.h) against the grid of plans a user would try by hand, on every sample
+// at 2, 4 and 8 devices under three memory caps; and its plan run by `train`, whose executor
+// must keep exactly the bytes the plan counted.
+#include "cli/planner.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "autodiff/parameter_sites.h"
+#include "autodiff/training_mode.h"
+#include "core/error.h"
+#include "onnx_import/import.h"
+#include "tests/cli/run_cli.h"
+
+namespace pt {
+namespace {
+
+// The graph as `train` trains it.
+Graph training_graph(const std::string& name) {
+  ImportOptions io;
+  io.batch = 4;
+  Graph g = import_model("samples/" + name + "/" + name + ".onnx", io);
+  to_training_mode(g, TrainingModeOptions{true});
+  split_parameter_sites(g, {});
+  return g;
+}
+
+int64_t least_memory(const PlanSearch& s) {
+  int64_t least = s.candidates.front().largest_memory();
+  for (const PlanCandidate& c : s.candidates) least = std::min(least, c.largest_memory());
+  return least;
+}
+
+// Caps: the fastest plan's memory (loose), a third of the way down to the least any plan needs
+// (medium), and just above that least (tight). In every case the best plan fits its cap, is never
+// slower than the fastest fitting grid plan (every kind x one policy for all devices, balanced
+// cuts), and is strictly faster in at least half of the cases.
+TEST(Planner, NeverSlowerThanTheHandMadeGridAndFasterInHalf) {
+  int cases = 0, faster = 0, grid_fits = 0;
+  for (const char* name : {"gpt", "bert", "vit", "resnet", "mobilenet", "mlp"}) {
+    const Graph g = training_graph(name);
+    const std::vector<NodeCost> costs = estimate_costs(g);
+    for (int devices : {2, 4, 8}) {
+      if (2 * devices > static_cast<int>(g.nodes.size())) continue;
+      PlanRequest r;
+      r.devices = devices;
+      r.micro_batches = 2 * devices;
+      r.link = link_preset("cpu");
+      r.backward.loss = LossSpec{};
+      const PlanSearch free = search_plans(g, costs, r);
+      const int64_t fast = free.best().largest_memory(), least = least_memory(free);
+      for (int64_t cap : {fast, fast - (fast - least) / 3, least + (fast - least) / 20 + 1}) {
+        SCOPED_TRACE(std::string(name) + " at " + std::to_string(devices) + " devices, cap " + std::to_string(cap));
+        r.memory = cap;
+        const PlanSearch s = search_plans(g, costs, r);
+        const PlanCandidate& best = s.best();
+        ASSERT_TRUE(best.fits);
+        for (int d = 0; d < devices; ++d) EXPECT_LE(best.memory(d), cap) << "device " << d;
+        ++cases;
+        const PlanCandidate* grid = s.best_grid();
+        if (!grid) {
+          ++faster;  // nothing a user would try by hand fits; the plan does
+          continue;
+        }
+        ++grid_fits;
+        EXPECT_LE(best.step_s, grid->step_s) << best.name() << " against " << grid->name();
+        faster += best.step_s < grid->step_s * (1 - 1e-9);
+      }
+    }
+  }
+  std::cout << "strictly faster than the best fitting grid plan in " << faster << " of " << cases << " cases ("
+            << cases - grid_fits << " where no grid plan fits)\n";
+  EXPECT_GE(cases, 45);
+  EXPECT_GE(grid_fits, cases / 2);
+  EXPECT_GE(2 * faster, cases) << faster << " of " << cases << " strictly faster";
+}
+
+TEST(Planner, ACapNoPlanFitsNamesTheLeastThatWould) {
+  const Graph g = training_graph("gpt");
+  PlanRequest r;
+  r.devices = 4;
+  r.micro_batches = 8;
+  r.memory = 1 << 20;
+  r.backward.loss = LossSpec{};
+  try {
+    search_plans(g, estimate_costs(g), r);
+    FAIL() << "1 MiB per device cannot hold the parameters' AdamW state";
+  } catch (const UserError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("plan: no plan fits 1.00 MiB per device; the least any needs is ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("; raise the cap (plan --memory, train's pipeline.memory_limit), add devices, or take "
+                       "smaller micro-batches"), std::string::npos) << msg;
+  }
+}
+
+// `plan --write` gives a config `train` runs as is; the executor keeps, per device, exactly the
+// bytes the plan counted, within the cap with the parameters' state.
+TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
+  const fs::path dir = fs::temp_directory_path() / "pt_plan_train";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string yaml = (dir / "plan.yaml").string();
+  Result p = run("plan samples/gpt/gpt.onnx --devices 4 --memory 12MiB -b 8 --global-batch 64 --json --write " + yaml);
+  ASSERT_EQ(p.code, 0) << p.err;
+  const nlohmann::json plan = nlohmann::json::parse(p.out);
+  const nlohmann::json& best = plan["best"];
+  EXPECT_TRUE(best["fits"].get<bool>());
+  Result t = run("train " + yaml + " -q --set steps=2 --set output.metrics=" + (dir / "m.jsonl").string());
+  ASSERT_EQ(t.code, 0) << t.err;
+  std::ifstream metrics(dir / "m.jsonl");
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  const nlohmann::json summary = nlohmann::json::parse(last)["summary"];
+  EXPECT_EQ(summary["stages"], 4);
+  EXPECT_EQ(summary["chunks"], best["chunks"]);
+  EXPECT_EQ(summary["micro_batches"], 8);
+  const std::vector<int64_t> measured = summary["peak_kept_bytes_measured"];
+  EXPECT_EQ(measured, best["kept_bytes"].get<std::vector<int64_t>>());
+  for (size_t d = 0; d < measured.size(); ++d)
+    EXPECT_LE(measured[d] + best["state_bytes"][d].get<int64_t>(), 12 << 20) << "device " << d;
+}
+
+// pipeline.plan: auto in a train config: the planner picks schedule, chunks and recompute under
+// pipeline.memory_limit, and the run keeps what it planned; keys it would choose are refused.
+TEST(Planner, TrainPlansItselfUnderTheMemoryLimit) {
+  const fs::path dir = fs::temp_directory_path() / "pt_plan_auto";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string yaml = (dir / "auto.yaml").string();
+  std::ofstream(yaml) << "model: samples/charlm/charlm.onnx\n"
+                         "dims: {batch: 8}\n"
+                         "loss: {kind: cross_entropy, output: output}\n"
+                         "data: {kind: tokens, file: samples/charlm/gpl3.txt}\n"
+                         "pipeline: {stages: 2, micro_batches: 8, plan: auto, memory_limit: 24MiB}\n"
+                         "steps: 2\n"
+                         "output: {metrics: " << (dir / "m.jsonl").string() << "}\n";
+  Result t = run("train " + yaml);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("plan: "), std::string::npos) << t.out;
+  std::ifstream metrics(dir / "m.jsonl");
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  const nlohmann::json summary = nlohmann::json::parse(last)["summary"];
+  EXPECT_EQ(summary["peak_kept_bytes_measured"], summary["peak_kept_bytes_planned"]);
+  for (int64_t kept : summary["peak_kept_bytes_measured"].get<std::vector<int64_t>>()) EXPECT_LE(kept, 24 << 20);
+
+  Result chosen = run("train " + yaml + " --set pipeline.schedule=1f1b");
+  EXPECT_EQ(chosen.code, 2);
+  EXPECT_EQ(chosen.err, "error: --set pipeline.schedule: is chosen by pipeline.plan: auto; leave it out, or drop "
+                        "pipeline.plan\n");
+  Result uncapped = run("train " + yaml + " --set pipeline.memory_limit=");
+  EXPECT_EQ(uncapped.code, 2);
+  EXPECT_NE(uncapped.err.find("pipeline.plan: needs pipeline.memory_limit, the memory of a device"), std::string::npos)
+      << uncapped.err;
+}
+
+}  // namespace
+}  // namespace pt

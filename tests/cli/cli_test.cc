@@ -143,9 +143,9 @@ TEST(CliErrors, UnknownWordsAreNamedWithTheClosestKnownOne) {
   expect_one_line_error(run("trian"), "unknown command 'trian' (did you mean 'train'?); see `pipetrain --help`");
   expect_one_line_error(run("xyzzy"),
                         "unknown command 'xyzzy'; the commands are version, ops, inspect, partition, run, grad, "
-                        "train, schedule; see `pipetrain --help`");
+                        "train, schedule, plan; see `pipetrain --help`");
   expect_one_line_error(run(""),
-                        "name a command: version, ops, inspect, partition, run, grad, train, schedule; see "
+                        "name a command: version, ops, inspect, partition, run, grad, train, schedule, plan; see "
                         "`pipetrain --help`");
   expect_one_line_error(run("partition samples/gpt/gpt.onnx --stage 4"),
                         "unknown flag '--stage' for `pipetrain partition` (did you mean '--stages'?); see "

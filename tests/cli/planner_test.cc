@@ -20,11 +20,12 @@
 namespace pt {
 namespace {
 
-// The graph as `train` trains it.
+// The graph as `train` trains it; `name` a sample, or a path.
 Graph training_graph(const std::string& name) {
   ImportOptions io;
   io.batch = 4;
-  Graph g = import_model("samples/" + name + "/" + name + ".onnx", io);
+  const bool path = name.find('/') != std::string::npos;
+  Graph g = import_model(path ? name : "samples/" + name + "/" + name + ".onnx", io);
   to_training_mode(g, TrainingModeOptions{true});
   split_parameter_sites(g, {});
   return g;
@@ -36,13 +37,14 @@ int64_t least_memory(const PlanSearch& s) {
   return least;
 }
 
-// Caps: the fastest plan's memory (loose), a third of the way down to the least any plan needs
+// On every sample and the synthetic model, caps: the fastest plan's memory (loose), a third of the way down to the least any plan needs
 // (medium), and just above that least (tight). In every case the best plan fits its cap, is never
 // slower than the fastest fitting grid plan (every kind x one policy for all devices, balanced
 // cuts), and is strictly faster in at least half of the cases.
 TEST(Planner, NeverSlowerThanTheHandMadeGridAndFasterInHalf) {
   int cases = 0, faster = 0, grid_fits = 0;
-  for (const char* name : {"gpt", "bert", "vit", "resnet", "mobilenet", "mlp"}) {
+  for (const char* name :
+       {"gpt", "bert", "vit", "resnet", "mobilenet", "mlp", "charlm", "samples/synthetic/tiny.onnx"}) {
     const Graph g = training_graph(name);
     const std::vector<NodeCost> costs = estimate_costs(g);
     for (int devices : {2, 4, 8}) {

@@ -17,9 +17,11 @@
 namespace pt {
 namespace {
 
-// Weakest first: a device over the cap moves one step along this list.
-const char* const kPolicies[] = {"none", "selective", "full"};
-constexpr int kPolicyCount = 3;
+// Most kept first: a device over the cap moves one step along this list. selective keeps the
+// products' outputs; every:2 only every other checkpoint (the residual stream between blocks);
+// full only the chunk's inputs.
+const char* const kPolicies[] = {"none", "selective", "every:2", "full"};
+constexpr int kPolicyCount = 4;
 constexpr int64_t kStateFactor = 4;  // weights, gradients, two AdamW moments
 
 // One chunking of the model: its cuts and, per policy, every chunk's costs under it (a chunk's

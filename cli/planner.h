@@ -3,7 +3,7 @@
 // micro-batches, a memory cap per device and the link. Out: every plan tried, best first.
 //
 // A plan is chunks per device (1 or 2), the balanced cuts for that many chunks (transfers
-// priced by the link), a recompute policy per device (none, selective or full) and a schedule
+// priced by the link), a recompute policy per device (none, selective, every:2 or full) and a schedule
 // (every hand-made kind that takes those chunks, and `auto`'s list schedule under the cap).
 // Each is simulated on the chunks' own F, B (recompute included) and W FLOPs at the link's
 // device rate, with the link's transfers between chunks; its memory per device is the AdamW
@@ -14,7 +14,7 @@
 //
 // The grid a user would try by hand (every kind x one policy for every device, balanced cuts) is
 // part of the search; beyond it, per-device policies (raising only the devices over the cap,
-// weakest first) and `auto`. The best plan that fits is the fastest; ties go to the smaller
+// one step at a time from none towards full) and `auto`. The best plan that fits is the fastest; ties go to the smaller
 // largest memory.
 #pragma once
 

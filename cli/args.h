@@ -47,6 +47,21 @@ LinkModel link_model(const LinkArgs& a, Place place) {
 
 void add_link_args(CLI::App* cmd, LinkArgs* l);  // commands.cc
 
+// The pipeline keys of a plan written by `plan --write` (a train config), for `partition --plan`
+// and `schedule --plan`; UserError naming `flag` when the user also gave one of them.
+struct PlanFile {
+  std::string model;
+  int64_t micro_batch = 1;
+  std::vector<std::string> dims;  // the other dims, NAME=VALUE
+  int stages = 1, chunks = 1, micro_batches = 1;
+  std::string schedule;           // a kind or a CSV file
+  std::string recompute;
+  LinkArgs link;
+  std::vector<std::string> frozen;
+  bool dropout = true;
+};
+PlanFile read_plan_file(const std::string& path);  // plan_cmd.cc
+
 struct InspectArgs {
   ModelArgs model;
   bool nodes = false;  // list every node with its cost
@@ -64,13 +79,15 @@ struct BackwardArgs {
 
 struct PartitionArgs {
   ModelArgs model;
-  int stages = 1;
+  int stages = 0;            // required unless --plan gives it
   int chunks_per_stage = 1;
   std::string strategy = "balanced";
   std::vector<std::string> cut_after;
   std::string memory_limit;  // "8GiB", "512MB", bytes; empty: none
   double slack = 0.02;
   LinkArgs link;
+  std::string plan;          // a plan (`plan --write`): model, stages, chunks, link and the
+                             // training graph's cuts from it
   std::string export_dir;
   bool json = false;
   bool backward = false;   // also build F, B, W per stage (report; export with --export)

@@ -26,8 +26,9 @@ void add_backward_args(CLI::App* cmd, BackwardArgs* b) {
       ->delimiter(',');
 }
 
-void add_model_args(CLI::App* cmd, ModelArgs* m) {
-  cmd->add_option("model", m->model, "ONNX model file")->required();
+void add_model_args(CLI::App* cmd, ModelArgs* m, bool required = true) {
+  CLI::Option* model = cmd->add_option("model", m->model, "ONNX model file");
+  if (required) model->required();
   cmd->add_option("--micro-batch,-b", m->micro_batch, "binds the batch dimension")
       ->check(at_least_one())
       ->each([m](const std::string&) { m->micro_batch_given = true; });
@@ -85,10 +86,11 @@ int run_cli(int argc, char** argv) {
        [&] { return run_inspect(inspect); }},
       {"partition", "cut the model into balanced stages; --export writes them as ONNX",
        [&](CLI::App* c) {
-         add_model_args(c, &partition.model);
-         c->add_option("--stages,-s", partition.stages, "pipeline stages (devices)")
-             ->required()
-             ->check(at_least_one());
+         add_model_args(c, &partition.model, false);
+         c->add_option("--stages,-s", partition.stages, "pipeline stages (devices)")->check(at_least_one());
+         c->add_option("--plan", partition.plan,
+                       "the cuts of this plan (`plan --write`): its model, stages, chunks and link, "
+                       "on the graph train trains");
          c->add_option("--strategy", partition.strategy, "balanced | params | uniform | manual");
          c->add_option("--cut-after", partition.cut_after, "manual: node names to cut after")
              ->delimiter(',');

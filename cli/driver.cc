@@ -5,15 +5,21 @@
 
 #include <onnx/checker.h>
 
+#include "autodiff/chunk_backward.h"
+#include "autodiff/parameter_sites.h"
+#include "autodiff/training_mode.h"
 #include "cli/model_inputs.h"
 #include "cli/report.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "onnx_import/export.h"
 #include "onnx_import/import.h"
 #include "onnx_import/load.h"
 #include "partition/cost_model.h"
 #include "partition/cut.h"
 #include "partition/partitioner.h"
+#include "schedule/generators.h"
+#include "schedule/schedule.h"
 
 namespace pt {
 namespace {
@@ -97,14 +103,47 @@ int run_inspect(const InspectArgs& a) {
   return 0;
 }
 
-int run_partition(const PartitionArgs& a) {
-  if (!a.backward && a.bwd.recompute != "none")
+// `partition --plan FILE`: the model, micro-batch, stages, chunks, link and recompute of the plan.
+PartitionArgs with_plan(const PartitionArgs& given) {
+  if (given.stages != 0 || !given.model.model.empty() || given.strategy != "balanced")
+    throw UserError("--plan " + given.plan, "gives the model, stages, chunks and link",
+                    "leave out the model, --stages and --strategy");
+  const PlanFile p = read_plan_file(given.plan);
+  PartitionArgs a = given;
+  a.model.model = p.model;
+  a.model.micro_batch = p.micro_batch;
+  a.model.micro_batch_given = true;
+  a.model.dims = p.dims;
+  a.stages = p.stages;
+  a.chunks_per_stage = p.chunks;
+  a.link = p.link;
+  if (a.bwd.recompute == "none") a.bwd.recompute = p.recompute;
+  a.bwd.frozen = p.frozen;
+  return a;
+}
+
+int run_partition(const PartitionArgs& given) {
+  const PartitionArgs a = given.plan.empty() ? given : with_plan(given);
+  if (a.model.model.empty()) throw UserError("partition", "names no model", "pipetrain partition MODEL --stages N");
+  if (a.stages == 0) throw UserError("partition", "needs --stages", "give --stages N, or --plan FILE");
+  if (!a.backward && given.bwd.recompute != "none")
     throw UserError("--recompute " + a.bwd.recompute, "applies to the backward graphs, which only --backward builds",
                     "add --backward, or leave --recompute out");
   const PartitionOptions options = partition_options(a);
   Graph g = import_model(a.model.model, import_options(a.model));
+  if (!a.plan.empty()) {  // the graph train trains, whose cuts the plan runs
+    to_training_mode(g, TrainingModeOptions{read_plan_file(a.plan).dropout});
+    split_parameter_sites(g, frozen_parameters(g, a.bwd.frozen));
+  }
   std::vector<NodeCost> costs = estimate_costs(g);
   PartitionPlan plan = plan_partition(g, costs, options);
+  if (!a.plan.empty()) {  // the devices as the plan's schedule places the chunks
+    const std::string schedule = read_plan_file(a.plan).schedule;
+    const Placement placement = schedule.ends_with(".csv")
+                                    ? parse_csv(read_file(schedule, "check the plan's schedule CSV"), schedule).placement
+                                    : find_kind(schedule).placement;
+    for (ChunkPlan& c : plan.chunks) c.device = device_of(placement, plan.devices, c.index);
+  }
   if (!a.export_dir.empty()) {
     std::vector<std::pair<std::string, Graph>> files;
     for (const ChunkPlan& c : plan.chunks)

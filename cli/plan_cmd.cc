@@ -14,6 +14,7 @@
 #include "autodiff/parameter_sites.h"
 #include "autodiff/training_mode.h"
 #include "cli/args.h"
+#include "cli/config.h"
 #include "cli/model_inputs.h"
 #include "cli/planner.h"
 #include "core/bytes.h"
@@ -160,6 +161,26 @@ void write_plan(const PlanArgs& a, const PlanRequest& r, const PlanSearch& s) {
 }
 
 }  // namespace
+
+PlanFile read_plan_file(const std::string& path) {
+  const TrainConfig c = load_config(path);
+  PlanFile p;
+  p.model = c.model;
+  for (const auto& [name, value] : c.dims) {
+    if (name == "batch") p.micro_batch = value;
+    else p.dims.push_back(name + "=" + std::to_string(value));
+  }
+  p.stages = c.pipeline.stages;
+  p.chunks = c.pipeline.chunks ? c.pipeline.chunks : 1;
+  p.micro_batches = c.pipeline.micro_batches;
+  p.schedule = c.pipeline.schedule;
+  p.recompute = c.pipeline.recompute;
+  p.link = c.pipeline.link;
+  if (p.link.preset.empty()) p.link.preset = c.device == "cuda" ? "nvlink" : "cpu";  // as train
+  p.frozen = c.frozen;
+  p.dropout = c.dropout;
+  return p;
+}
 
 int run_plan(const PlanArgs& a) {
   PlanRequest r;

@@ -82,7 +82,8 @@ void print_partition_table(std::ostream& os, const Graph& g, const PartitionPlan
                            const std::string& model_path, int64_t micro_batch) {
   const bool chunked = plan.chunks_per_stage > 1;
   os << model_path << ": " << plan.chunks.size() << (chunked ? " chunks" : " stages") << " on "
-     << plan.devices << " devices" << (plan.chunks_per_stage == 2 ? " (V-shaped)" : "")
+     << plan.devices << " devices"
+     << (!chunked || plan.devices == 1 ? "" : plan.chunks.back().device == 0 ? " (V-shaped)" : " (looped: chunk c on device c mod P)")
      << ", strategy " << strategy_name(plan.strategy) << ", micro-batch " << micro_batch
      << "\n";
   const bool priced = plan.link.priced();

@@ -25,6 +25,7 @@ struct ScheduleArgs {
   std::string memory_limit;         // micro-batches of a stage; bytes ("8GiB") with --model
   std::string csv;                  // write the schedule here
   std::string from_csv;             // read, check and simulate this schedule
+  std::string plan;                 // show this plan's schedule (`plan --write`)
   std::string svg;                  // draw the timeline here
   bool lowered = false;             // --csv writes sends, receives and STEP too
   bool json = false;

@@ -59,6 +59,9 @@ void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
                 "per device: micro-batches of a stage's activations, or bytes with --model");
   c->add_option("--csv", a->csv, "write the schedule as CSV");
   c->add_option("--from-csv", a->from_csv, "read, check and simulate this CSV schedule");
+  c->add_option("--plan", a->plan,
+                "show this plan's schedule (`plan --write`): its kind or CSV, stages, micro-batches, "
+                "model and link");
   c->add_option("--svg", a->svg, "draw the timeline as SVG");
   c->add_flag("--lowered", a->lowered, "--csv: include sends, receives and the optimizer step");
   c->add_flag("--json", a->json, "print one JSON object");
@@ -224,7 +227,27 @@ int run(const ScheduleArgs& a) {
 
 }  // namespace
 
-int run_schedule(const ScheduleArgs& a) {
+// `schedule --plan FILE`: the plan's schedule with costs from its model and link.
+ScheduleArgs with_plan(const ScheduleArgs& given) {
+  if (!given.kind.empty() || !given.from_csv.empty() || given.stages || given.micro_batches ||
+      !given.model.empty())
+    throw UserError("--plan " + given.plan, "gives the schedule, stages, micro-batches and model",
+                    "leave out --kind, --from-csv, --stages, --micro-batches and --model");
+  const PlanFile p = read_plan_file(given.plan);
+  ScheduleArgs a = given;
+  (p.schedule.ends_with(".csv") ? a.from_csv : a.kind) = p.schedule;
+  a.stages = p.stages;
+  a.micro_batches = p.micro_batches;
+  a.chunks = p.chunks;
+  a.model = p.model;
+  a.micro_batch = p.micro_batch;
+  a.dims = p.dims;
+  a.link = p.link;
+  return a;
+}
+
+int run_schedule(const ScheduleArgs& given) {
+  const ScheduleArgs a = given.plan.empty() ? given : with_plan(given);
   try {
     return run(a);
   } catch (const ScheduleError& e) {

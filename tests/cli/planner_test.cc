@@ -100,8 +100,9 @@ TEST(Planner, ACapNoPlanFitsNamesTheLeastThatWould) {
   }
 }
 
-// `plan --write` gives a config `train` runs as is; the executor keeps, per device, exactly the
-// bytes the plan counted, within the cap with the parameters' state.
+// `plan --write` gives a config `train` runs as is, and `partition --plan`, `schedule --plan`
+// show; the executor keeps, per device, exactly the bytes the plan counted, within the cap with
+// the parameters' state.
 TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
   const fs::path dir = fs::temp_directory_path() / "pt_plan_train";
   fs::remove_all(dir);
@@ -112,6 +113,17 @@ TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
   const nlohmann::json plan = nlohmann::json::parse(p.out);
   const nlohmann::json& best = plan["best"];
   EXPECT_TRUE(best["fits"].get<bool>());
+  // partition and schedule show it: its chunks, placed as its schedule places them; its schedule.
+  Result cuts = run("partition --plan " + yaml + " --json");
+  ASSERT_EQ(cuts.code, 0) << cuts.err;
+  const nlohmann::json shown = nlohmann::json::parse(cuts.out);
+  EXPECT_EQ(shown["stages"].size(), 4 * best["chunks"].get<size_t>());
+  EXPECT_EQ(shown["link"]["name"], "cpu");
+  Result sched = run("schedule --plan " + yaml + " --json");
+  ASSERT_EQ(sched.code, 0) << sched.err;
+  EXPECT_EQ(nlohmann::json::parse(sched.out)["micro_batches"], 8);
+  EXPECT_EQ(run("partition samples/gpt/gpt.onnx").err, "error: partition: needs --stages; give --stages N, or --plan FILE\n");
+
   Result t = run("train " + yaml + " -q --set steps=2 --set output.metrics=" + (dir / "m.jsonl").string());
   ASSERT_EQ(t.code, 0) << t.err;
   std::ifstream metrics(dir / "m.jsonl");

@@ -34,7 +34,7 @@ namespace pt {
 
 void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
   c->add_option("--kind,-k", a->kind,
-                "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-zb | v-half | v-min | auto (any case)")
+                "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-zb | v-half | v-min | dualpipev | auto (any case)")
       ->transform([](std::string k) {
         for (char& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
         return k;

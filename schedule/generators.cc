@@ -1,6 +1,7 @@
 #include "schedule/generators.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "core/error.h"
 #include "schedule/costs.h"
@@ -19,6 +20,7 @@ const std::vector<KindInfo>& schedule_kinds() {
       {"v-zb", 2, 2, 2, Placement::kV, true, "V-shape, zero bubble at 1F1B's memory"},
       {"v-half", 2, 2, 2, Placement::kV, true, "V-shape, half of 1F1B's memory"},
       {"v-min", 2, 2, 2, Placement::kV, true, "V-shape, a third of 1F1B's memory"},
+      {"dualpipev", 2, 2, 2, Placement::kV, true, "DualPipeV: V-shape, forward and backward of two micro-batches paired"},
   };
   return kinds;
 }
@@ -99,6 +101,60 @@ Lists interleaved(int P, int M, int V) {
   return out;
 }
 
+// DualPipeV (DeepSeek's DualPipe cut in half, after Sea AI Lab): V placement, device r holding
+// chunk r (phase 0, the way down) and chunk 2P-1-r (phase 1, the way up). Each phase takes its
+// forwards and its backwards in micro-batch order. Device r runs eight steps:
+//   1. 2(P-1-r) phase-0 forwards           5. P-1-r times: B1, then the pair F1 & B0
+//   2. r+1 times: F0, F1                   6. r+1 times: B1, B0; from the middle of the step on
+//   3. P-1-r times: B1 (split), W, F1         (rank parity decides which of the two first) the
+//   4. M-2P+r+1 times: the pairs F0 & B1,      backwards are split, their W's left pending
+//      then F1 & B0                        7. P-1-r times: W, then B0 (split)
+//                                          8. r+1 W's
+// A backward not split runs B and W fused; a pending W runs in the order its B ran. DualPipeV
+// overlaps a pair's forward and backward with each other's communication; here a pair runs back
+// to back, forward first, and the simulator already keeps transfers off the devices' time.
+// DualPipeV needs M >= 2P; for fewer the order is built for 2P and the phantom micro-batches are
+// dropped, which only removes actions (as for interleaved).
+Lists dualpipev(int P, int M) {
+  const int padded = std::max(M, 2 * P);
+  Lists out;
+  for (int r = 0; r < P; ++r) {
+    std::vector<Action> a;
+    const int chunk[2] = {r, 2 * P - 1 - r};
+    int fwd[2] = {0, 0}, bwd[2] = {0, 0};
+    std::deque<Action> pending;
+    auto F = [&](int phase) { a.push_back({Op::kF, chunk[phase], fwd[phase]++}); };
+    auto B = [&](int phase, bool split) {
+      const Action b{split ? Op::kB : Op::kBW, chunk[phase], bwd[phase]++};
+      a.push_back(b);
+      if (split) pending.push_back({Op::kW, b.chunk, b.micro_batch});
+    };
+    auto W = [&] {
+      a.push_back(pending.front());
+      pending.pop_front();
+    };
+    for (int i = 0; i < 2 * (P - 1 - r); ++i) F(0);
+    for (int i = 0; i < r + 1; ++i) F(0), F(1);
+    for (int i = 0; i < P - 1 - r; ++i) B(1, true), W(), F(1);
+    for (int i = 0; i < padded - 2 * P + r + 1; ++i) F(0), B(1, false), F(1), B(0, false);
+    for (int i = 0; i < P - 1 - r; ++i) B(1, false), F(1), B(0, false);
+    bool split = false;
+    for (int i = 0; i < r + 1; ++i) {
+      if (i == (r + 1) / 2 && r % 2 == 1) split = true;
+      B(1, split);
+      if (i == (r + 1) / 2 && r % 2 == 0) split = true;
+      B(0, split);
+    }
+    for (int i = 0; i < P - 1 - r; ++i) W(), B(0, true);
+    for (int i = 0; i < r + 1; ++i) W();
+    PT_CHECK(pending.empty() && fwd[0] == padded && fwd[1] == padded && bwd[0] == padded && bwd[1] == padded,
+             "dualpipev: a device's steps do not cover every micro-batch");
+    std::erase_if(a, [&](const Action& x) { return x.micro_batch >= M; });
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 // The zero-bubble kinds: list scheduling with unit costs under each schedule's memory.
 // cap[d] is in micro-batches of a whole stage; w_lag[d] bounds the W's a device leaves pending.
 Lists listed(const KindInfo& k, int P, int M, std::vector<double> cap, std::vector<int> w_lag) {
@@ -172,6 +228,7 @@ Schedule generate(const std::string& kind, int stages, int micro_batches, int ch
   if (kind == "gpipe") s.devices = gpipe(stages, micro_batches);
   else if (kind == "1f1b") s.devices = one_f_one_b(stages, micro_batches);
   else if (kind == "interleaved") s.devices = interleaved(stages, micro_batches, chunks);
+  else if (kind == "dualpipev") s.devices = dualpipev(stages, micro_batches);
   else s.devices = split_kind(k, stages, micro_batches);
   return s;
 }

@@ -46,8 +46,8 @@ import torch_train  # noqa: E402
 
 STEPS = 3
 STAGES = [1, 2, 4]
-KINDS = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-zb", "v-half", "v-min"]
-TWO_CHUNKS = {"interleaved", "zb-v", "v-zb", "v-half", "v-min"}  # schedule/generators.h
+KINDS = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-zb", "v-half", "v-min", "dualpipev"]
+TWO_CHUNKS = {"interleaved", "zb-v", "v-zb", "v-half", "v-min", "dualpipev"}  # schedule/generators.h
 BASELINE = ("1f1b", 1)
 KINK_MARGIN = 1e-6
 IGNORE = -100

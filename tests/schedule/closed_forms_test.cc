@@ -159,6 +159,21 @@ TEST(ClosedForms, VHalfAndVMinMemoryAndBubble) {
   EXPECT_DOUBLE_EQ(idle(run("v-min", 8, 32), 32), 11.5);
 }
 
+// DualPipeV (its repository's table, PP = 2P chunks on P devices): each device idles
+// (PP/2 - 1)(F&B + B - 3W) and keeps PP + 1 chunks' activations. Here a pair runs back to back
+// and its backward is fused, so F&B = F + B + W; with every chunk's F = B = W = 1/2 the idle is
+// (P - 1)/2 per device and the peak (2P + 1)/2 stage units, on every device, for any M >= 2P.
+TEST(ClosedForms, DualPipeVIdleAndMemory) {
+  for (int p : {2, 3, 4, 5, 8})
+    for (int m : {2 * p, 2 * p + 1, 3 * p, 4 * p}) {
+      const Simulation sim = run("dualpipev", p, m);
+      EXPECT_DOUBLE_EQ(idle(sim, m), (p - 1) / 2.0) << p << " " << m;
+      for (const DeviceReport& d : sim.devices) EXPECT_DOUBLE_EQ(d.peak_activations, p + 0.5) << p << " " << m;
+    }
+  // Fewer than 2P micro-batches: the order for 2P less the missing ones, still valid.
+  for (int m : {1, 3, 7}) EXPECT_NO_THROW(run("dualpipev", 4, m)) << m;
+}
+
 TEST(Simulate, TransferTimeDelaysTheOtherDevice) {
   // 1F1B, 2 stages, 1 micro-batch, comm 0.5: F0 [0,1], F1 [1.5,2.5], BW1 [2.5,4.5],
   // BW0 [5,7]: makespan 7 = 6 + two transfers.

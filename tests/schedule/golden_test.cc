@@ -26,6 +26,7 @@ const Golden kGoldens[] = {
     {"zb-h1_p4_m8.csv", "zb-h1", 4, 8, 1, false},
     {"zb-v_p4_m8.csv", "zb-v", 4, 8, 2, false},
     {"v-min_p4_m8.csv", "v-min", 4, 8, 2, false},
+    {"dualpipev_p4_m8.csv", "dualpipev", 4, 8, 2, false},
     {"1f1b_p2_m3_lowered.csv", "1f1b", 2, 3, 1, true},
 };
 

@@ -123,7 +123,7 @@ TEST(ScheduleCli, AutoBeatsTheHandMadeKindsOnAHeavyLastStage) {
 TEST(ScheduleCli, BadInputIsOneLineAndExitTwo) {
   expect_error(pipetrain("--kind zigzag -s 4 -m 8"),
                "--kind zigzag: unknown schedule kind; use one of gpipe, 1f1b, interleaved, "
-               "zb-h1, zb-h2, zb-v, v-zb, v-half, v-min, auto");
+               "zb-h1, zb-h2, zb-v, v-zb, v-half, v-min, dualpipev, auto");
   expect_error(pipetrain("--kind zb-v -s 4 -m 8 --chunks 3"),
                "--kind zb-v: takes 2 chunks per device, not 3; change --chunks");
   expect_error(pipetrain("--kind gpipe -s 4 -m 8 --memory-limit 4"),

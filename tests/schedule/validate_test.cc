@@ -23,7 +23,7 @@ TEST(Validate, AcceptsEveryGeneratorAndItsLowering) {
           ASSERT_NO_THROW(validate(add_send_recv(s), where + " lowered")) << where;
           ++checked;
         }
-  EXPECT_EQ(checked, (8 + 3) * 8 * 32);  // 8 one-value kinds + interleaved at v = 2, 3, 4
+  EXPECT_EQ(checked, (9 + 3) * 8 * 32);  // 9 one-value kinds + interleaved at v = 2, 3, 4
 }
 
 struct Failure {

@@ -82,6 +82,48 @@ TEST(Planner, NeverSlowerThanTheHandMadeGridAndFasterInHalf) {
   EXPECT_GE(2 * faster, cases) << faster << " of " << cases << " strictly faster";
 }
 
+// The plan fits its cap as the executor measures it: on every sample at 2 and 4 devices under
+// the tight cap of the test above, `plan --write` then one `train` step keeps, per device,
+// exactly the bytes the plan counted, within the cap with the parameters' state.
+TEST(Planner, EverySamplesTightPlanKeepsWhatItPlannedWhenTrained) {
+  const fs::path dir = fs::temp_directory_path() / "pt_plan_samples";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  int trained = 0;
+  for (const char* name : {"gpt", "bert", "vit", "resnet", "mobilenet", "mlp", "charlm"}) {
+    const Graph g = training_graph(name);
+    for (int devices : {2, 4}) {
+      PlanRequest r;
+      r.devices = devices;
+      r.micro_batches = 2 * devices;
+      r.link = link_preset("cpu");
+      r.backward.loss = LossSpec{};
+      const PlanSearch free = search_plans(g, estimate_costs(g), r);
+      const int64_t fast = free.best().largest_memory(), least = least_memory(free);
+      const int64_t cap = least + (fast - least) / 20 + 1;
+      SCOPED_TRACE(std::string(name) + " at " + std::to_string(devices) + " devices, cap " + std::to_string(cap));
+      const std::string yaml = (dir / (std::string(name) + std::to_string(devices) + ".yaml")).string();
+      Result p = run(std::string("plan samples/") + name + "/" + name + ".onnx --devices " + std::to_string(devices) +
+                     " --memory " + std::to_string(cap) + " -b 4 --global-batch " + std::to_string(8 * devices) +
+                     " --json --write " + yaml);
+      ASSERT_EQ(p.code, 0) << p.err;
+      const nlohmann::json best = nlohmann::json::parse(p.out)["best"];
+      const std::string metrics = yaml + ".jsonl";
+      Result t = run("train " + yaml + " -q --set steps=1 --set output.model= --set output.metrics=" + metrics);
+      ASSERT_EQ(t.code, 0) << t.err;
+      std::ifstream in(metrics);
+      std::string line, last;
+      while (std::getline(in, line)) last = line;
+      const std::vector<int64_t> measured = nlohmann::json::parse(last)["summary"]["peak_kept_bytes_measured"];
+      EXPECT_EQ(measured, best["kept_bytes"].get<std::vector<int64_t>>()) << best.dump();
+      for (size_t d = 0; d < measured.size(); ++d)
+        EXPECT_LE(measured[d] + best["state_bytes"][d].get<int64_t>(), cap) << "device " << d;
+      ++trained;
+    }
+  }
+  EXPECT_EQ(trained, 14);
+}
+
 TEST(Planner, ACapNoPlanFitsNamesTheLeastThatWould) {
   const Graph g = training_graph("gpt");
   PlanRequest r;

@@ -78,10 +78,12 @@ std::vector<BackwardGraphs> build_chunk_backward(const Graph& g, const Partition
       add_loss(cg, *options.loss);
       bo.loss_output = kLossOutput;
     }
-    if (!options.recompute.empty())
-      bo.recompute = options.recompute.size() == 1
-                         ? options.recompute[0]
-                         : options.recompute.at(static_cast<size_t>(chunk.device));
+    if (!options.recompute.empty()) {
+      const size_t n = options.recompute.size();
+      bo.recompute = n == 1                  ? options.recompute[0]
+                     : n == plan.chunks.size() ? options.recompute[static_cast<size_t>(chunk.index)]
+                                             : options.recompute.at(static_cast<size_t>(chunk.device));
+    }
     out.push_back(build_backward(cg, bo));
   }
   return out;

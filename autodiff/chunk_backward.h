@@ -21,7 +21,8 @@ namespace pt {
 
 struct ChunkBackwardOptions {
   std::optional<LossSpec> loss;              // none: the last chunk gets "grad.<output>" inputs
-  std::vector<RecomputePolicy> recompute;    // per device; one entry applies to all
+  std::vector<RecomputePolicy> recompute;    // one for all, one per chunk (forward order), or
+                                             // one per device
   std::vector<std::string> frozen;           // parameter names or globs ("*.running_*")
 };
 

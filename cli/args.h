@@ -73,7 +73,7 @@ struct BackwardArgs {
   std::string loss = "cross_entropy";  // cross_entropy | mse | model
   std::string loss_output;             // model output the loss reads; empty: the first
   int64_t ignore_index = -100;
-  std::string recompute = "none";      // a policy, or one per device separated by commas
+  std::string recompute = "none";      // a policy, or one per device or per chunk separated by commas
   std::vector<std::string> frozen;     // parameter names or globs that get no gradient
 };
 

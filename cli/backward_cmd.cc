@@ -25,7 +25,7 @@
 
 namespace pt {
 
-ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices) {
+ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks) {
   ChunkBackwardOptions o;
   LossSpec loss;
   loss.kind = LossSpec::parse_kind(a.loss, "--loss");
@@ -35,10 +35,12 @@ ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices) 
   std::stringstream ss(a.recompute);
   for (std::string item; std::getline(ss, item, ',');)
     o.recompute.push_back(RecomputePolicy::parse(item, "--recompute"));
-  if (o.recompute.size() != 1 && static_cast<int>(o.recompute.size()) != devices)
-    throw UserError("--recompute", "gives " + std::to_string(o.recompute.size()) +
-                                       " policies for " + std::to_string(devices) + " stages",
-                    "give one policy for all stages, or one per stage separated by commas");
+  const int n = static_cast<int>(o.recompute.size());
+  if (n != 1 && n != devices && n != chunks)
+    throw UserError("--recompute", "gives " + std::to_string(n) + " policies for " + std::to_string(devices) +
+                                       " stages" + (chunks > devices ? " of " + std::to_string(chunks) + " chunks" : ""),
+                    chunks > devices ? "give one policy for all stages, one per stage or one per chunk separated by commas"
+                                     : "give one policy for all stages, or one per stage separated by commas");
   o.frozen = a.frozen;
   return o;
 }
@@ -61,7 +63,7 @@ std::vector<std::vector<BackwardGraphs>> compared_runs(const Graph& g, const Par
   for (const std::string& p : kComparedPolicies) {
     BackwardArgs other = a;
     other.recompute = p;
-    runs.push_back(build_chunk_backward(g, plan, chunk_backward_options(other, plan.devices)));
+    runs.push_back(build_chunk_backward(g, plan, chunk_backward_options(other, plan.devices, static_cast<int>(plan.chunks.size()))));
   }
   return runs;
 }
@@ -141,7 +143,7 @@ Tensor scalar_f32(float v) {
 void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, const PartitionPlan& plan,
                      const PartitionArgs& a) {
   const std::vector<BackwardGraphs> chunks =
-      build_chunk_backward(g, plan, chunk_backward_options(a.bwd, plan.devices));
+      build_chunk_backward(g, plan, chunk_backward_options(a.bwd, plan.devices, static_cast<int>(plan.chunks.size())));
   if (!a.export_dir.empty()) {
     std::vector<std::pair<std::string, Graph>> files;
     for (size_t k = 0; k < chunks.size(); ++k) {
@@ -185,7 +187,7 @@ int run_grad(const GradArgs& a) {
   PartitionOptions po;
   po.stages = a.stages;
   const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
-  const ChunkBackwardOptions co = chunk_backward_options(a.bwd, plan.devices);
+  const ChunkBackwardOptions co = chunk_backward_options(a.bwd, plan.devices, static_cast<int>(plan.chunks.size()));
   const std::vector<BackwardGraphs> chunks = build_chunk_backward(g, plan, co);
 
   CpuBackend backend(a.threads);

@@ -20,7 +20,7 @@ void add_backward_args(CLI::App* cmd, BackwardArgs* b) {
   cmd->add_option("--loss-output", b->loss_output, "model output the loss reads (default: first)");
   cmd->add_option("--ignore-index", b->ignore_index, "cross_entropy: targets equal to it count nowhere");
   cmd->add_option("--recompute", b->recompute,
-                  "none | full | every:N | selective | budget:BYTES; one, or one per stage "
+                  "none | full | every:N | selective | budget:BYTES; one, one per stage, or one per chunk "
                   "separated by commas");
   cmd->add_option("--frozen", b->frozen, "parameters (names or globs) that get no gradient")
       ->delimiter(',');

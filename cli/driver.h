@@ -35,7 +35,8 @@ void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, cons
 // "backward" key instead.
 void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, const PartitionPlan& plan,
                      const PartitionArgs& a);
-ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices);
+// `recompute`: one policy, one per device, or one per chunk (forward order).
+ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks);
 
 // The simulator's costs of a partition, chunk by chunk: F, B and W in GFLOP summed over the
 // chunk's nodes, and its kept activations in bytes.

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <optional>
 
 #include "autodiff/recompute.h"
 #include "core/bytes.h"
@@ -61,12 +63,17 @@ Chunking chunking(const Graph& g, const std::vector<NodeCost>& costs, const Plan
   return ch;
 }
 
-bool built(const Chunking& ch, const std::vector<int>& level) {
-  return std::all_of(level.begin(), level.end(), [&](int p) { return !ch.by_policy[p].chunks.empty(); });
+// A recompute policy per chunk: a rung of kPolicies, or a budget with the chunk's costs under it.
+struct Assignment {
+  std::vector<int> level;                                   // by chunk
+  std::map<int, std::pair<std::string, ChunkCost>> budget;  // chunk -> ("budget:B", its costs)
+};
+
+bool built(const Chunking& ch, const Assignment& a) {
+  return std::all_of(a.level.begin(), a.level.end(), [&](int p) { return !ch.by_policy[p].chunks.empty(); });
 }
 
-PlanCandidate evaluate(const Chunking& ch, const Schedule& s, const std::vector<int>& level,
-                       const PlanRequest& r) {
+PlanCandidate evaluate(const Chunking& ch, const Schedule& s, const Assignment& a, const PlanRequest& r) {
   PlanCandidate c;
   c.chunks = ch.v;
   c.kind = s.kind;
@@ -74,8 +81,12 @@ PlanCandidate evaluate(const Chunking& ch, const Schedule& s, const std::vector<
   Costs costs;
   costs.bytes = true;
   const int chunk_count = static_cast<int>(ch.plan.chunks.size());
-  for (int k = 0; k < chunk_count; ++k)
-    costs.chunks.push_back(ch.by_policy[level[s.device_of(k)]].chunks[k]);
+  for (int k = 0; k < chunk_count; ++k) {
+    auto b = a.budget.find(k);
+    costs.chunks.push_back(b != a.budget.end() ? b->second.second : ch.by_policy[a.level[k]].chunks[k]);
+    c.recompute.push_back(b != a.budget.end() ? b->second.first : kPolicies[a.level[k]]);
+  }
+  c.rungs = a.level;
   const Simulation sim = simulate(s, costs, "plan");
   c.step_s = sim.makespan * 1e9 / r.link.rate;
   c.bubble = sim.bubble;
@@ -85,7 +96,6 @@ PlanCandidate evaluate(const Chunking& ch, const Schedule& s, const std::vector<
     c.state_bytes[s.device_of(k)] += kStateFactor * ch.plan.chunks[k].param_bytes;
   for (int d = 0; d < r.devices; ++d) {
     c.kept_bytes[d] = std::llround(sim.devices[d].peak_bytes);
-    c.recompute.push_back(kPolicies[level[d]]);
     if (r.memory > 0 && c.memory(d) > r.memory && c.fits) {
       c.fits = false;
       c.note = "device " + std::to_string(d) + " needs " + format_bytes(c.memory(d)) + ", over the cap by " +
@@ -95,18 +105,28 @@ PlanCandidate evaluate(const Chunking& ch, const Schedule& s, const std::vector<
   return c;
 }
 
-// The device's policy raised where it is over the cap; false when none can be.
-bool raise_over_cap(const PlanCandidate& c, const PlanRequest& r, std::vector<int>* level) {
+// On every device over the cap, the chunk keeping most per micro-batch moves one rung on;
+// false when none can.
+bool raise_over_cap(const Chunking& ch, const PlanCandidate& c, const PlanRequest& r, Assignment* a) {
   bool raised = false;
-  for (int d = 0; d < r.devices; ++d)
-    if (c.memory(d) > r.memory && (*level)[d] + 1 < kPolicyCount) {
-      ++(*level)[d];
+  for (int d = 0; d < r.devices; ++d) {
+    if (c.memory(d) <= r.memory) continue;
+    int pick = -1;
+    for (int k = 0; k < static_cast<int>(a->level.size()); ++k) {
+      if (c.schedule.device_of(k) != d || a->level[k] + 1 >= kPolicyCount) continue;
+      const double kept = ch.by_policy[a->level[k]].chunks[k].activation;
+      if (pick < 0 || kept > ch.by_policy[a->level[pick]].chunks[pick].activation) pick = k;
+    }
+    if (pick >= 0) {
+      ++a->level[pick];
       raised = true;
     }
+  }
   return raised;
 }
 
 void search_chunking(const Chunking& ch, const PlanRequest& r, std::vector<PlanCandidate>* out) {
+  const int chunk_count = static_cast<int>(ch.plan.chunks.size());
   for (const KindInfo& kind : schedule_kinds()) {
     if (ch.v < kind.min_chunks || ch.v > kind.max_chunks) continue;
     Schedule s;
@@ -116,17 +136,17 @@ void search_chunking(const Chunking& ch, const PlanRequest& r, std::vector<PlanC
       continue;  // e.g. interleaved with micro-batches that are no multiple of the devices
     }
     for (int p = 0; p < kPolicyCount; ++p) {
-      const std::vector<int> level(r.devices, p);
-      if (!built(ch, level)) continue;
-      out->push_back(evaluate(ch, s, level, r));
+      const Assignment uniform{std::vector<int>(chunk_count, p), {}};
+      if (!built(ch, uniform)) continue;
+      out->push_back(evaluate(ch, s, uniform, r));
       out->back().grid = true;
     }
     if (r.memory == 0) continue;
-    // Per device: the weakest policy that fits, raising only the devices over the cap.
-    std::vector<int> level(r.devices, 0);
-    PlanCandidate c = evaluate(ch, s, level, r);
-    while (!c.fits && raise_over_cap(c, r, &level) && built(ch, level)) c = evaluate(ch, s, level, r);
-    const bool uniform = std::adjacent_find(level.begin(), level.end(), std::not_equal_to<int>()) == level.end();
+    // Per chunk: from none, the chunks of the devices over the cap raised one rung at a time.
+    Assignment a{std::vector<int>(chunk_count, 0), {}};
+    PlanCandidate c = evaluate(ch, s, a, r);
+    while (!c.fits && raise_over_cap(ch, c, r, &a) && built(ch, a)) c = evaluate(ch, s, a, r);
+    const bool uniform = std::adjacent_find(a.level.begin(), a.level.end(), std::not_equal_to<int>()) == a.level.end();
     if (c.fits && !uniform) out->push_back(std::move(c));
   }
   // auto: the list scheduler's best under the cap less the largest state any placement gives.
@@ -147,13 +167,55 @@ void search_chunking(const Chunking& ch, const PlanRequest& r, std::vector<PlanC
     }
     try {
       const AutoResult a = auto_schedule(r.devices, r.micro_batches, o);
-      PlanCandidate c = evaluate(ch, a.schedule, std::vector<int>(r.devices, p), r);
+      PlanCandidate c = evaluate(ch, a.schedule, Assignment{std::vector<int>(ch.plan.chunks.size(), p), {}}, r);
       if (c.fits) c.note = a.how;
       out->push_back(std::move(c));
     } catch (const UserError&) {
       // no order fits the limit with this policy
     }
   }
+}
+
+// The best plan with its largest raised chunk softened: a budget between the bytes its rung
+// keeps and those of the rung below (which did not fit), the largest that still fits, found in
+// five bisection steps, each building that chunk's backward under the budget. Empty when no
+// chunk was raised or no budget fits and is faster.
+std::optional<PlanCandidate> soften(const Graph& g, const Chunking& ch, const PlanCandidate& best,
+                                    const PlanRequest& r) {
+  Assignment a{best.rungs, {}};
+  if (std::any_of(best.recompute.begin(), best.recompute.end(),
+                  [](const std::string& p) { return p.rfind("budget:", 0) == 0; }))
+    return std::nullopt;
+  int pick = -1;
+  for (int k = 0; k < static_cast<int>(a.level.size()); ++k)
+    if (a.level[k] > 0 && (pick < 0 || ch.by_policy[a.level[k]].chunks[k].activation >
+                                           ch.by_policy[a.level[pick]].chunks[pick].activation))
+      pick = k;
+  if (pick < 0 || ch.by_policy[a.level[pick] - 1].chunks.empty()) return std::nullopt;
+  double lo = ch.by_policy[a.level[pick]].chunks[pick].activation;
+  double hi = ch.by_policy[a.level[pick] - 1].chunks[pick].activation;
+  std::optional<PlanCandidate> found;
+  for (int step = 0; step < 5 && hi - lo > 1024; ++step) {
+    const int64_t budget = std::llround((lo + hi) / 2);
+    ChunkBackwardOptions o = r.backward;
+    for (int k = 0; k < static_cast<int>(a.level.size()); ++k)
+      o.recompute.push_back(RecomputePolicy::parse(
+          k == pick ? "budget:" + std::to_string(budget) : std::string(kPolicies[a.level[k]]), "recompute"));
+    try {
+      a.budget[pick] = {"budget:" + std::to_string(budget), policy_costs(build_chunk_backward(g, ch.plan, o), ch.plan).chunks[pick]};
+    } catch (const UserError&) {
+      return found;
+    }
+    PlanCandidate c = evaluate(ch, best.schedule, a, r);
+    c.note = best.note;
+    if (c.fits) {
+      lo = static_cast<double>(budget);
+      if (c.step_s < best.step_s && (!found || c.step_s <= found->step_s)) found = std::move(c);
+    } else {
+      hi = static_cast<double>(budget);
+    }
+  }
+  return found;
 }
 
 }  // namespace
@@ -167,8 +229,15 @@ int64_t PlanCandidate::largest_memory() const {
 std::string PlanCandidate::recompute_text() const {
   if (std::adjacent_find(recompute.begin(), recompute.end(), std::not_equal_to<std::string>()) == recompute.end())
     return recompute.empty() ? "none" : recompute.front();
+  std::vector<std::string> per_device(state_bytes.size());
+  bool agree = true;
+  for (size_t k = 0; k < recompute.size(); ++k) {
+    std::string& d = per_device[static_cast<size_t>(schedule.device_of(static_cast<int>(k)))];
+    agree = agree && (d.empty() || d == recompute[k]);
+    d = recompute[k];
+  }
   std::string s;
-  for (const std::string& p : recompute) s += (s.empty() ? "" : ",") + p;
+  for (const std::string& p : agree ? per_device : recompute) s += (s.empty() ? "" : ",") + p;
   return s;
 }
 
@@ -186,16 +255,28 @@ const PlanCandidate* PlanSearch::best_grid() const {
 PlanSearch search_plans(const Graph& g, const std::vector<NodeCost>& costs, const PlanRequest& r) {
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;
+  std::vector<Chunking> chunkings;
   for (int v : r.chunk_counts) {
     if (v * r.devices > static_cast<int>(g.nodes.size())) continue;
-    search_chunking(chunking(g, costs, r, v), r, &out.candidates);
+    chunkings.push_back(chunking(g, costs, r, v));
+    search_chunking(chunkings.back(), r, &out.candidates);
   }
-  std::stable_sort(out.candidates.begin(), out.candidates.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+  const auto order = [](const PlanCandidate& a, const PlanCandidate& b) {
     if (a.fits != b.fits) return a.fits;
     if (!a.fits) return a.largest_memory() < b.largest_memory();
     if (a.step_s != b.step_s) return a.step_s < b.step_s;
     return a.largest_memory() < b.largest_memory();
-  });
+  };
+  std::stable_sort(out.candidates.begin(), out.candidates.end(), order);
+  if (r.memory > 0 && !out.candidates.empty() && out.candidates.front().fits)
+    for (const Chunking& ch : chunkings)
+      if (ch.v == out.candidates.front().chunks) {
+        if (std::optional<PlanCandidate> soft = soften(g, ch, out.candidates.front(), r)) {
+          out.candidates.push_back(std::move(*soft));
+          std::stable_sort(out.candidates.begin(), out.candidates.end(), order);
+        }
+        break;
+      }
   out.fitting = static_cast<int>(std::count_if(out.candidates.begin(), out.candidates.end(),
                                                [](const PlanCandidate& c) { return c.fits; }));
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -3,7 +3,8 @@
 // micro-batches, a memory cap per device and the link. Out: every plan tried, best first.
 //
 // A plan is chunks per device (1 or 2), the balanced cuts for that many chunks (transfers
-// priced by the link), a recompute policy per device (none, selective, every:2 or full) and a schedule
+// priced by the link), a recompute policy per chunk (none, selective, every:2, full, or a
+// budget between two of them) and a schedule
 // (every hand-made kind that takes those chunks, and `auto`'s list schedule under the cap).
 // Each is simulated on the chunks' own F, B (recompute included) and W FLOPs at the link's
 // device rate, with the link's transfers between chunks; its memory per device is the AdamW
@@ -13,8 +14,10 @@
 // reports as measured against planned.
 //
 // The grid a user would try by hand (every kind x one policy for every device, balanced cuts) is
-// part of the search; beyond it, per-device policies (raising only the devices over the cap,
-// one step at a time from none towards full) and `auto`. The best plan that fits is the fastest; ties go to the smaller
+// part of the search; beyond it, per-chunk policies (on each device over the cap, the chunk
+// keeping most moves one rung from none towards full, until the plan fits), `auto`, and last the
+// best plan's largest raised chunk softened: the largest recompute budget between its rung and
+// the one below that still fits (a bisection over the budget), where that is faster. The best plan that fits is the fastest; ties go to the smaller
 // largest memory.
 #pragma once
 
@@ -42,7 +45,9 @@ struct PlanRequest {
 struct PlanCandidate {
   int chunks = 1;                      // per device
   std::string kind;                    // a hand-made kind or "auto"
-  std::vector<std::string> recompute;  // per device
+  std::vector<std::string> recompute;  // per chunk, forward order
+  std::vector<int> rungs;              // per chunk: the rung of none/selective/every:2/full it
+                                       // starts from (a budget softens the rung above)
   bool grid = false;                   // one policy for every device and a hand-made kind
   Schedule schedule;                   // compute-only
   double step_s = 0;                   // simulated
@@ -54,7 +59,9 @@ struct PlanCandidate {
 
   int64_t memory(int d) const { return state_bytes[d] + kept_bytes[d]; }
   int64_t largest_memory() const;
-  std::string recompute_text() const;  // "none" when all are, else one per device: "none,full"
+  // "none" when all are; else one per device where a device's chunks agree ("none,full"), else
+  // one per chunk: what train's pipeline.recompute takes.
+  std::string recompute_text() const;
   std::string name() const;            // "zb-v, 2 chunks, recompute none"
 };
 

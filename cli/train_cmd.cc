@@ -435,7 +435,7 @@ void Trainer::build() {
   b.ignore_index = cfg_.loss.ignore_index;
   b.recompute = cfg_.pipeline.recompute;
   b.frozen = cfg_.frozen;
-  const ChunkBackwardOptions co = at_key(cfg_, "pipeline.recompute", [&] { return chunk_backward_options(b, plan.devices); });
+  const ChunkBackwardOptions co = at_key(cfg_, "pipeline.recompute", [&] { return chunk_backward_options(b, plan.devices, static_cast<int>(plan.chunks.size())); });
   chunks_ = at_key(cfg_, "model", [&] { return build_chunk_backward(train_, plan, co); });
 
   rank_of_ = ranks_.rank_of_devices(schedule_.stages);

@@ -88,6 +88,25 @@ TEST(Cli, PartitionLinkPricesTheCuts) {
   EXPECT_EQ(bad.err, "error: --latency: 'soon' is not a latency; write seconds with a unit, e.g. 5us, 0.05ms or 2e-6\n");
 }
 
+// --recompute (and pipeline.recompute) takes one policy per chunk too, in forward order: with two
+// chunks per device each chunk keeps what its own policy says.
+TEST(Cli, RecomputeTakesOnePolicyPerChunk) {
+  Result r = run("partition samples/gpt/gpt.onnx --stages 2 --chunks-per-stage 2 --backward "
+                 "--recompute none,full,selective,none --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto chunks = nlohmann::json::parse(r.out)["backward"]["chunks"];
+  ASSERT_EQ(chunks.size(), 4u);
+  auto kept = [&](size_t c) { return chunks[c]["kept_bytes"].get<int64_t>(); };
+  EXPECT_LT(kept(1), kept(2));  // full keeps the chunk's input alone, selective more
+  EXPECT_LT(kept(2), kept(0));  // and none the most
+  Result bad = run("partition samples/gpt/gpt.onnx --stages 2 --chunks-per-stage 2 --backward --recompute none,full,none");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("error: --recompute: gives 3 policies for 2 stages of 4 chunks; give one policy for all "
+                         "stages, one per stage or one per chunk separated by commas"),
+            std::string::npos)
+      << bad.err;
+}
+
 TEST(Cli, PartitionTablePrintsImbalance) {
   Result r = run("partition samples/bert/bert.onnx --stages 3");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -56,6 +56,7 @@ struct PlanFile {
   int stages = 1, chunks = 1, micro_batches = 1;
   std::string schedule;           // a kind or a CSV file
   std::string recompute;
+  std::vector<std::string> cut_after;  // partition: manual; empty: balanced
   LinkArgs link;
   std::vector<std::string> frozen;
   bool dropout = true;

@@ -319,8 +319,8 @@ void read_parallel_pipeline(const Reader& r, const YAML::Node& root, const YAML:
 void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   if (const YAML::Node q = root["pipeline"]) {
     const std::string p = "pipeline";
-    r.check_keys(q, p, {"stages", "chunks", "micro_batches", "schedule", "partition", "recompute", "memory_limit",
-                        "link", "bandwidth", "latency", "device_rate", "plan"});
+    r.check_keys(q, p, {"stages", "chunks", "micro_batches", "schedule", "partition", "cut_after", "recompute",
+                        "memory_limit", "link", "bandwidth", "latency", "device_rate", "plan"});
     r.read(q, p, "stages", &c->pipeline.stages, "a whole number");
     r.positive(q, p, "stages", c->pipeline.stages, 1);
     r.read(q, p, "chunks", &c->pipeline.chunks, "a whole number");
@@ -328,8 +328,21 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.read(q, p, "micro_batches", &c->pipeline.micro_batches, "a whole number");
     r.positive(q, p, "micro_batches", c->pipeline.micro_batches, 1);
     r.read(q, p, "schedule", &c->pipeline.schedule, "a schedule kind or a CSV file");
-    r.read(q, p, "partition", &c->pipeline.partition, "balanced, params or uniform");
-    r.one_of(q, p, "partition", c->pipeline.partition, {"balanced", "params", "uniform"});
+    r.read(q, p, "partition", &c->pipeline.partition, "balanced, params, uniform or manual");
+    r.one_of(q, p, "partition", c->pipeline.partition, {"balanced", "params", "uniform", "manual"});
+    if (const YAML::Node cuts = q["cut_after"]) {
+      if (!cuts.IsSequence())
+        throw UserError(r.where(cuts, "pipeline.cut_after"), "expected a list of node names",
+                        "write cut_after: [/blocks.1/Add_1, /blocks.3/Add_1]");
+      for (const auto& item : cuts) c->pipeline.cut_after.push_back(item.as<std::string>());
+    }
+    if ((c->pipeline.partition == "manual") != !c->pipeline.cut_after.empty())
+      throw UserError(r.where(q[c->pipeline.cut_after.empty() ? "partition" : "cut_after"],
+                              c->pipeline.cut_after.empty() ? "pipeline.partition" : "pipeline.cut_after"),
+                      c->pipeline.cut_after.empty() ? "manual needs pipeline.cut_after, the nodes to cut after"
+                                                    : "applies only to partition: manual",
+                      c->pipeline.cut_after.empty() ? "list the nodes (`pipetrain inspect --nodes` names them)"
+                                                    : "set pipeline.partition: manual, or drop cut_after");
     r.read(q, p, "recompute", &c->pipeline.recompute, "a recompute policy");
     r.read(q, p, "memory_limit", &c->pipeline.memory_limit, "a size such as 8GiB");
     r.read(q, p, "plan", &c->pipeline.plan, "auto");

@@ -15,6 +15,7 @@
 //   pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: balanced,
 //              recompute: selective, memory_limit: 8GiB,
 //              link: tcp, bandwidth: 1GB/s, latency: 50us, device_rate: 100, plan: auto}
+//                                    # partition: manual with cut_after: [node, ...] cuts there
 //                                    # link prices the transfers the balanced cuts weigh
 //                                    # (partition/link.h); by default cpu, or nvlink with
 //                                    # device: cuda (however many processes: the same cuts);
@@ -98,7 +99,8 @@ struct TrainConfig {
     int chunks = 0;              // chunks per device; 0: the schedule kind's default (2 for V kinds)
     int micro_batches = 1;
     std::string schedule = "1f1b";
-    std::string partition = "balanced";
+    std::string partition = "balanced";  // balanced | params | uniform | manual
+    std::vector<std::string> cut_after;  // manual: the nodes each cut follows
     std::string recompute = "none";
     std::string memory_limit;    // per device; empty: none
     LinkArgs link{""};           // preset "": the runtime's (default_link in train_cmd.cc)

@@ -117,6 +117,7 @@ PartitionArgs with_plan(const PartitionArgs& given) {
   a.stages = p.stages;
   a.chunks_per_stage = p.chunks;
   a.link = p.link;
+  if (!p.cut_after.empty()) a.strategy = "manual", a.cut_after = p.cut_after;
   if (a.bwd.recompute == "none") a.bwd.recompute = p.recompute;
   a.bwd.frozen = p.frozen;
   return a;

@@ -47,6 +47,7 @@ namespace {
 
 nlohmann::json candidate_json(const PlanCandidate& c) {
   return {{"kind", c.kind},           {"chunks", c.chunks},        {"recompute", c.recompute},
+          {"cut_after", c.cut_after},
           {"grid", c.grid},           {"step_s", c.step_s},        {"bubble", c.bubble},
           {"state_bytes", c.state_bytes}, {"kept_bytes", c.kept_bytes}, {"fits", c.fits},
           {"note", c.note}};
@@ -143,7 +144,13 @@ void write_plan(const PlanArgs& a, const PlanRequest& r, const PlanSearch& s) {
     << "  chunks: " << b.chunks << "\n"
     << "  micro_batches: " << r.micro_batches << "\n"
     << "  schedule: " << yaml_quote(schedule) << "\n"
-    << "  partition: balanced\n"
+    << "  partition: " << (b.cut_after.empty() ? "balanced" : "manual") << "\n";
+  if (!b.cut_after.empty()) {
+    y << "  cut_after: [";
+    for (size_t i = 0; i < b.cut_after.size(); ++i) y << (i ? ", " : "") << yaml_quote(b.cut_after[i]);
+    y << "]\n";
+  }
+  y
     << "  recompute: " << yaml_quote(b.recompute_text()) << "\n"
     << "  link: " << a.link.preset << "\n";
   if (!a.link.bandwidth.empty()) y << "  bandwidth: " << yaml_quote(a.link.bandwidth) << "\n";
@@ -173,6 +180,7 @@ PlanFile read_plan_file(const std::string& path) {
   p.stages = c.pipeline.stages;
   p.chunks = c.pipeline.chunks ? c.pipeline.chunks : 1;
   p.micro_batches = c.pipeline.micro_batches;
+  p.cut_after = c.pipeline.cut_after;
   p.schedule = c.pipeline.schedule;
   p.recompute = c.pipeline.recompute;
   p.link = c.pipeline.link;

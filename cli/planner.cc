@@ -31,6 +31,7 @@ constexpr int64_t kStateFactor = 4;  // weights, gradients, two AdamW moments
 struct Chunking {
   int v = 1;
   PartitionPlan plan;
+  std::vector<std::string> cut_after;  // empty: the balanced cuts
   std::vector<Costs> by_policy;  // empty Costs where the policy could not be built
 };
 
@@ -43,14 +44,14 @@ Costs policy_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPla
   return costs;
 }
 
-Chunking chunking(const Graph& g, const std::vector<NodeCost>& costs, const PlanRequest& r, int v) {
+// The chunking of `plan`; with `fitted`, cuts named for train's partition: manual.
+Chunking chunking(const Graph& g, const PartitionPlan& plan, const PlanRequest& r, bool fitted) {
   Chunking ch;
-  ch.v = v;
-  PartitionOptions po;
-  po.stages = r.devices;
-  po.chunks_per_stage = v;
-  po.link = r.link;
-  ch.plan = plan_partition(g, costs, po);
+  ch.v = plan.chunks_per_stage;
+  ch.plan = plan;
+  if (fitted)
+    for (size_t c = 0; c + 1 < plan.chunks.size(); ++c)
+      ch.cut_after.push_back(g.nodes[static_cast<size_t>(plan.chunks[c].end - 1)].name);
   for (const char* policy : kPolicies) {
     ChunkBackwardOptions o = r.backward;
     o.recompute = {RecomputePolicy::parse(policy, "recompute")};
@@ -61,6 +62,29 @@ Chunking chunking(const Graph& g, const std::vector<NodeCost>& costs, const Plan
     }
   }
   return ch;
+}
+
+// For v chunks per device: the balanced cuts, and with a cap the partitioner's cuts under it
+// (1F1B's in-flight count per stage) where they differ: memory moved off the first devices.
+std::vector<Chunking> chunkings_for(const Graph& g, const std::vector<NodeCost>& costs, const PlanRequest& r, int v) {
+  PartitionOptions po;
+  po.stages = r.devices;
+  po.chunks_per_stage = v;
+  po.link = r.link;
+  const PartitionPlan balanced = plan_partition(g, costs, po);
+  std::vector<Chunking> out{chunking(g, balanced, r, false)};
+  if (r.memory == 0) return out;
+  po.memory.limit = r.memory;
+  po.memory.state_factor = kStateFactor;
+  try {
+    const PartitionPlan fitted = plan_partition(g, costs, po);
+    bool same = true;
+    for (size_t c = 0; c < fitted.chunks.size(); ++c) same = same && fitted.chunks[c].end == balanced.chunks[c].end;
+    if (!same) out.push_back(chunking(g, fitted, r, true));
+  } catch (const UserError&) {
+    // no cuts fit the cap under that model: the balanced ones with recompute may still
+  }
+  return out;
 }
 
 // A recompute policy per chunk: a rung of kPolicies, or a budget with the chunk's costs under it.
@@ -76,6 +100,7 @@ bool built(const Chunking& ch, const Assignment& a) {
 PlanCandidate evaluate(const Chunking& ch, const Schedule& s, const Assignment& a, const PlanRequest& r) {
   PlanCandidate c;
   c.chunks = ch.v;
+  c.cut_after = ch.cut_after;
   c.kind = s.kind;
   c.schedule = s;
   Costs costs;
@@ -139,7 +164,7 @@ void search_chunking(const Chunking& ch, const PlanRequest& r, std::vector<PlanC
       const Assignment uniform{std::vector<int>(chunk_count, p), {}};
       if (!built(ch, uniform)) continue;
       out->push_back(evaluate(ch, s, uniform, r));
-      out->back().grid = true;
+      out->back().grid = ch.cut_after.empty();  // the hand-made grid takes the balanced cuts
     }
     if (r.memory == 0) continue;
     // Per chunk: from none, the chunks of the devices over the cap raised one rung at a time.
@@ -242,8 +267,8 @@ std::string PlanCandidate::recompute_text() const {
 }
 
 std::string PlanCandidate::name() const {
-  return kind + ", " + std::to_string(chunks) + (chunks == 1 ? " chunk" : " chunks") + ", recompute " +
-         recompute_text();
+  return kind + ", " + std::to_string(chunks) + (chunks == 1 ? " chunk" : " chunks") +
+         (cut_after.empty() ? "" : ", cuts fitted to the cap") + ", recompute " + recompute_text();
 }
 
 const PlanCandidate* PlanSearch::best_grid() const {
@@ -258,8 +283,10 @@ PlanSearch search_plans(const Graph& g, const std::vector<NodeCost>& costs, cons
   std::vector<Chunking> chunkings;
   for (int v : r.chunk_counts) {
     if (v * r.devices > static_cast<int>(g.nodes.size())) continue;
-    chunkings.push_back(chunking(g, costs, r, v));
-    search_chunking(chunkings.back(), r, &out.candidates);
+    for (Chunking& ch : chunkings_for(g, costs, r, v)) {
+      search_chunking(ch, r, &out.candidates);
+      chunkings.push_back(std::move(ch));
+    }
   }
   const auto order = [](const PlanCandidate& a, const PlanCandidate& b) {
     if (a.fits != b.fits) return a.fits;
@@ -270,7 +297,7 @@ PlanSearch search_plans(const Graph& g, const std::vector<NodeCost>& costs, cons
   std::stable_sort(out.candidates.begin(), out.candidates.end(), order);
   if (r.memory > 0 && !out.candidates.empty() && out.candidates.front().fits)
     for (const Chunking& ch : chunkings)
-      if (ch.v == out.candidates.front().chunks) {
+      if (ch.v == out.candidates.front().chunks && ch.cut_after == out.candidates.front().cut_after) {
         if (std::optional<PlanCandidate> soft = soften(g, ch, out.candidates.front(), r)) {
           out.candidates.push_back(std::move(*soft));
           std::stable_sort(out.candidates.begin(), out.candidates.end(), order);

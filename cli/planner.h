@@ -2,8 +2,9 @@
 // `train` trains (training mode, parameter sites split), its per-node costs, the devices, the
 // micro-batches, a memory cap per device and the link. Out: every plan tried, best first.
 //
-// A plan is chunks per device (1 or 2), the balanced cuts for that many chunks (transfers
-// priced by the link), a recompute policy per chunk (none, selective, every:2, full, or a
+// A plan is chunks per device (1 or 2), cuts for that many chunks (the balanced ones, transfers
+// priced by the link, and under a cap also the partitioner's cuts fitted to it, which move
+// memory off the devices 1F1B loads most), a recompute policy per chunk (none, selective, every:2, full, or a
 // budget between two of them) and a schedule
 // (every hand-made kind that takes those chunks, and `auto`'s list schedule under the cap).
 // Each is simulated on the chunks' own F, B (recompute included) and W FLOPs at the link's
@@ -44,6 +45,7 @@ struct PlanRequest {
 
 struct PlanCandidate {
   int chunks = 1;                      // per device
+  std::vector<std::string> cut_after;  // the cuts fitted to the cap; empty: the balanced ones
   std::string kind;                    // a hand-made kind or "auto"
   std::vector<std::string> recompute;  // per chunk, forward order
   std::vector<int> rungs;              // per chunk: the rung of none/selective/every:2/full it

@@ -427,7 +427,8 @@ void Trainer::build() {
   plan_schedule(costs);
 
   const PartitionOptions po = partition_options(schedule_.chunks);
-  PartitionPlan plan = at_key(cfg_, "pipeline.stages", [&] { return plan_partition(train_, costs, po); });
+  PartitionPlan plan = at_key(cfg_, cfg_.pipeline.cut_after.empty() ? "pipeline.stages" : "pipeline.cut_after",
+                              [&] { return plan_partition(train_, costs, po); });
   for (ChunkPlan& c : plan.chunks) c.device = schedule_.device_of(c.index);
   BackwardArgs b;
   b.loss = cfg_.loss.kind;
@@ -532,6 +533,7 @@ PartitionOptions Trainer::partition_options(int chunks_per_stage) const {
   po.stages = cfg_.pipeline.stages;
   po.chunks_per_stage = chunks_per_stage;
   po.strategy = at_key(cfg_, "pipeline.partition", [&] { return parse_strategy(cfg_.pipeline.partition); });
+  po.cut_after = cfg_.pipeline.cut_after;
   LinkArgs link = cfg_.pipeline.link;
   if (link.preset.empty()) link.preset = cfg_.device == "cuda" ? "nvlink" : "cpu";
   po.link = link_model(link, [&](const std::string& key) { return cfg_.where("pipeline." + key); });
@@ -539,9 +541,10 @@ PartitionOptions Trainer::partition_options(int chunks_per_stage) const {
 }
 
 // pipeline.plan: auto: the planner's best plan under pipeline.memory_limit (cli/planner.h), its
-// schedule run as is and its recompute policies per device, on the graph this run trains.
+// schedule run as is, its cuts and its recompute policies, on the graph this run trains.
 void Trainer::plan_pipeline(const std::vector<NodeCost>& costs) {
-  for (const char* key : {"pipeline.schedule", "pipeline.chunks", "pipeline.recompute"})
+  for (const char* key : {"pipeline.schedule", "pipeline.chunks", "pipeline.recompute", "pipeline.partition",
+                          "pipeline.cut_after"})
     if (cfg_.places.count(key))
       throw UserError(cfg_.where(key), "is chosen by pipeline.plan: auto", "leave it out, or drop pipeline.plan");
   if (cfg_.pipeline.memory_limit.empty())
@@ -559,6 +562,8 @@ void Trainer::plan_pipeline(const std::vector<NodeCost>& costs) {
   schedule_ = best.schedule;
   cfg_.pipeline.chunks = best.chunks;
   cfg_.pipeline.recompute = best.recompute_text();
+  cfg_.pipeline.partition = best.cut_after.empty() ? "balanced" : "manual";
+  cfg_.pipeline.cut_after = best.cut_after;
   if (!args_.quiet)
     std::cout << "plan: " << best.name() << "; simulated step " << std::fixed << std::setprecision(3)
               << best.step_s * 1e3 << " ms, largest device " << format_bytes(best.largest_memory()) << " of "

@@ -101,8 +101,16 @@ TEST(Config, OverridesUseDottedKeys) {
   EXPECT_EQ(error_of(path, {"dropout=sometimes"}),
             "--set dropout: expected on or off, got 'sometimes'; give on or off");
   EXPECT_EQ(error_of(path, {"pipeline.stagez=2"}),
-            "--set pipeline.stagez: unknown key; known keys here: bandwidth, chunks, device_rate, "
+            "--set pipeline.stagez: unknown key; known keys here: bandwidth, chunks, cut_after, device_rate, "
             "latency, link, memory_limit, micro_batches, partition, plan, recompute, schedule, stages");
+  EXPECT_EQ(load_config(path, {"pipeline.partition=manual", "pipeline.cut_after=[a, b]"}).pipeline.cut_after,
+            (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(error_of(path, {"pipeline.partition=manual"}),
+            "--set pipeline.partition: manual needs pipeline.cut_after, the nodes to cut after; list the nodes "
+            "(`pipetrain inspect --nodes` names them)");
+  EXPECT_EQ(error_of(path, {"pipeline.cut_after=[a]"}),
+            "--set pipeline.cut_after: applies only to partition: manual; set pipeline.partition: manual, or drop "
+            "cut_after");
   EXPECT_EQ(error_of(path, {"pipeline.plan=manual"}), "--set pipeline.plan: unknown value 'manual'; use one of auto");
   EXPECT_EQ(error_of(path, {"pipeline.link=infiniband"}),
             "--set pipeline.link: unknown link 'infiniband'; use none, cpu, nvlink, pcie or tcp");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "autodiff/parameter_sites.h"
 #include "autodiff/training_mode.h"
@@ -122,6 +123,36 @@ TEST(Planner, EverySamplesTightPlanKeepsWhatItPlannedWhenTrained) {
     }
   }
   EXPECT_EQ(trained, 14);
+}
+
+// Under a cap the partitioner's cuts fitted to it are searched beside the balanced ones: for ViT
+// at 2 devices under 16 MiB they win, the written plan cuts there (partition: manual), and
+// train keeps what the plan counted.
+TEST(Planner, CutsFittedToTheCapAreSearchedAndTrainCutsThere) {
+  const fs::path dir = fs::temp_directory_path() / "pt_plan_cuts";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string yaml = (dir / "vit.yaml").string();
+  Result p = run("plan samples/vit/vit.onnx --devices 2 --memory 16MiB -b 4 --json --write " + yaml);
+  ASSERT_EQ(p.code, 0) << p.err;
+  const nlohmann::json best = nlohmann::json::parse(p.out)["best"];
+  ASSERT_EQ(best["cut_after"].size(), 3u) << best.dump();
+  std::ifstream in(yaml);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("  partition: manual\n  cut_after: [\"" + best["cut_after"][0].get<std::string>()),
+            std::string::npos)
+      << text;
+  Result cuts = run("partition --plan " + yaml + " --json");
+  ASSERT_EQ(cuts.code, 0) << cuts.err;
+  const nlohmann::json shown = nlohmann::json::parse(cuts.out);
+  for (size_t c = 0; c < 3; ++c) EXPECT_EQ(shown["stages"][c]["last_node"], best["cut_after"][c]);
+  const std::string metrics = (dir / "m.jsonl").string();
+  Result t = run("train " + yaml + " -q --set steps=1 --set output.model= --set output.metrics=" + metrics);
+  ASSERT_EQ(t.code, 0) << t.err;
+  std::ifstream m(metrics);
+  std::string line, last;
+  while (std::getline(m, line)) last = line;
+  EXPECT_EQ(nlohmann::json::parse(last)["summary"]["peak_kept_bytes_measured"], best["kept_bytes"]);
 }
 
 TEST(Planner, ACapNoPlanFitsNamesTheLeastThatWould) {

@@ -307,6 +307,10 @@ PlanSearch search_plans(const Graph& g, const std::vector<NodeCost>& costs, cons
   out.fitting = static_cast<int>(std::count_if(out.candidates.begin(), out.candidates.end(),
                                                [](const PlanCandidate& c) { return c.fits; }));
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (chunkings.empty())
+    throw UserError("plan", "the model has " + std::to_string(g.nodes.size()) + " nodes, too few for " +
+                                std::to_string(r.devices) + " devices",
+                    "use at most " + std::to_string(g.nodes.size()) + " devices");
   if (out.candidates.empty())
     throw UserError("plan", "no schedule takes " + std::to_string(r.micro_batches) + " micro-batches on " +
                                 std::to_string(r.devices) + " devices",

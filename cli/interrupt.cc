@@ -23,7 +23,7 @@ HostRank g_host[kMaxHostRanks];
 volatile sig_atomic_t g_host_count = 0;
 int g_rank = 0, g_size = 1;
 bool g_under_mpirun = false;  // Open MPI's launcher started this process
-std::atomic<int64_t> g_completed{0};
+std::atomic<int64_t> g_completed{-1};  // -1: still in set-up
 static_assert(std::atomic<int64_t>::is_always_lock_free, "read in a signal handler");
 
 // Async-signal-safe text: a fixed buffer, integers written by hand.
@@ -70,16 +70,23 @@ void end_if_a_rank_was_lost(int signal) {
       }
       l.add(" of ");
       l.add(int64_t{g_size});
-      l.add(lost_count == 1 ? " was lost (its process is gone) after step " : " were lost (their processes are gone) after step ");
+      l.add(lost_count == 1 ? " was lost (its process is gone)" : " were lost (their processes are gone)");
     } else {
       l.add("error: rank ");
       l.add(int64_t{g_rank});
       l.add(" of ");
       l.add(int64_t{g_size});
-      l.add(": mpirun ended the job (its message names the rank it lost, if one was lost) after step ");
+      l.add(": mpirun ended the job (its message names the rank it lost, if one was lost)");
     }
-    l.add(g_completed.load());
-    l.add(", the last every rank completed; every rank stops: start the job again (with --resume to go on from the last checkpoint)\n");
+    const int64_t completed = g_completed.load();
+    if (completed < 0) {
+      l.add(" during set-up, before the first step");
+    } else {
+      l.add(" after step ");
+      l.add(completed);
+      l.add(", the last every rank completed");
+    }
+    l.add("; every rank stops: start the job again (with --resume to go on from the last checkpoint)\n");
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, l.text, static_cast<size_t>(l.n));
   }
   ::_exit(1);
@@ -103,6 +110,7 @@ void on_signal(int signal) {
 
 InterruptGuard::InterruptGuard() {
   g_interrupted = 0;
+  g_completed = -1;
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

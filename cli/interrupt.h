@@ -34,7 +34,8 @@ class InterruptGuard {
 
   // This process is rank `rank` of `size`; host_ranks: (rank, pid) of every rank on this host.
   void watch_ranks(int rank, int size, const std::vector<std::pair<int, int>>& host_ranks);
-  // Every rank has completed `steps` steps (for the lost-rank line).
+  // Every rank has completed `steps` steps (for the lost-rank line; before the first call the
+  // line says the job was still in set-up).
   void completed(int64_t steps);
 };
 

@@ -28,6 +28,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -296,8 +297,10 @@ OptimizerConfig optimizer_config(const TrainConfig& cfg, bool quiet) {
 
 class Trainer {
  public:
-  Trainer(TrainConfig cfg, const TrainArgs& args, const TrainRanks& ranks)
-      : cfg_(std::move(cfg)), args_(args), ranks_(ranks) {}
+  // guard: across processes, the one run_train installed before set-up (a rank lost then ends
+  // the job with its line too); alone, run makes its own for the step loop.
+  Trainer(TrainConfig cfg, const TrainArgs& args, const TrainRanks& ranks, InterruptGuard* guard = nullptr)
+      : cfg_(std::move(cfg)), args_(args), ranks_(ranks), guard_(guard) {}
   int run();
 
  private:
@@ -352,6 +355,7 @@ class Trainer {
   TrainConfig cfg_;
   TrainArgs args_;
   const TrainRanks& ranks_;
+  InterruptGuard* guard_;
   std::vector<int> rank_of_;  // per pipeline device
   std::map<std::string, int> first_device_;  // trained parameter -> device of its first reader
   int64_t rows_ = 1;
@@ -1268,9 +1272,9 @@ int Trainer::run() {
   }
   t0_ = Clock::now();
   {
-    InterruptGuard guard;  // a signal stops the loop at the next step boundary
+    std::optional<InterruptGuard> own;  // a signal stops the loop at the next step boundary
+    InterruptGuard& guard = guard_ ? *guard_ : own.emplace();
     guard.completed(first_step_);
-    if (!ranks_.alone()) guard.watch_ranks(ranks_.rank(), ranks_.size(), ranks_.host_ranks());
     for (int64_t s = first_step_; s < cfg_.steps; ++s) {
       // The first step warms up (library heuristics, first touches); profile the rest.
       if (args_.profile && (s == first_step_ + 1 || cfg_.steps - first_step_ == 1) && profiled_from_ < 0) {
@@ -1302,6 +1306,9 @@ int run_train(const TrainArgs& a) {
     Trainer t(std::move(cfg), a, ranks);
     return t.run();
   }
+  // From here on a rank lost (or mpirun's SIGTERM) ends this one with its line, set-up included.
+  InterruptGuard guard;
+  guard.watch_ranks(ranks.rank(), ranks.size(), ranks.host_ranks());
   std::streambuf* out = std::cout.rdbuf();
   std::ofstream discard;
   if (ranks.rank() != 0) std::cout.rdbuf(discard.rdbuf());
@@ -1309,7 +1316,7 @@ int run_train(const TrainArgs& a) {
     TrainConfig cfg = load_config(a.config, a.set);
     ranks.split(cfg.parallel.data, cfg.where("parallel.data"));
     if (ranks.rank() != 0) cfg.output = {};
-    Trainer t(std::move(cfg), a, ranks);
+    Trainer t(std::move(cfg), a, ranks, &guard);
     const int code = t.run();
     std::cout.rdbuf(out);
     return code;

@@ -95,7 +95,10 @@ TEST(Planner, EverySamplesTightPlanKeepsWhatItPlannedWhenTrained) {
     const Graph g = training_graph(name);
     for (int devices : {2, 4, 8}) {
       if (devices > static_cast<int>(g.nodes.size())) {
-        EXPECT_THROW(search_plans(g, estimate_costs(g), PlanRequest{devices, 2 * devices}), UserError);
+        PlanRequest too_many;
+        too_many.devices = devices;
+        too_many.micro_batches = 2 * devices;
+        EXPECT_THROW(search_plans(g, estimate_costs(g), too_many), UserError);
         continue;
       }
       PlanRequest r;

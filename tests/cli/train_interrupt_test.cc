@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/interrupt.h"
 #include "train/checkpoint.h"
 #include "tests/cli/run_cli.h"
 
@@ -126,6 +127,46 @@ TEST(TrainInterrupt, ASecondCtrlCExitsAtOnce) {
     }
   }
   EXPECT_NO_THROW(pt::read_latest_checkpoint((d / "ckpt").string()));
+}
+
+// Across processes the guard watches from before set-up (cli/interrupt.h): the signal mpirun
+// sends when a rank is lost ends this rank at once with one line, whether a step was completed
+// yet or not. `completed` < 0 leaves the job in set-up. Runs in a child, which _exits.
+std::pair<int, std::string> rank_signalled(bool peer_lost, int64_t completed) {
+  const fs::path log = scratch("int_rank_lost") / "stderr.txt";
+  const pid_t child = fork();
+  if (child == 0) {
+    FILE* err = std::freopen(log.c_str(), "w", stderr);
+    if (!err) _exit(126);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    pid_t peer = getpid();  // alive: this process
+    if (peer_lost) {
+      peer = fork();
+      if (peer == 0) _exit(0);
+      waitpid(peer, nullptr, 0);  // gone: reaped
+    }
+    pt::InterruptGuard guard;
+    guard.watch_ranks(0, 2, {{0, getpid()}, {1, peer}});
+    if (completed >= 0) guard.completed(completed);
+    raise(SIGTERM);
+    _exit(125);  // the handler did not end the process
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(log)};
+}
+
+TEST(TrainInterrupt, ARankLostNamesTheStepOrTheSetUp) {
+  const std::string stops =
+      "; every rank stops: start the job again (with --resume to go on from the last checkpoint)\n";
+  EXPECT_EQ(rank_signalled(true, -1), std::make_pair(1, "error: rank 1 of 2 was lost (its process is gone) during "
+                                                        "set-up, before the first step" + stops));
+  EXPECT_EQ(rank_signalled(true, 3), std::make_pair(1, "error: rank 1 of 2 was lost (its process is gone) after "
+                                                       "step 3, the last every rank completed" + stops));
+  // No rank of this host lost: mpirun's SIGTERM (its own line names a rank lost on another host).
+  EXPECT_EQ(rank_signalled(false, -1),
+            std::make_pair(1, "error: rank 0 of 2: mpirun ended the job (its message names the rank it lost, if one "
+                              "was lost) during set-up, before the first step" + stops));
 }
 
 }  // namespace

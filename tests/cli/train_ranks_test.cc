@@ -328,13 +328,16 @@ TEST(TrainRanks, ALostRankEndsTheJob) {
   // mpirun): the newest of them is the last rank started.
   const std::string marker = (d / "marker.onnx").string();
   const auto t0 = std::chrono::steady_clock::now();
-  // The kill waits until the rank is there (a loaded machine starts it late) and the training
-  // has begun; `timeout` bounds the whole job, so a kill that misses fails the test, never hangs it.
+  // The kill waits until a step is done (rank 0's first metrics line: a loaded machine starts
+  // the ranks late); `timeout` bounds the whole job, so a kill that misses fails the test, never
+  // hangs it.
   const std::string find = "pgrep -f '^" + std::string(PT_BINARY) + " train .*" + marker + "' | tail -1";
+  const std::string metrics = (d / "metrics.jsonl").string();
   const Result r = run_command(
-      "(timeout 300 " + std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -n 2 " + PT_BINARY + " " +
-      charlm(d, "--set steps=100000 --set output.model=" + marker) + " & for i in $(seq 120); do p=$(" + find +
-      "); [ -n \"$p\" ] && break; sleep 0.5; done; sleep 4; " + find + " | xargs -r kill -9; wait $!)");
+      "(rm -f " + metrics + "; timeout 300 " + std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -n 2 " +
+      PT_BINARY + " " + charlm(d, "--set steps=100000 --set output.model=" + marker) +
+      " & for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.2; done; " + find +
+      " | xargs -r kill -9; wait $!)");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(r.code, 0);
   EXPECT_LT(seconds, 120);

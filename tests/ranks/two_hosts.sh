@@ -83,7 +83,7 @@ in_ns "${holders[0]}" "$mpirun" --allow-run-as-root -n 2 --hostfile "$work/hosts
   --mca plm_rsh_agent "$work/agent.sh" --mca btl self,tcp \
   --mca oob_tcp_if_include 10.99.0.0/24 --mca btl_tcp_if_include 10.99.0.0/24 \
   "$(realpath "$pipetrain")" train samples/charlm/train.yaml "${sets[@]}" --set steps=100000 \
-  --set "output.model=$marker" >"$work/killed.log" 2>&1 &
+  --set "output.model=$marker" --set "output.metrics=$work/killed.jsonl" >"$work/killed.log" 2>&1 &
 run=$!
 victim=""
 for _ in $(seq 300); do
@@ -95,7 +95,9 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 [ -n "$victim" ] || { cat "$work/killed.log"; echo "two_hosts: no rank found in the second namespace"; exit 1; }
-sleep 3
+# A step done (rank 0's first metrics line), however late a loaded machine starts the ranks.
+for _ in $(seq 600); do [ -s "$work/killed.jsonl" ] && break; sleep 0.2; done
+[ -s "$work/killed.jsonl" ] || { cat "$work/killed.log"; echo "two_hosts: no step done in 120 s"; exit 1; }
 t0=$SECONDS
 kill -9 "$victim"
 code=0

@@ -1,8 +1,9 @@
 // bench/forward_bench.cc: forward latency of a model on the CPU backend.
 //
-//   forward_bench MODEL.onnx BATCH THREADS REPEATS
-// Compiles once, runs 3 warm-up passes, then REPEATS timed passes on random inputs; prints the
-// median and best in milliseconds, and the slowest ops by time in one profiled pass.
+//   forward_bench MODEL.onnx BATCH THREADS REPEATS [plain]
+// Compiles once (as `pipetrain run` does; `plain` keeps every tensor in the plain layout, as
+// training does: exec/stage_program.h), runs 3 warm-up passes, then REPEATS timed passes on
+// random inputs; prints the median and best in milliseconds, and the time per op type.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,7 +20,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: forward_bench MODEL.onnx BATCH THREADS REPEATS\n");
+    std::fprintf(stderr, "usage: forward_bench MODEL.onnx BATCH THREADS REPEATS [plain]\n");
     return 2;
   }
   try {
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
     const int repeats = std::atoi(argv[4]);
     pt::Graph g = pt::import_model(argv[1], o);
     pt::CpuBackend backend(threads);
-    pt::StageProgram program(g, backend);
+    const bool plain = argc > 5 && std::string(argv[5]) == "plain";
+    pt::StageProgram program(g, backend, plain ? pt::TensorLayouts::kPlain : pt::TensorLayouts::kChannelsLastBetweenConvs);
     std::mt19937 rng(0);
     std::normal_distribution<float> normal;
     std::vector<pt::Tensor> inputs;

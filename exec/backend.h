@@ -33,6 +33,9 @@ class Backend {
   // The kernel for the spec, or nullptr when unsupported (then supports() says why).
   virtual std::unique_ptr<Kernel> create_kernel(const KernelSpec& spec) const = 0;
   virtual CpuContext* cpu_context() { return nullptr; }
+  // Whether its Conv kernels take channels-last tensors (exec/channels_last.h); programs on it
+  // then keep the tensors between neighbouring convs that way.
+  virtual bool channels_last_convs() const { return false; }
   // Called by the thread about to run kernels (the CPU backend sets its thread count there).
   virtual void bind_thread() {}
   // Waits until every kernel run so far has finished.

@@ -42,6 +42,12 @@ struct KernelSpec {
   std::vector<TensorType> inputs;   // per node input; dtype kUndefined where omitted
   std::vector<TensorType> outputs;  // per node output; dtype kUndefined where omitted
   CpuContext* cpu = nullptr;
+  // Per input and per output, true where the tensor is stored channels-last (exec/channels_last.h;
+  // only on a backend whose channels_last_convs() says so). Empty: every one plain.
+  std::vector<bool> channels_last_in = {}, channels_last_out = {};
+
+  bool input_channels_last(size_t i) const { return i < channels_last_in.size() && channels_last_in[i]; }
+  bool output_channels_last(size_t i) const { return i < channels_last_out.size() && channels_last_out[i]; }
 
   // Data of input i when it is known before running (initializer or folded constant), else
   // nullptr. Kernels read axes, shapes and pads this way.

@@ -7,6 +7,7 @@
 
 #include "core/bytes.h"
 #include "core/error.h"
+#include "exec/channels_last.h"
 
 namespace pt {
 
@@ -30,7 +31,7 @@ struct Location {
 
 }  // namespace
 
-StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backend_(backend) {
+StageProgram::StageProgram(const Graph& g, Backend& backend, TensorLayouts layouts) : graph_(g), backend_(backend) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<Location> where(g.values.size());
   for (size_t k = 0; k < g.inputs.size(); ++k) where[static_cast<size_t>(g.inputs[k])].input = static_cast<int>(k);
@@ -41,11 +42,20 @@ StageProgram::StageProgram(const Graph& g, Backend& backend) : graph_(g), backen
   std::vector<BufferLife> lives;
   std::vector<int> scratch_buffer(static_cast<size_t>(n), -1);
   steps_.resize(static_cast<size_t>(n));
+  const std::vector<bool> channels_last =
+      layouts == TensorLayouts::kChannelsLastBetweenConvs && backend.channels_last_convs() ? channels_last_values(g) : std::vector<bool>(g.values.size(), false);
+  const auto stored_channels_last = [&](ValueId v) { return v != kNoValue && channels_last[static_cast<size_t>(v)]; };
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[static_cast<size_t>(i)];
-    KernelSpec spec{g, node, {}, {}, backend.cpu_context()};
-    for (ValueId v : node.inputs) spec.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
-    for (ValueId v : node.outputs) spec.outputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
+    KernelSpec spec{g, node, {}, {}, backend.cpu_context(), {}, {}};
+    for (ValueId v : node.inputs) {
+      spec.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
+      spec.channels_last_in.push_back(stored_channels_last(v));
+    }
+    for (ValueId v : node.outputs) {
+      spec.outputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
+      spec.channels_last_out.push_back(stored_channels_last(v));
+    }
     Step& step = steps_[static_cast<size_t>(i)];
     step.kernel = backend.create_kernel(spec);
     if (!step.kernel)

@@ -19,9 +19,16 @@
 
 namespace pt {
 
+// How a program stores its intermediate tensors. Plain everywhere in training, so that where a
+// tensor is computed (a recompute policy, a cut between stages) never changes a bit. A
+// forward-only program (`pipetrain run`) may keep the tensors between neighbouring convs
+// channels-last where the backend's convs take them (exec/channels_last.h): faster, and equal
+// to the plain program within float rounding.
+enum class TensorLayouts { kPlain, kChannelsLastBetweenConvs };
+
 class StageProgram {
  public:
-  StageProgram(const Graph& g, Backend& backend);
+  StageProgram(const Graph& g, Backend& backend, TensorLayouts layouts = TensorLayouts::kPlain);
   ~StageProgram();
   StageProgram(const StageProgram&) = delete;
   StageProgram& operator=(const StageProgram&) = delete;

@@ -374,7 +374,7 @@ void PipelineExecutor::plan_held(Chunk& ch) {
   for (size_t p = 0; p < ch.acc.size(); ++p) {
     Backend& on = *ch.acc[p]->backend;
     const TensorType& t = ch.param_type(p);
-    KernelSpec spec{ch.adds, ch.adds.nodes[p], {t, t}, {t}, on.cpu_context()};
+    KernelSpec spec{ch.adds, ch.adds.nodes[p], {t, t}, {t}, on.cpu_context(), {}, {}};
     ch.add.push_back(on.create_kernel(spec));
     PT_CHECK(ch.add.back() && ch.add.back()->scratch_bytes() == 0,
              std::string("the ") + on.name() + " backend adds no " + t.str() + " in place");

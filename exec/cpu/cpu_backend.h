@@ -21,6 +21,7 @@ class CpuBackend : public Backend {
   std::string supports(const KernelSpec& spec) const override;
   std::unique_ptr<Kernel> create_kernel(const KernelSpec& spec) const override;
   CpuContext* cpu_context() override { return &ctx_; }
+  bool channels_last_convs() const override { return true; }
   void bind_thread() override;
   void synchronize() override;
   int threads() const { return ctx_.threads; }

@@ -26,11 +26,12 @@ namespace {
 // Conv
 
 // Y = conv(X, W) + B with X: (N, C, in...), W: (M, C/group, k...), B: (M), Y: (N, M, out...).
-// W is viewed as (group, M/group, C/group, k...) when grouped. oneDNN picks the layouts (blocked
-// for speed); X and W are reordered into scratch before, Y out of it after, unless the chosen
-// layout puts every element where the plain one does (nhwc with H = W = 1). A dense 1x1 conv is
-// a GEMM on the plain layouts, faster there than the reorders it would need (about 3x on
-// 48->8 channels at 16x16).
+// W is viewed as (group, M/group, C/group, k...) when grouped. X and Y are read and written in
+// place when channels-last (exec/channels_last.h: a chain of convs hands such tensors on).
+// Otherwise oneDNN picks the layouts (blocked for speed); X and W are reordered into scratch
+// before, Y out of it after, unless the chosen layout puts every element where the plain one
+// does (nhwc with H = W = 1). A dense 1x1 conv between plain tensors is a GEMM on the plain
+// layouts, faster there than the reorders it would need (about 3x on 48->8 channels at 16x16).
 std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t group) {
   auto k = std::make_unique<DnnlKernel>(*s.cpu);
   const Dims& x = s.inputs[0].shape;
@@ -40,18 +41,32 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
     wd[0] /= group;
     wd.insert(wd.begin(), group);
   }
-  const memory::desc x_md = plain_desc(s.inputs[0]), y_md = plain_desc(s.outputs[0]);
+  const bool x_last = s.input_channels_last(0), y_last = s.output_channels_last(0);
+  const auto stored = [](const TensorType& t, bool last) {
+    return last ? memory::desc(t.shape, dnnl_type(t.dtype), memory::format_tag::nhwc) : plain_desc(t);
+  };
+  const memory::desc x_md = stored(s.inputs[0], x_last), y_md = stored(s.outputs[0], y_last);
   const memory::desc w_md = plain_desc(DType::kFloat32, wd);
   const memory::desc b_md = s.has_input(2) ? plain_desc(s.inputs[2]) : memory::desc();
-  const bool pointwise =
-      group == 1 && std::all_of(w.kernel.begin(), w.kernel.end(), [](int64_t k) { return k == 1; });
-  const dnnl::convolution_forward::desc d(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-      pointwise ? x_md : any_layout(x), pointwise ? w_md : any_layout(wd), b_md,
-      pointwise ? y_md : any_layout(y), w.strides, w.dilation, w.pad_l, w.pad_r);
+  const bool plain_gemm = !x_last && !y_last && group == 1 &&
+                          std::all_of(w.kernel.begin(), w.kernel.end(), [](int64_t k) { return k == 1; });
+  // A plain side next to a channels-last one is left to oneDNN (reordered once at the chain's end).
+  const auto side = [&](const memory::desc& md, bool last, const Dims& dims) {
+    return last || plain_gemm ? md : any_layout(dims);
+  };
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::convolution_forward::primitive_desc pd(d, attr, k->engine());
+  const auto primitive = [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
+    const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                            src, weights, b_md, dst, w.strides, w.dilation, w.pad_l, w.pad_r);
+    return dnnl::convolution_forward::primitive_desc(d, attr, k->engine());
+  };
+  dnnl::convolution_forward::primitive_desc pd =
+      primitive(side(x_md, x_last, x), plain_gemm ? w_md : any_layout(wd), side(y_md, y_last, y));
+  // Where oneDNN has no fast kernel for a channels-last side (3 input channels, say), the layouts
+  // it picks itself, with reorders from and to the stored ones, beat its reference kernel.
+  if ((x_last || y_last) && std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
+    pd = primitive(any_layout(x), any_layout(wd), any_layout(y));
 
   const Place xp = k->reordered({Place::kInput, 0}, x_md, pd.src_desc());
   const Place wp = k->reordered({Place::kInput, 1}, w_md, pd.weights_desc());

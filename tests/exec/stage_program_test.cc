@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "exec/channels_last.h"
 #include "exec/cpu/cpu_backend.h"
 #include "onnx_import/import.h"
 
@@ -81,6 +82,118 @@ TEST(StageProgram, UnsupportedNodeIsAUserError) {
   } catch (const UserError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("node 'strange' (Frobnicate) in graph 'g': the CPU backend has no kernel for Frobnicate", 0), 0u) << e.what();
   }
+}
+
+// The CPU backend with every tensor kept plain: what the channels-last programs must equal.
+class PlainCpuBackend : public CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  bool channels_last_convs() const override { return false; }
+};
+
+Tensor filled(const TensorType& type, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 0.5f);
+  Tensor t;
+  t.type = type;
+  t.data.resize(static_cast<size_t>(type.bytes()));
+  for (int64_t i = 0; i < type.numel(); ++i) t.as<float>()[i] = normal(rng);
+  return t;
+}
+
+// x -> Conv -> a -> Clip -> b -> depthwise Conv -> c -> Add(c, a) -> d -> 1x1 Conv -> e
+//   -> Add(e, bias of (1, C, 1, 1)) -> y
+struct ConvChain {
+  Graph g;
+  ValueId x, a, b, c, d, e, y;
+  ConvChain() {
+    const TensorType act{DType::kFloat32, {2, 8, 6, 6}};
+    x = g.add_value("x", act);
+    const auto weight = [&](const std::string& name, std::vector<int64_t> shape, unsigned seed) {
+      const ValueId v = g.add_value(name, {DType::kFloat32, shape});
+      g.values[static_cast<size_t>(v)].init = std::make_shared<Tensor>(filled({DType::kFloat32, shape}, seed));
+      return v;
+    };
+    const auto scalar = [&](const std::string& name, float value) {
+      const ValueId v = g.add_value(name, {DType::kFloat32, {}});
+      Tensor t;
+      t.type = {DType::kFloat32, {}};
+      t.data.resize(4);
+      t.as<float>()[0] = value;
+      g.values[static_cast<size_t>(v)].init = std::make_shared<Tensor>(t);
+      g.values[static_cast<size_t>(v)].constant = true;
+      return v;
+    };
+    const ValueId w1 = weight("w1", {8, 8, 3, 3}, 1), w2 = weight("w2", {8, 1, 3, 3}, 2), w3 = weight("w3", {8, 8, 1, 1}, 3);
+    const ValueId bias = weight("bias", {1, 8, 1, 1}, 4), lo = scalar("lo", 0.f), hi = scalar("hi", 6.f);
+    a = g.add_value("a", act);
+    b = g.add_value("b", act);
+    c = g.add_value("c", act);
+    d = g.add_value("d", act);
+    e = g.add_value("e", act);
+    y = g.add_value("y", act);
+    const std::vector<int64_t> pad1 = {1, 1, 1, 1};
+    g.add_node(Node{"conv1", "Conv", "", {x, w1}, {a}, {{"pads", pad1}}});
+    g.add_node(Node{"clip", "Clip", "", {a, lo, hi}, {b}, {}});
+    g.add_node(Node{"dw", "Conv", "", {b, w2}, {c}, {{"pads", pad1}, {"group", int64_t{8}}}});
+    g.add_node(Node{"residual", "Add", "", {c, a}, {d}, {}});
+    g.add_node(Node{"conv3", "Conv", "", {d, w3}, {e}, {}});
+    g.add_node(Node{"bias_add", "Add", "", {e, bias}, {y}, {}});
+    g.inputs = {x};
+    g.outputs = {y};
+    g.name = "chain";
+    g.rebuild_uses();
+  }
+};
+
+std::vector<float> run_once(const Graph& g, Backend& backend, std::vector<Tensor>& inputs) {
+  StageProgram program(g, backend, TensorLayouts::kChannelsLastBetweenConvs);
+  std::vector<Buffer> feeds = buffers(g, inputs);
+  program.run(feeds);
+  const Buffer out = program.output(0);
+  return {out.as<float>(), out.as<float>() + out.numel()};
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float largest = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    largest = std::max(largest, std::abs(want[i]));
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  }
+  EXPECT_LE(worst, 1e-5f * std::max(1.f, largest)) << what;
+}
+
+// Between convs the tensors stay channels-last: the Clip's, the residual Add's (both of its
+// operands), never the graph's input or output, nor what a broadcasting Add reads.
+TEST(ChannelsLast, TheTensorsBetweenConvsOnly) {
+  ConvChain ch;
+  const std::vector<bool> last = channels_last_values(ch.g);
+  for (ValueId v : {ch.a, ch.b, ch.c, ch.d}) EXPECT_TRUE(last[static_cast<size_t>(v)]) << ch.g.value(v).name;
+  for (ValueId v : {ch.x, ch.e, ch.y}) EXPECT_FALSE(last[static_cast<size_t>(v)]) << ch.g.value(v).name;
+  // The Clip's output made a graph output: it and the values chosen with it go back to plain.
+  ch.g.outputs.push_back(ch.b);
+  const std::vector<bool> with_b = channels_last_values(ch.g);
+  for (ValueId v : {ch.a, ch.b}) EXPECT_FALSE(with_b[static_cast<size_t>(v)]) << ch.g.value(v).name;
+  // The residual Add's operand a went plain, so its output goes plain with it; c and d follow.
+  for (ValueId v : {ch.c, ch.d}) EXPECT_FALSE(with_b[static_cast<size_t>(v)]) << ch.g.value(v).name;
+}
+
+// The program with channels-last tensors gives what the plain one gives (onnxruntime checks the
+// plain one: oracle.forward_onnxruntime), on the chain and on MobileNetV2.
+TEST(ChannelsLast, ProgramsEqualThePlainOnes) {
+  ConvChain ch;
+  CpuBackend cpu(2);
+  PlainCpuBackend plain(2);
+  std::vector<Tensor> inputs = random_inputs(ch.g, 3);
+  expect_close(run_once(ch.g, cpu, inputs), run_once(ch.g, plain, inputs), "chain");
+  ImportOptions o;
+  o.batch = 4;
+  const Graph mobilenet = import_model("samples/mobilenet/mobilenet.onnx", o);
+  const std::vector<bool> last = channels_last_values(mobilenet);
+  EXPECT_GT(std::count(last.begin(), last.end(), true), 60);
+  std::vector<Tensor> images = random_inputs(mobilenet, 4);
+  expect_close(run_once(mobilenet, cpu, images), run_once(mobilenet, plain, images), "mobilenet");
 }
 
 }  // namespace

@@ -202,8 +202,12 @@ void check_transpose(DType dtype, const std::vector<int64_t>& shape,
 }
 
 TEST(Transpose, HeadsSplitBSHDtoBHSD) { check_transpose<float>(DType::kFloat32, {2, 64, 8, 32}, {0, 2, 1, 3}); }
-TEST(Transpose, LastTwoSwapInt64) { check_transpose<int64_t>(DType::kInt64, {3, 100, 70}, {0, 2, 1}); }
+TEST(Transpose, LastTwoSwapInt64) { check_transpose<int64_t>(DType::kInt64, {3, 50, 45}, {0, 2, 1}); }
 TEST(Transpose, NchwToNhwc) { check_transpose<float>(DType::kFloat32, {2, 16, 20, 24}, {0, 2, 3, 1}); }
+// 4-byte elements move through 8 x 8 register blocks (exec/cpu/movement.cc) with the edges
+// element by element: sizes that leave remainders along both dims, and int32 bits.
+TEST(Transpose, LastTwoSwapFloatBlocksAndEdges) { check_transpose<float>(DType::kFloat32, {3, 50, 45}, {0, 2, 1}); }
+TEST(Transpose, KeysToColumnsInt32) { check_transpose<int32_t>(DType::kInt32, {2, 40, 4, 64}, {0, 2, 3, 1}); }
 TEST(Transpose, ReversedBool) { check_transpose<uint8_t>(DType::kBool, {70, 33, 41}, {2, 1, 0}); }
 
 // Slice with negative and positive steps on both axes of a [64, 300] float tensor.

@@ -62,10 +62,12 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, TensorLayouts layou
       throw UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
                       std::string("run it on another backend or replace the op; `pipetrain ops` "
                                   "lists what the ") + backend.name() + " backend takes");
-    // A view of an arena buffer is that buffer, live until the view's last reader too.
-    const int viewed = node.is_view() && !node.inputs.empty() && node.inputs[0] != kNoValue
-                           ? where[static_cast<size_t>(node.inputs[0])].buffer
-                           : -1;
+    // A view of an arena buffer is that buffer, live until the view's last reader too. A view of
+    // a graph input is that input, unless it is a graph output itself (outputs stay the
+    // program's own memory, valid until the next run, whatever the caller does with its inputs).
+    const Location* viewed = node.is_view() && !node.inputs.empty() && node.inputs[0] != kNoValue
+                                 ? &where[static_cast<size_t>(node.inputs[0])]
+                                 : nullptr;
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       const ValueId v = node.outputs[k];
       if (v == kNoValue || where[static_cast<size_t>(v)].constant) continue;
@@ -74,10 +76,16 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, TensorLayouts layou
       if (!val.consumers.empty()) last = std::max(last, val.consumers.back());
       for (ValueId o : g.outputs)
         if (o == v) last = n;
-      if (k == 0 && viewed >= 0 && g.value(node.inputs[0]).type.bytes() == val.type.bytes()) {
-        where[static_cast<size_t>(v)].buffer = viewed;
-        BufferLife& life = lives[static_cast<size_t>(viewed)];
+      const bool same_bytes = k == 0 && viewed && g.value(node.inputs[0]).type.bytes() == val.type.bytes();
+      if (same_bytes && viewed->buffer >= 0) {
+        where[static_cast<size_t>(v)].buffer = viewed->buffer;
+        BufferLife& life = lives[static_cast<size_t>(viewed->buffer)];
         life.last = std::max(life.last, last);
+        step.aliased = true;
+        continue;
+      }
+      if (same_bytes && viewed->input >= 0 && last < n) {
+        where[static_cast<size_t>(v)].input = viewed->input;
         step.aliased = true;
         continue;
       }

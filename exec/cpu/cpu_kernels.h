@@ -2,6 +2,9 @@
 // forward and, later, backward together). The op list is exec/kernel_registry.h's.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "exec/kernel.h"
 
 namespace pt::cpu {
@@ -62,6 +65,9 @@ std::unique_ptr<Kernel> make_gather(const KernelSpec& s);
 std::unique_ptr<Kernel> make_expand(const KernelSpec& s);
 std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s);
 std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s);
+// dst (cols x rows) = src (rows x cols)^T, both row-major float32, planned once: the Transpose
+// kernel's tiled copy, on `threads` threads. Gemm copies an operand stored transposed with it.
+std::function<void(const float* src, float* dst)> matrix_transpose(int64_t rows, int64_t cols, int threads);
 
 // Backward kernels, pipetrain-domain ops (core/pipetrain_ops.h is their specification).
 // elementwise_grad.cc: activation and softmax gradients on oneDNN's eltwise and softmax_v2

@@ -95,7 +95,7 @@ class DnnlKernel final : public Kernel {
   // Host code run before the steps (e.g. Gemm's C copied into Y for the sum post-op) or after
   // them (e.g. a variance turned into InvStdDev).
   using Hook = std::function<void(std::span<const Buffer> in, std::span<const Buffer> out,
-                                  const std::byte* scratch)>;
+                                  std::byte* scratch)>;
   void set_prologue(Hook f) { prologue_ = std::move(f); }
   void set_epilogue(Hook f) { epilogue_ = std::move(f); }
 

@@ -4,8 +4,10 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -28,9 +30,9 @@ bool any_zero(const Dims& d) {
 // once Gemm's C has been broadcast into Y (c_rows x c_cols, a dim of 1 broadcast).
 struct MatmulPlan {
   memory::desc a, b, y;   // as the primitive reads and writes them
-  // A and B as the inputs hold them, where the primitive reads a copy laid out as `a` or `b`
-  // (gemm_relayout); zero: read in place
-  memory::desc a_stored, b_stored;
+  // Gemm's A where the input holds it transposed and the primitive reads a row-major copy:
+  // the input's rows and columns; {0, 0}: read in place
+  std::array<int64_t, 2> a_stored{};
   memory::desc bias;      // {1, N} when C is used as the primitive's bias, else zero
   float alpha = 1.f;
   float beta = 0.f;       // scale of the sum post-op; 0: no C copied into Y
@@ -48,7 +50,9 @@ void broadcast_c(const MatmulPlan& plan, const float* c, float* y) {
 }
 
 // Y = A @ B (+ C) on oneDNN matmul (DnnlKernel). Inputs: A, B, optional C (Gemm); output Y.
-// Steps: the operand copies the plan asks for (reorders into scratch), then the product.
+// The prologue copies A row-major where the plan asks (matrix_transpose into scratch: 2.5-3.5x
+// faster than oneDNN 2.6's reorder on a 1024 x 512 weight gradient's X) and broadcasts C; then
+// the product.
 std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s) {
   return build_or_null(s, [&]() -> std::unique_ptr<Kernel> {
     auto k = std::make_unique<DnnlKernel>(*s.cpu);
@@ -59,22 +63,25 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
       dnnl::post_ops ops;
       ops.append_sum(plan.beta);
       attr.set_post_ops(ops);
-      k->set_prologue([plan](std::span<const Buffer> in, std::span<const Buffer> out,
-                             const std::byte*) {
-        broadcast_c(plan, in[2].as<const float>(), out[0].as<float>());
-      });
     }
     const dnnl::matmul::desc d = plan.bias.is_zero()
                                      ? dnnl::matmul::desc(plan.a, plan.b, plan.y)
                                      : dnnl::matmul::desc(plan.a, plan.b, plan.bias, plan.y);
     const dnnl::matmul::primitive_desc pd(d, attr, k->engine());
-    // Input i as the primitive reads it: in place, or its copy laid out as `want`.
-    auto operand = [&](size_t i, const memory::desc& stored, const memory::desc& want) {
-      const Place in{Place::kInput, i};
-      return stored.is_zero() ? in : k->reordered(in, stored, want);
-    };
-    Args args = {{DNNL_ARG_SRC, plan.a, operand(0, plan.a_stored, plan.a)},
-                 {DNNL_ARG_WEIGHTS, plan.b, operand(1, plan.b_stored, plan.b)},
+    Place a{Place::kInput, 0};  // A as the primitive reads it: in place, or its copy
+    std::function<void(const float*, float*)> copy_a;
+    if (plan.a_stored[0] != 0) {
+      a = k->reserve(static_cast<size_t>(plan.a_stored[0] * plan.a_stored[1]) * sizeof(float));
+      copy_a = matrix_transpose(plan.a_stored[0], plan.a_stored[1], s.cpu->threads);
+    }
+    if (copy_a || plan.beta != 0.f)
+      k->set_prologue([plan, copy_a, a](std::span<const Buffer> in, std::span<const Buffer> out,
+                                        std::byte* scratch) {
+        if (copy_a) copy_a(in[0].as<const float>(), reinterpret_cast<float*>(scratch + a.at));
+        if (plan.beta != 0.f) broadcast_c(plan, in[2].as<const float>(), out[0].as<float>());
+      });
+    Args args = {{DNNL_ARG_SRC, plan.a, a},
+                 {DNNL_ARG_WEIGHTS, plan.b, Place{Place::kInput, 1}},
                  {DNNL_ARG_DST, plan.y, Place{Place::kOutput, 0}}};
     if (!plan.bias.is_zero()) args.emplace_back(DNNL_ARG_BIAS, plan.bias, Place{Place::kInput, 2});
     k->add_step(dnnl::matmul(pd), pd.scratchpad_desc(), args);
@@ -113,22 +120,14 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans) {
                       trans ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
-// The layouts in which the primitive reads Gemm's A and B, stored transposed or not: oneDNN
-// 2.6's AVX2 sgemm runs an A stored transposed (a weight gradient X^T @ dY, contracted over the
-// rows of both) at half the rate of the other layouts, so such an A is copied row-major first;
-// and when the product is wider than tall it also reads B transposed, the layout it runs at
-// full rate at every shape measured. A fixed rule on the shapes, so a node computes the same
-// bits on every run, stage and schedule. (Single thread, m x n x k in GFLOP/s, A stored
-// transposed: 1024 x 256 x 1024 at 35 -> 74 to 83 with A copied; 256 x 1024 x 1024 at 32 ->
-// 67 to 77 with both copied.)
-struct GemmLayout {
-  bool copy_a = false, copy_b = false;
-};
-GemmLayout gemm_relayout(int64_t m, int64_t n, bool trans_a, bool trans_b) {
-  if (!trans_a) return {};
-  return {true, !trans_b && m < n};
-}
-
+// oneDNN 2.6's AVX2 sgemm runs an A stored transposed (a weight gradient X^T @ dY, contracted
+// over the rows of both) at half the rate of the other layouts, so Gemm copies such an A
+// row-major first (matrix_transpose) and reads B as it is stored. A fixed rule on the shapes,
+// so a node computes the same bits on every run, stage and schedule. (One thread, m x k x n:
+// 1024 x 1024 x 256 with A read in place at 35 GFLOP/s, copied 74 to 83. Copying B transposed
+// as well, which the primitive reads up to 6% faster, costs more than it saves: one Gemm in
+// forward_bench, 512 x 1024 x 2048 took 34-37 ms so against 28-30 without, 256 x 1024 x 1024
+// 9-12 ms against 7.5-9.5.)
 // Gemm (gemm_geometry): a row bias with alpha = beta = 1 (torch's Linear) goes to the
 // primitive's bias; any other C is copied into Y and summed with scale beta.
 std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
@@ -136,11 +135,9 @@ std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
   const auto g = gemm_geometry(s);
   if (!g) return std::nullopt;
   MatmulPlan p;
-  const GemmLayout layout = gemm_relayout(g->m, g->n, g->trans_a, g->trans_b);
-  p.a = matrix_desc(g->m, g->k, g->trans_a && !layout.copy_a);
-  p.b = matrix_desc(g->k, g->n, g->trans_b || layout.copy_b);
-  if (layout.copy_a) p.a_stored = matrix_desc(g->m, g->k, g->trans_a);
-  if (layout.copy_b) p.b_stored = matrix_desc(g->k, g->n, g->trans_b);
+  p.a = matrix_desc(g->m, g->k, false);
+  p.b = matrix_desc(g->k, g->n, g->trans_b);
+  if (g->trans_a) p.a_stored = {g->k, g->m};  // A^T stored: k rows of m, copied to m rows of k
   p.y = plain_desc(DType::kFloat32, {g->m, g->n});
   p.m = g->m;
   p.n = g->n;

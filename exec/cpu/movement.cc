@@ -9,6 +9,8 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -239,6 +241,16 @@ void StridedCopy::run(const void* src, void* dst) const {
     default: PT_CHECK(false, "element size " + std::to_string(esize_));
   }
 }
+
+}  // namespace
+
+std::function<void(const float*, float*)> matrix_transpose(int64_t rows, int64_t cols, int threads) {
+  const CopyGeometry g{{cols, rows}, {1, cols}, {rows, 1}};
+  auto copy = std::make_shared<const StridedCopy>(g, sizeof(float), threads);
+  return [copy](const float* src, float* dst) { copy->run(src, dst); };
+}
+
+namespace {
 
 // One or more strided copies from input `from[k]` to output `to[k]`: Transpose, Slice and
 // Expand have one, Concat one per input, Split one per output.

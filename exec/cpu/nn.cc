@@ -154,7 +154,7 @@ std::unique_ptr<Kernel> build_layer_norm(const KernelSpec& s, int64_t outer, int
   k->add_step(dnnl::layer_normalization_forward(pd), pd.scratchpad_desc(), args);
   if (wanted(2))
     k->set_epilogue([=](std::span<const Buffer>, std::span<const Buffer> out,
-                        const std::byte* scratch) {
+                        std::byte* scratch) {
       const auto* v = reinterpret_cast<const float*>(scratch + var.at);
       float* inv_std = out[2].as<float>();
       for (int64_t i = 0; i < outer; ++i) inv_std[i] = 1.f / std::sqrt(v[i] + eps);

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "exec/channels_last.h"
@@ -99,6 +102,46 @@ Tensor filled(const TensorType& type, unsigned seed) {
   t.data.resize(static_cast<size_t>(type.bytes()));
   for (int64_t i = 0; i < type.numel(); ++i) t.as<float>()[i] = normal(rng);
   return t;
+}
+
+// x (graph input) -> Reshape -> r -> Relu -> y; x -> Flatten -> z, a graph output too. r is x's
+// memory (no buffer, no copy: the backward's reshapes of kept tensors); z, an output, is a copy
+// the program owns, so it stays valid whatever the caller does with x after the run.
+TEST(StageProgram, AViewOfAnInputIsThatInputUnlessItIsAnOutput) {
+  Graph g;
+  const ValueId x = g.add_value("x", {DType::kFloat32, {4, 6}});
+  const ValueId shape = g.add_value("shape", {DType::kInt64, {1}});
+  Tensor flat;
+  flat.type = {DType::kInt64, {1}};
+  flat.data.resize(8);
+  flat.as<int64_t>()[0] = 24;
+  g.values[static_cast<size_t>(shape)].init = std::make_shared<Tensor>(flat);
+  g.values[static_cast<size_t>(shape)].constant = true;
+  const ValueId r = g.add_value("r", {DType::kFloat32, {24}});
+  const ValueId y = g.add_value("y", {DType::kFloat32, {24}});
+  const ValueId z = g.add_value("z", {DType::kFloat32, {4, 6}});
+  g.add_node(Node{"reshape", "Reshape", "", {x, shape}, {r}, {}});
+  g.add_node(Node{"relu", "Relu", "", {r}, {y}, {}});
+  g.add_node(Node{"flatten", "Flatten", "", {x}, {z}, {{"axis", int64_t{1}}}});
+  g.inputs = {x};
+  g.outputs = {y, z};
+  g.name = "views";
+  g.rebuild_uses();
+  CpuBackend backend(1);
+  StageProgram program(g, backend);
+  std::vector<std::string> planned;
+  for (const BufferLife& b : program.memory_plan().buffers) planned.push_back(b.name);
+  EXPECT_EQ(planned, (std::vector<std::string>{"y", "z"}));
+  std::vector<Tensor> inputs = {filled({DType::kFloat32, {4, 6}}, 5)};
+  const std::vector<float> x0(inputs[0].as<float>(), inputs[0].as<float>() + 24);
+  program.run(buffers(g, inputs));
+  const Buffer out_y = program.output(0), out_z = program.output(1);
+  EXPECT_NE(out_z.data, inputs[0].data.data());
+  std::fill(inputs[0].as<float>(), inputs[0].as<float>() + 24, -1.f);  // the caller reuses x
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_EQ(out_y.as<float>()[i], std::max(0.f, x0[i])) << i;
+    EXPECT_EQ(out_z.as<float>()[i], x0[i]) << i;
+  }
 }
 
 // x -> Conv -> a -> Clip -> b -> depthwise Conv -> c -> Add(c, a) -> d -> 1x1 Conv -> e

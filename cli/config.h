@@ -103,13 +103,8 @@ struct TrainConfig {
     std::vector<std::string> cut_after;  // manual: the nodes each cut follows
     std::string recompute = "none";
     std::string memory_limit;    // per device; empty: none
-    LinkArgs link = empty_preset();  // preset "": the runtime's (default_link in train_cmd.cc)
+    LinkArgs link{"", "", "", 0};  // preset "": the runtime's (default_link in train_cmd.cc)
     std::string plan;            // "auto": cli/planner.h picks schedule, chunks and recompute
-    static LinkArgs empty_preset() {
-      LinkArgs l;
-      l.preset.clear();
-      return l;
-    }
   } pipeline;
 
   std::vector<std::string> frozen;  // parameters.frozen

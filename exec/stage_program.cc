@@ -42,9 +42,14 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, TensorLayouts layou
   std::vector<BufferLife> lives;
   std::vector<int> scratch_buffer(static_cast<size_t>(n), -1);
   steps_.resize(static_cast<size_t>(n));
+  // Per value, true where stored channels-last; empty when every tensor is plain.
   const std::vector<bool> channels_last =
-      layouts == TensorLayouts::kChannelsLastBetweenConvs && backend.channels_last_convs() ? channels_last_values(g) : std::vector<bool>(g.values.size(), false);
-  const auto stored_channels_last = [&](ValueId v) { return v != kNoValue && channels_last[static_cast<size_t>(v)]; };
+      layouts == TensorLayouts::kChannelsLastBetweenConvs && backend.channels_last_convs()
+          ? channels_last_values(g)
+          : std::vector<bool>{};
+  const auto stored_channels_last = [&](ValueId v) {
+    return v != kNoValue && static_cast<size_t>(v) < channels_last.size() && channels_last[static_cast<size_t>(v)];
+  };
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[static_cast<size_t>(i)];
     KernelSpec spec{g, node, {}, {}, backend.cpu_context(), {}, {}};

@@ -32,6 +32,22 @@ Graph training_graph(const std::string& name) {
   return g;
 }
 
+// An empty directory `name` under the system's temporary directory.
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The "summary" of a metrics file's last line (what `train` writes at its end).
+nlohmann::json last_summary(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  return nlohmann::json::parse(last)["summary"];
+}
+
 int64_t least_memory(const PlanSearch& s) {
   int64_t least = s.candidates.front().largest_memory();
   for (const PlanCandidate& c : s.candidates) least = std::min(least, c.largest_memory());
@@ -87,9 +103,7 @@ TEST(Planner, NeverSlowerThanTheHandMadeGridAndFasterInHalf) {
 // the tight cap of the test above, `plan --write` then one `train` step keeps, per device,
 // exactly the bytes the plan counted, within the cap with the parameters' state.
 TEST(Planner, EverySamplesTightPlanKeepsWhatItPlannedWhenTrained) {
-  const fs::path dir = fs::temp_directory_path() / "pt_plan_samples";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("pt_plan_samples");
   int trained = 0;
   for (const char* name : {"gpt", "bert", "vit", "resnet", "mobilenet", "mlp", "charlm"}) {
     const Graph g = training_graph(name);
@@ -119,10 +133,7 @@ TEST(Planner, EverySamplesTightPlanKeepsWhatItPlannedWhenTrained) {
       const std::string metrics = yaml + ".jsonl";
       Result t = run("train " + yaml + " -q --set steps=1 --set output.model= --set output.metrics=" + metrics);
       ASSERT_EQ(t.code, 0) << t.err;
-      std::ifstream in(metrics);
-      std::string line, last;
-      while (std::getline(in, line)) last = line;
-      const std::vector<int64_t> measured = nlohmann::json::parse(last)["summary"]["peak_kept_bytes_measured"];
+      const std::vector<int64_t> measured = last_summary(metrics)["peak_kept_bytes_measured"];
       EXPECT_EQ(measured, best["kept_bytes"].get<std::vector<int64_t>>()) << best.dump();
       for (size_t d = 0; d < measured.size(); ++d)
         EXPECT_LE(measured[d] + best["state_bytes"][d].get<int64_t>(), cap) << "device " << d;
@@ -136,9 +147,7 @@ TEST(Planner, EverySamplesTightPlanKeepsWhatItPlannedWhenTrained) {
 // at 2 devices under 16 MiB they win, the written plan cuts there (partition: manual), and
 // train keeps what the plan counted.
 TEST(Planner, CutsFittedToTheCapAreSearchedAndTrainCutsThere) {
-  const fs::path dir = fs::temp_directory_path() / "pt_plan_cuts";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("pt_plan_cuts");
   const std::string yaml = (dir / "vit.yaml").string();
   Result p = run("plan samples/vit/vit.onnx --devices 2 --memory 16MiB -b 4 --json --write " + yaml);
   ASSERT_EQ(p.code, 0) << p.err;
@@ -156,10 +165,7 @@ TEST(Planner, CutsFittedToTheCapAreSearchedAndTrainCutsThere) {
   const std::string metrics = (dir / "m.jsonl").string();
   Result t = run("train " + yaml + " -q --set steps=1 --set output.model= --set output.metrics=" + metrics);
   ASSERT_EQ(t.code, 0) << t.err;
-  std::ifstream m(metrics);
-  std::string line, last;
-  while (std::getline(m, line)) last = line;
-  EXPECT_EQ(nlohmann::json::parse(last)["summary"]["peak_kept_bytes_measured"], best["kept_bytes"]);
+  EXPECT_EQ(last_summary(metrics)["peak_kept_bytes_measured"], best["kept_bytes"]);
 }
 
 TEST(Planner, ACapNoPlanFitsNamesTheLeastThatWould) {
@@ -184,9 +190,7 @@ TEST(Planner, ACapNoPlanFitsNamesTheLeastThatWould) {
 // show; the executor keeps, per device, exactly the bytes the plan counted, within the cap with
 // the parameters' state.
 TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
-  const fs::path dir = fs::temp_directory_path() / "pt_plan_train";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("pt_plan_train");
   const std::string yaml = (dir / "plan.yaml").string();
   Result p = run("plan samples/gpt/gpt.onnx --devices 4 --memory 12MiB -b 8 --global-batch 64 --json --write " + yaml);
   ASSERT_EQ(p.code, 0) << p.err;
@@ -206,10 +210,7 @@ TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
 
   Result t = run("train " + yaml + " -q --set steps=2 --set output.metrics=" + (dir / "m.jsonl").string());
   ASSERT_EQ(t.code, 0) << t.err;
-  std::ifstream metrics(dir / "m.jsonl");
-  std::string line, last;
-  while (std::getline(metrics, line)) last = line;
-  const nlohmann::json summary = nlohmann::json::parse(last)["summary"];
+  const nlohmann::json summary = last_summary(dir / "m.jsonl");
   EXPECT_EQ(summary["stages"], 4);
   EXPECT_EQ(summary["chunks"], best["chunks"]);
   EXPECT_EQ(summary["micro_batches"], 8);
@@ -222,9 +223,7 @@ TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
 // pipeline.plan: auto in a train config: the planner picks schedule, chunks and recompute under
 // pipeline.memory_limit, and the run keeps what it planned; keys it would choose are refused.
 TEST(Planner, TrainPlansItselfUnderTheMemoryLimit) {
-  const fs::path dir = fs::temp_directory_path() / "pt_plan_auto";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("pt_plan_auto");
   const std::string yaml = (dir / "auto.yaml").string();
   std::ofstream(yaml) << "model: samples/charlm/charlm.onnx\n"
                          "dims: {batch: 8}\n"
@@ -236,10 +235,7 @@ TEST(Planner, TrainPlansItselfUnderTheMemoryLimit) {
   Result t = run("train " + yaml);
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("plan: "), std::string::npos) << t.out;
-  std::ifstream metrics(dir / "m.jsonl");
-  std::string line, last;
-  while (std::getline(metrics, line)) last = line;
-  const nlohmann::json summary = nlohmann::json::parse(last)["summary"];
+  const nlohmann::json summary = last_summary(dir / "m.jsonl");
   EXPECT_EQ(summary["peak_kept_bytes_measured"], summary["peak_kept_bytes_planned"]);
   for (int64_t kept : summary["peak_kept_bytes_measured"].get<std::vector<int64_t>>()) EXPECT_LE(kept, 24 << 20);
 

@@ -1,5 +1,6 @@
 #include "exec/channels_last.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -57,24 +58,24 @@ std::vector<bool> channels_last_values(const Graph& g) {
     chosen[v] = readers_take_it;
   }
 
-  // A pointwise op's output and full-size inputs go together: drop every group with one left out.
+  // A pointwise op's output and full-size inputs go together: drop every group with one left
+  // out, until no group is split (dropping one can split a neighbouring group).
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!pointwise[i]) continue;
+    const Node& n = g.nodes[i];
+    std::vector<size_t> group = {static_cast<size_t>(n.outputs[0])};
+    for (ValueId v : n.inputs)
+      if (v != kNoValue && full_size(g, v, n.outputs[0])) group.push_back(static_cast<size_t>(v));
+    groups.push_back(std::move(group));
+  }
   for (bool changed = true; changed;) {
     changed = false;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      if (!pointwise[i]) continue;
-      const Node& n = g.nodes[i];
-      bool all = chosen[static_cast<size_t>(n.outputs[0])];
-      for (ValueId v : n.inputs)
-        if (v != kNoValue && full_size(g, v, n.outputs[0])) all = all && chosen[static_cast<size_t>(v)];
-      if (all) continue;
-      for (ValueId v : n.inputs)
-        if (v != kNoValue && full_size(g, v, n.outputs[0]) && chosen[static_cast<size_t>(v)]) {
-          chosen[static_cast<size_t>(v)] = false;
-          changed = true;
-        }
-      if (chosen[static_cast<size_t>(n.outputs[0])]) {
-        chosen[static_cast<size_t>(n.outputs[0])] = false;
-        changed = true;
+    for (const std::vector<size_t>& group : groups) {
+      if (std::all_of(group.begin(), group.end(), [&](size_t v) { return chosen[v]; })) continue;
+      for (size_t v : group) {
+        changed = changed || chosen[v];
+        chosen[v] = false;
       }
     }
   }

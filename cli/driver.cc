@@ -145,6 +145,9 @@ int run_partition(const PartitionArgs& given) {
                                     : find_kind(schedule).placement;
     for (ChunkPlan& c : plan.chunks) c.device = device_of(placement, plan.devices, c.index);
   }
+  // The backward's options (--recompute per stage or chunk, --loss) checked before anything is
+  // printed or exported, so a bad one leaves no stage files and no half a report.
+  if (a.backward) chunk_backward_options(a.bwd, plan.devices, static_cast<int>(plan.chunks.size()));
   if (!a.export_dir.empty()) {
     std::vector<std::pair<std::string, Graph>> files;
     for (const ChunkPlan& c : plan.chunks)

@@ -303,10 +303,15 @@ TEST(CliErrors, UnknownRecomputePolicy) {
                         "selective or budget:BYTES");
 }
 
+// Checked before anything is shown or written: no partition table on stdout, no stage files.
 TEST(CliErrors, RecomputeListOfTheWrongLength) {
-  expect_one_line_error(run("partition samples/gpt/gpt.onnx --stages 3 --backward --recompute none,full"),
-                        "--recompute: gives 2 policies for 3 stages; give one policy for all "
-                        "stages, or one per stage separated by commas");
+  const fs::path dir = scratch("recompute_length") / "stages";
+  const Result r = run("partition samples/gpt/gpt.onnx --stages 3 --backward --recompute none,full --export " +
+                       dir.string());
+  expect_one_line_error(r, "--recompute: gives 2 policies for 3 stages; give one policy for all "
+                           "stages, or one per stage separated by commas");
+  EXPECT_EQ(r.out, "");
+  EXPECT_FALSE(fs::exists(dir));
 }
 
 TEST(CliErrors, BudgetTooSmall) {

@@ -1,8 +1,8 @@
 // bench/forward_bench.cc: forward latency of a model on the CPU backend.
 //
 //   forward_bench MODEL.onnx BATCH THREADS REPEATS [plain]
-// Compiles once (as `pipetrain run` does; `plain` keeps every tensor in the plain layout, as
-// training does: exec/stage_program.h), runs 3 warm-up passes, then REPEATS timed passes on
+// Compiles once (as `pipetrain run` does; `plain` compiles it as training does: every tensor in
+// the plain layout, constants laid out on every run; exec/stage_program.h), runs 3 warm-up passes, then REPEATS timed passes on
 // random inputs; prints the median and best in milliseconds, and the time per op type.
 #include <algorithm>
 #include <chrono>
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     pt::Graph g = pt::import_model(argv[1], o);
     pt::CpuBackend backend(threads);
     const bool plain = argc > 5 && std::string(argv[5]) == "plain";
-    pt::StageProgram program(g, backend, plain ? pt::TensorLayouts::kPlain : pt::TensorLayouts::kChannelsLastBetweenConvs);
+    pt::StageProgram program(g, backend, plain ? pt::ProgramUse::kTraining : pt::ProgramUse::kInference);
     std::mt19937 rng(0);
     std::normal_distribution<float> normal;
     std::vector<pt::Tensor> inputs;

@@ -83,7 +83,7 @@ int run_forward(const RunArgs& a) {
     feeds.push_back({it->second.data.data(), &val.type});
   }
   CpuBackend backend(a.threads);
-  StageProgram program(g, backend, TensorLayouts::kChannelsLastBetweenConvs);
+  StageProgram program(g, backend, ProgramUse::kInference);
   std::vector<double> times;  // seconds per forward pass, the program compiled before the first
   for (int r = 0; r < a.repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();

@@ -45,6 +45,9 @@ struct KernelSpec {
   // Per input and per output, true where the tensor is stored channels-last (exec/channels_last.h;
   // only on a backend whose channels_last_convs() says so). Empty: every one plain.
   std::vector<bool> channels_last_in = {}, channels_last_out = {};
+  // True where the program's constants never change once it is built (ProgramUse::kInference):
+  // a kernel may then lay out a constant input once, when it is made, instead of on every run.
+  bool constants_fixed = false;
 
   bool input_channels_last(size_t i) const { return i < channels_last_in.size() && channels_last_in[i]; }
   bool output_channels_last(size_t i) const { return i < channels_last_out.size() && channels_last_out[i]; }

@@ -31,7 +31,7 @@ struct Location {
 
 }  // namespace
 
-StageProgram::StageProgram(const Graph& g, Backend& backend, TensorLayouts layouts) : graph_(g), backend_(backend) {
+StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : graph_(g), backend_(backend) {
   const int n = static_cast<int>(g.nodes.size());
   std::vector<Location> where(g.values.size());
   for (size_t k = 0; k < g.inputs.size(); ++k) where[static_cast<size_t>(g.inputs[k])].input = static_cast<int>(k);
@@ -44,7 +44,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, TensorLayouts layou
   steps_.resize(static_cast<size_t>(n));
   // Per value, true where stored channels-last; empty when every tensor is plain.
   const std::vector<bool> channels_last =
-      layouts == TensorLayouts::kChannelsLastBetweenConvs && backend.channels_last_convs()
+      use == ProgramUse::kInference && backend.channels_last_convs()
           ? channels_last_values(g)
           : std::vector<bool>{};
   const auto stored_channels_last = [&](ValueId v) {
@@ -52,7 +52,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, TensorLayouts layou
   };
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[static_cast<size_t>(i)];
-    KernelSpec spec{g, node, {}, {}, backend.cpu_context(), {}, {}};
+    KernelSpec spec{g, node, {}, {}, backend.cpu_context(), {}, {}, use == ProgramUse::kInference};
     for (ValueId v : node.inputs) {
       spec.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
       spec.channels_last_in.push_back(stored_channels_last(v));

@@ -19,16 +19,18 @@
 
 namespace pt {
 
-// How a program stores its intermediate tensors. Plain everywhere in training, so that where a
-// tensor is computed (a recompute policy, a cut between stages) never changes a bit. A
-// forward-only program (`pipetrain run`) may keep the tensors between neighbouring convs
-// channels-last where the backend's convs take them (exec/channels_last.h): faster, and equal
-// to the plain program within float rounding.
-enum class TensorLayouts { kPlain, kChannelsLastBetweenConvs };
+// What a program is for. kTraining: every intermediate tensor plain, so that where a tensor is
+// computed (a recompute policy, a cut between stages) never changes a bit; its constants may
+// change between runs (the optimizer updates the weights in place). kInference: forward only,
+// its constants fixed once it is built (`pipetrain run`): the tensors between neighbouring convs
+// stay channels-last where the backend's convs take them (exec/channels_last.h), and kernels may
+// lay constants out once (KernelSpec::constants_fixed: a conv's weights in oneDNN's blocked
+// layout). Faster, and equal to the training program within float rounding.
+enum class ProgramUse { kTraining, kInference };
 
 class StageProgram {
  public:
-  StageProgram(const Graph& g, Backend& backend, TensorLayouts layouts = TensorLayouts::kPlain);
+  StageProgram(const Graph& g, Backend& backend, ProgramUse use = ProgramUse::kTraining);
   ~StageProgram();
   StageProgram(const StageProgram&) = delete;
   StageProgram& operator=(const StageProgram&) = delete;

@@ -44,8 +44,8 @@ inline bool same_bytes(const memory::desc& a, const memory::desc& b) {
 
 // Where an argument's data lives while the kernel runs.
 struct Place {
-  enum Kind { kInput, kOutput, kScratch, kScratchpad } kind = kInput;
-  size_t at = 0;  // input or output index, or byte offset into the kernel's scratch
+  enum Kind { kInput, kOutput, kScratch, kScratchpad, kHeld } kind = kInput;
+  size_t at = 0;  // input or output index, byte offset into the kernel's scratch, or held copy
 };
 
 class DnnlKernel final : public Kernel {
@@ -84,6 +84,19 @@ class DnnlKernel final : public Kernel {
     return to;
   }
 
+  // Input `from`, a constant fixed for the kernel's life (KernelSpec::constants_fixed) whose data
+  // is `data` laid out as `have`, as `want`: the input itself when the layouts agree, else a copy
+  // reordered now and held by the kernel, so no run reorders it again.
+  Place held(Place from, const void* data, const memory::desc& have, const memory::desc& want) {
+    if (same_bytes(have, want)) return from;
+    held_.emplace_back(want.get_size() + kScratchAlign);
+    dnnl::memory src(have, engine_, const_cast<void*>(data));
+    dnnl::memory dst(want, engine_, aligned(held_.back().data()));
+    dnnl::reorder(src, dst).execute(stream_, src, dst);
+    stream_.wait();
+    return {Place::kHeld, held_.size() - 1};
+  }
+
   void add_reorder(Place from, const memory::desc& have, Place to, const memory::desc& want) {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -105,9 +118,7 @@ class DnnlKernel final : public Kernel {
   }
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
-    const auto p = reinterpret_cast<uintptr_t>(scratch);
-    auto* base =
-        reinterpret_cast<std::byte*>((p + kScratchAlign - 1) / kScratchAlign * kScratchAlign);
+    std::byte* base = aligned(scratch);
     if (prologue_) prologue_(in, out, base);
     const ThreadScope threads(threads_);
     for (const Step& s : steps_) {
@@ -134,9 +145,15 @@ class DnnlKernel final : public Kernel {
     }
   };
 
+  static std::byte* aligned(void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    return reinterpret_cast<std::byte*>((a + kScratchAlign - 1) / kScratchAlign * kScratchAlign);
+  }
+
   void* address(Place p, std::span<const Buffer> in, std::span<const Buffer> out,
                 std::byte* base) const {
     switch (p.kind) {
+      case Place::kHeld: return aligned(const_cast<std::byte*>(held_[p.at].data()));
       case Place::kInput: return in[p.at].data;
       case Place::kOutput: return out[p.at].data;
       case Place::kScratch: return base + p.at;
@@ -151,6 +168,7 @@ class DnnlKernel final : public Kernel {
   std::vector<Step> steps_;
   size_t reserved_ = 0;    // bytes of scratch regions; the shared scratchpad follows them
   size_t scratchpad_ = 0;  // bytes of the largest user-mode scratchpad
+  std::vector<std::vector<std::byte>> held_;  // constants laid out once (held()), over-allocated to align
   Hook prologue_, epilogue_;
 };
 

@@ -29,7 +29,8 @@ namespace {
 // W is viewed as (group, M/group, C/group, k...) when grouped. X and Y are read and written in
 // place when channels-last (exec/channels_last.h: a chain of convs hands such tensors on).
 // Otherwise oneDNN picks the layouts (blocked for speed); X and W are reordered into scratch
-// before, Y out of it after, unless the chosen layout puts every element where the plain one
+// before (W once, when the kernel is made, where the program's constants are fixed), Y out of
+// it after, unless the chosen layout puts every element where the plain one
 // does (nhwc with H = W = 1). A dense 1x1 conv between plain tensors is a GEMM on the plain
 // layouts, faster there than the reorders it would need (about 3x on 48->8 channels at 16x16).
 std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t group) {
@@ -69,7 +70,9 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
     pd = primitive(any_layout(x), any_layout(wd), any_layout(y));
 
   const Place xp = k->reordered({Place::kInput, 0}, x_md, pd.src_desc());
-  const Place wp = k->reordered({Place::kInput, 1}, w_md, pd.weights_desc());
+  const Tensor* fixed_w = s.constants_fixed ? s.constant(1) : nullptr;  // laid out once if fixed
+  const Place wp = fixed_w ? k->held({Place::kInput, 1}, fixed_w->data.data(), w_md, pd.weights_desc())
+                           : k->reordered({Place::kInput, 1}, w_md, pd.weights_desc());
   const bool y_plain = same_bytes(pd.dst_desc(), y_md);
   const Place yp = y_plain ? Place{Place::kOutput, 0} : k->reserve(pd.dst_desc().get_size());
   std::vector<std::tuple<int, memory::desc, Place>> args = {

@@ -148,7 +148,7 @@ TEST(StageProgram, AViewOfAnInputIsThatInputUnlessItIsAnOutput) {
 //   -> Add(e, bias of (1, C, 1, 1)) -> y
 struct ConvChain {
   Graph g;
-  ValueId x, a, b, c, d, e, y;
+  ValueId x, a, b, c, d, e, y, w1;
   ConvChain() {
     const TensorType act{DType::kFloat32, {2, 8, 6, 6}};
     x = g.add_value("x", act);
@@ -167,7 +167,8 @@ struct ConvChain {
       g.values[static_cast<size_t>(v)].constant = true;
       return v;
     };
-    const ValueId w1 = weight("w1", {8, 8, 3, 3}, 1), w2 = weight("w2", {8, 1, 3, 3}, 2), w3 = weight("w3", {8, 8, 1, 1}, 3);
+    w1 = weight("w1", {8, 8, 3, 3}, 1);
+    const ValueId w2 = weight("w2", {8, 1, 3, 3}, 2), w3 = weight("w3", {8, 8, 1, 1}, 3);
     const ValueId bias = weight("bias", {1, 8, 1, 1}, 4), lo = scalar("lo", 0.f), hi = scalar("hi", 6.f);
     a = g.add_value("a", act);
     b = g.add_value("b", act);
@@ -190,11 +191,34 @@ struct ConvChain {
 };
 
 std::vector<float> run_once(const Graph& g, Backend& backend, std::vector<Tensor>& inputs) {
-  StageProgram program(g, backend, TensorLayouts::kChannelsLastBetweenConvs);
+  StageProgram program(g, backend, ProgramUse::kInference);
   std::vector<Buffer> feeds = buffers(g, inputs);
   program.run(feeds);
   const Buffer out = program.output(0);
   return {out.as<float>(), out.as<float>() + out.numel()};
+}
+
+// The trainer updates a training program's weights in place between runs (cli/train_cmd.cc), and
+// the next run reads them; an inference program lays its conv weights out once, when it is built
+// (KernelSpec::constants_fixed), and keeps what it laid out.
+TEST(StageProgram, TrainingProgramsReadTheWeightsOfEveryRun) {
+  ConvChain ch;
+  CpuBackend cpu(1);
+  std::vector<Tensor> inputs = random_inputs(ch.g, 6);
+  const auto output = [&](StageProgram& p) {
+    p.run(buffers(ch.g, inputs));
+    const Buffer out = p.output(0);
+    return std::vector<float>(out.as<float>(), out.as<float>() + out.numel());
+  };
+  StageProgram training(ch.g, cpu), inference(ch.g, cpu, ProgramUse::kInference);
+  const std::vector<float> before = output(training), held = output(inference);
+  Tensor& w = const_cast<Tensor&>(*ch.g.values[static_cast<size_t>(ch.w1)].init);
+  for (int64_t i = 0; i < w.type.numel(); ++i) w.as<float>()[i] *= 2;
+  const std::vector<float> after = output(training);
+  EXPECT_NE(after, before);
+  StageProgram fresh(ch.g, cpu);
+  EXPECT_EQ(after, output(fresh));
+  EXPECT_EQ(output(inference), held);
 }
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {

@@ -2,8 +2,9 @@
 //
 //   forward_bench MODEL.onnx BATCH THREADS REPEATS [plain]
 // Compiles once (as `pipetrain run` does; `plain` compiles it as training does: every tensor in
-// the plain layout, constants laid out on every run; exec/stage_program.h), runs 3 warm-up passes, then REPEATS timed passes on
-// random inputs; prints the median and best in milliseconds, and the time per op type.
+// the plain layout, constants laid out on every run; exec/stage_program.h), runs 3 warm-up
+// passes, then REPEATS timed passes on random inputs; prints the median and best in
+// milliseconds, and the time per op type.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

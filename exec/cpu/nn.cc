@@ -30,9 +30,9 @@ namespace {
 // place when channels-last (exec/channels_last.h: a chain of convs hands such tensors on).
 // Otherwise oneDNN picks the layouts (blocked for speed); X and W are reordered into scratch
 // before (W once, when the kernel is made, where the program's constants are fixed), Y out of
-// it after, unless the chosen layout puts every element where the plain one
-// does (nhwc with H = W = 1). A dense 1x1 conv between plain tensors is a GEMM on the plain
-// layouts, faster there than the reorders it would need (about 3x on 48->8 channels at 16x16).
+// it after, unless the chosen layout puts every element where the plain one does (nhwc with
+// H = W = 1). A dense 1x1 conv between plain tensors is a GEMM on the plain layouts, faster
+// there than the reorders it would need (about 3x on 48->8 channels at 16x16).
 std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t group) {
   auto k = std::make_unique<DnnlKernel>(*s.cpu);
   const Dims& x = s.inputs[0].shape;

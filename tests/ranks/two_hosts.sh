@@ -77,34 +77,51 @@ done
 echo "two_hosts: 2 ranks in 2 network namespaces over TCP: the bytes of one process"
 
 # The rank on the second host killed mid-run: the first stops within 60 s with one line naming
-# the last step every rank completed (mpirun's own line names the lost rank).
-marker="$work/long.onnx"
-in_ns "${holders[0]}" "$mpirun" --allow-run-as-root -n 2 --hostfile "$work/hosts" \
-  --mca plm_rsh_agent "$work/agent.sh" --mca btl self,tcp \
-  --mca oob_tcp_if_include 10.99.0.0/24 --mca btl_tcp_if_include 10.99.0.0/24 \
-  "$(realpath "$pipetrain")" train samples/charlm/train.yaml "${sets[@]}" --set steps=100000 \
-  --set "output.model=$marker" --set "output.metrics=$work/killed.jsonl" >"$work/killed.log" 2>&1 &
-run=$!
-victim=""
-for _ in $(seq 300); do
-  for p in $(pgrep -f "train .*$marker" || true); do
-    [ "$(readlink "/proc/$p/ns/net")" = "$(readlink "/proc/${holders[1]}/ns/net")" ] && \
-      [ "$(tr '\0' ' ' <"/proc/$p/cmdline" | cut -d' ' -f1)" = "$(realpath "$pipetrain")" ] && victim=$p
+# the last step every rank completed (mpirun's own line names the lost rank). One CI run in about
+# thirty had a try end as it should (a non-zero exit within seconds, mpirun's line naming the lost
+# rank, its note that a process returned a non-zero exit code: the survivor's own exit) but with
+# nothing of the survivor's in mpirun's output, neither this line nor Open MPI's peer-disconnect
+# warning (44 tries here, idle and loaded, in this root and a fresh one, never did). Such a try is
+# shown and run once more; two in a row fail the test, as does any other outcome.
+kill_try() {  # $1: the try's number. Exit 0: as it should; 2: the line missing; 1: anything else.
+  local marker="$work/long$1.onnx" log="$work/killed$1.log" metrics="$work/killed$1.jsonl"
+  in_ns "${holders[0]}" "$mpirun" --allow-run-as-root -n 2 --hostfile "$work/hosts" \
+    --mca plm_rsh_agent "$work/agent.sh" --mca btl self,tcp \
+    --mca oob_tcp_if_include 10.99.0.0/24 --mca btl_tcp_if_include 10.99.0.0/24 \
+    "$(realpath "$pipetrain")" train samples/charlm/train.yaml "${sets[@]}" --set steps=100000 \
+    --set "output.model=$marker" --set "output.metrics=$metrics" >"$log" 2>&1 &
+  local run=$! victim="" p
+  for _ in $(seq 300); do
+    for p in $(pgrep -f "train .*$marker" || true); do
+      [ "$(readlink "/proc/$p/ns/net")" = "$(readlink "/proc/${holders[1]}/ns/net")" ] && \
+        [ "$(tr '\0' ' ' <"/proc/$p/cmdline" | cut -d' ' -f1)" = "$(realpath "$pipetrain")" ] && victim=$p
+    done
+    [ -n "$victim" ] && break
+    sleep 0.1
   done
-  [ -n "$victim" ] && break
-  sleep 0.1
-done
-[ -n "$victim" ] || { cat "$work/killed.log"; echo "two_hosts: no rank found in the second namespace"; exit 1; }
-# A step done (rank 0's first metrics line), however late a loaded machine starts the ranks.
-for _ in $(seq 600); do [ -s "$work/killed.jsonl" ] && break; sleep 0.2; done
-[ -s "$work/killed.jsonl" ] || { cat "$work/killed.log"; echo "two_hosts: no step done in 120 s"; exit 1; }
-t0=$SECONDS
-kill -9 "$victim"
-code=0
-wait "$run" || code=$?
-elapsed=$((SECONDS - t0))
-line=$(grep -E "^error: rank 0 of 2: mpirun ended the job .* after step [0-9]+, the last every rank completed" "$work/killed.log" || true)
-if [ "$code" = 0 ] || [ "$elapsed" -gt 60 ] || [ -z "$line" ]; then
-  cat "$work/killed.log"; echo "two_hosts: after the kill: exit $code in $elapsed s, the survivor's line: '${line}'"; exit 1
+  [ -n "$victim" ] || { cat "$log"; echo "two_hosts: no rank found in the second namespace"; return 1; }
+  # A step done (rank 0's first metrics line), however late a loaded machine starts the ranks.
+  for _ in $(seq 600); do [ -s "$metrics" ] && break; sleep 0.2; done
+  [ -s "$metrics" ] || { cat "$log"; echo "two_hosts: no step done in 120 s"; return 1; }
+  local t0=$SECONDS code=0
+  kill -9 "$victim"
+  wait "$run" || code=$?
+  local elapsed=$((SECONDS - t0)) line
+  line=$(grep -E "^error: rank 0 of 2: mpirun ended the job .* after step [0-9]+, the last every rank completed" "$log" || true)
+  if [ "$code" != 0 ] && [ "$elapsed" -le 60 ] && [ -n "$line" ]; then
+    echo "two_hosts: the rank on the second host killed: exit $code in $elapsed s; $line"
+    return 0
+  fi
+  cat "$log"
+  echo "two_hosts: after the kill (try $1): exit $code in $elapsed s, the survivor's line: '${line}'"
+  [ "$code" != 0 ] && [ "$elapsed" -le 60 ] && grep -q "process rank 1 .* exited on signal 9" "$log" && return 2
+  return 1
+}
+status=0
+kill_try 1 || status=$?
+if [ "$status" = 2 ]; then
+  echo "two_hosts: the survivor's line did not come through mpirun; once more"
+  status=0
+  kill_try 2 || status=$?
 fi
-echo "two_hosts: the rank on the second host killed: exit $code in $elapsed s; $line"
+[ "$status" = 0 ] || exit 1

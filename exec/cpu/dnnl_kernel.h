@@ -50,8 +50,11 @@ struct Place {
 
 class DnnlKernel final : public Kernel {
  public:
-  explicit DnnlKernel(CpuContext& ctx)
-      : engine_(*ctx.engine), stream_(*ctx.stream), threads_(ctx.threads) {}
+  // threads: the count its primitives are made and run under (build_or_null's): the stage's,
+  // or elementwise_threads' for an element-wise one.
+  explicit DnnlKernel(CpuContext& ctx) : DnnlKernel(ctx, ctx.threads) {}
+  DnnlKernel(CpuContext& ctx, int threads)
+      : engine_(*ctx.engine), stream_(*ctx.stream), threads_(threads) {}
 
   const dnnl::engine& engine() const { return engine_; }
 
@@ -188,9 +191,10 @@ inline bool single_output(const KernelSpec& s) {
   return !s.outputs.empty();
 }
 
+// build() under `threads` (0: the stage's), or nullptr where oneDNN has no implementation.
 template <class Build>
-std::unique_ptr<Kernel> build_or_null(const KernelSpec& s, Build build) {
-  const ThreadScope threads(s.cpu->threads);
+std::unique_ptr<Kernel> build_or_null(const KernelSpec& s, Build build, int threads = 0) {
+  const ThreadScope scope(threads > 0 ? threads : s.cpu->threads);
   try {
     return build();
   } catch (const dnnl::error&) {

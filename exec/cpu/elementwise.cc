@@ -145,8 +145,8 @@ class WhereKernel final : public Kernel {
 // With swap_, input 1 is src0 and input 0 is src1 (input 0 is the broadcast one).
 class DnnlBinary final : public Kernel {
  public:
-  DnnlBinary(const dnnl::binary::primitive_desc& pd, bool swap, const CpuContext& cpu)
-      : prim_(pd), stream_(cpu.stream), swap_(swap),
+  DnnlBinary(const dnnl::binary::primitive_desc& pd, bool swap, const CpuContext& cpu, int threads)
+      : prim_(pd), stream_(cpu.stream), swap_(swap), threads_(threads),
         src0_(pd.src_desc(0), *cpu.engine, DNNL_MEMORY_NONE),
         src1_(pd.src_desc(1), *cpu.engine, DNNL_MEMORY_NONE),
         dst_(pd.dst_desc(), *cpu.engine, DNNL_MEMORY_NONE),
@@ -155,6 +155,7 @@ class DnnlBinary final : public Kernel {
     src0_.set_data_handle(in[swap_ ? 1 : 0].data);
     src1_.set_data_handle(in[swap_ ? 0 : 1].data);
     dst_.set_data_handle(out[0].data);
+    const ThreadScope scope(threads_);
     prim_.execute(*stream_, args_);
   }
 
@@ -162,6 +163,7 @@ class DnnlBinary final : public Kernel {
   dnnl::binary prim_;
   dnnl::stream* stream_;
   bool swap_;
+  int threads_;  // elementwise_threads
   dnnl::memory src0_, src1_, dst_;
   std::unordered_map<int, dnnl::memory> args_;  // holds handles to the three memories above
 };
@@ -192,9 +194,11 @@ std::unique_ptr<Kernel> make_dnnl_binary(const KernelSpec& s, Arith op) {
   const dnnl::memory::desc md0 = plain_desc(DType::kFloat32, swap ? *b : *a);
   const dnnl::memory::desc md1 = plain_desc(DType::kFloat32, swap ? *a : *b);
   try {
+    const int threads = elementwise_threads(s.outputs[0].numel(), s.cpu->threads);
+    const ThreadScope scope(threads);
     const dnnl::binary::desc d(alg, md0, md1, plain_desc(DType::kFloat32, out));
     return std::make_unique<DnnlBinary>(dnnl::binary::primitive_desc(d, attr, *s.cpu->engine),
-                                        swap, *s.cpu);
+                                        swap, *s.cpu, threads);
   } catch (const dnnl::error&) {
     return nullptr;  // the plain loop handles it
   }

@@ -34,8 +34,9 @@ bool same_float_shapes(const KernelSpec& s) {
 // src or dst (saved_arg). The forward primitive_desc is the hint oneDNN asks for.
 std::unique_ptr<Kernel> make_eltwise_grad(const KernelSpec& s, dnnl::algorithm alg,
                                           int saved_arg, float alpha = 0.f, float beta = 0.f) {
+  const int threads = elementwise_threads(s.inputs[0].numel(), s.cpu->threads);
   return build_or_null(s, [&]() -> std::unique_ptr<Kernel> {
-    auto k = std::make_unique<DnnlKernel>(*s.cpu);
+    auto k = std::make_unique<DnnlKernel>(*s.cpu, threads);
     const memory::desc md = plain_desc(s.inputs[0]);
     const dnnl::eltwise_forward::primitive_desc hint(
         {dnnl::prop_kind::forward_training, alg, md, alpha, beta}, k->engine());
@@ -48,7 +49,7 @@ std::unique_ptr<Kernel> make_eltwise_grad(const KernelSpec& s, dnnl::algorithm a
                  {saved_arg, md, {Place::kInput, 1}},
                  {DNNL_ARG_DIFF_SRC, md, {Place::kOutput, 0}}});
     return k;
-  });
+  }, threads);
 }
 
 // ErfGrad: dX = dY * 2/sqrt(pi) * exp(-X^2), exp by the vectorisable exp_poly (relative error

@@ -33,20 +33,22 @@ using CastTypes = TypeList<float, double, int32_t, int64_t, bool>;
 // fp32 y = alg(x; alpha, beta) on oneDNN's eltwise primitive, x and y of one shape.
 class DnnlEltwise final : public Kernel {
  public:
-  DnnlEltwise(const dnnl::eltwise_forward::primitive_desc& pd, const CpuContext& cpu)
-      : prim_(pd), stream_(cpu.stream),
+  DnnlEltwise(const dnnl::eltwise_forward::primitive_desc& pd, const CpuContext& cpu, int threads)
+      : prim_(pd), stream_(cpu.stream), threads_(threads),
         src_(pd.src_desc(), *cpu.engine, DNNL_MEMORY_NONE),
         dst_(pd.dst_desc(), *cpu.engine, DNNL_MEMORY_NONE),
         args_{{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}} {}
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     src_.set_data_handle(in[0].data);
     dst_.set_data_handle(out[0].data);
+    const ThreadScope scope(threads_);
     prim_.execute(*stream_, args_);
   }
 
  private:
   dnnl::eltwise_forward prim_;
   dnnl::stream* stream_;
+  int threads_;  // elementwise_threads
   dnnl::memory src_, dst_;
   std::unordered_map<int, dnnl::memory> args_;  // holds handles to the two memories above
 };
@@ -182,10 +184,12 @@ std::unique_ptr<Kernel> make_dnnl_eltwise(const KernelSpec& s, dnnl::algorithm a
   if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0]))
     return nullptr;
   try {
+    const int threads = elementwise_threads(s.inputs[0].numel(), s.cpu->threads);
+    const ThreadScope scope(threads);
     const dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg,
                                         plain_desc(s.inputs[0]), alpha, beta);
     return std::make_unique<DnnlEltwise>(
-        dnnl::eltwise_forward::primitive_desc(d, *s.cpu->engine), *s.cpu);
+        dnnl::eltwise_forward::primitive_desc(d, *s.cpu->engine), *s.cpu, threads);
   } catch (const dnnl::error&) {
     return nullptr;
   }

@@ -120,7 +120,7 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans) {
                       trans ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
-// oneDNN 2.6's AVX2 sgemm runs an A stored transposed (a weight gradient X^T @ dY, contracted
+// oneDNN 2.6's matmul runs an A stored transposed (a weight gradient X^T @ dY, contracted
 // over the rows of both) at half the rate of the other layouts, so Gemm copies such an A
 // row-major first (matrix_transpose) and reads B as it is stored. A fixed rule on the shapes,
 // so a node computes the same bits on every run, stage and schedule. (One thread, m x k x n:

@@ -33,8 +33,15 @@ inline float exp_poly(float x) {
 inline constexpr int kLanes = 16;
 
 // sum_i p[i] over [0, n): 16 interleaved float lanes (vectorisable, and less rounding than one
-// running sum), folded in double.
+// running sum), folded in double. Under 16 elements the lanes stay zero and are not folded (the
+// same sum, and 16 dependent additions fewer: GlobalAveragePool over 1 x 1 maps calls this per
+// channel).
 inline double lane_sum(const float* p, int64_t n) {
+  if (n < kLanes) {
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += p[i];
+    return total;
+  }
   float lane[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)

@@ -4,7 +4,7 @@
 // Compiles once (as `pipetrain run` does; `plain` compiles it as training does: every tensor in
 // the plain layout, constants laid out on every run; exec/stage_program.h), runs 3 warm-up
 // passes, then REPEATS timed passes on random inputs; prints the median and best in
-// milliseconds, and the time per op type.
+// milliseconds, then (on stderr) the time per op type and the ten slowest nodes.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -66,6 +66,16 @@ int main(int argc, char** argv) {
     for (const auto& [op, s] : by_op) sorted.push_back({s, op});
     std::sort(sorted.rbegin(), sorted.rend());
     for (const auto& [s, op] : sorted) std::fprintf(stderr, "  %-20s %8.3f ms\n", op.c_str(), 1e3 * s / repeats);
+    // And the ten slowest nodes, with their input's shape.
+    std::vector<std::pair<double, size_t>> nodes;
+    for (size_t i = 0; i < seconds.size(); ++i) nodes.push_back({seconds[i], i});
+    std::sort(nodes.rbegin(), nodes.rend());
+    for (size_t j = 0; j < std::min<size_t>(10, nodes.size()); ++j) {
+      const pt::Node& node = g.nodes[nodes[j].second];
+      std::string shape;
+      for (int64_t d : g.value(node.inputs[0]).type.shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+      std::fprintf(stderr, "    %8.4f ms  %s of %s\n", 1e3 * nodes[j].first / repeats, node.label().c_str(), shape.c_str());
+    }
   } catch (const pt::UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

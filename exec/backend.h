@@ -36,6 +36,8 @@ class Backend {
   // Whether its Conv kernels take channels-last tensors (exec/channels_last.h); programs on it
   // then keep the tensors between neighbouring convs that way.
   virtual bool channels_last_convs() const { return false; }
+  // Whether its kernels may be handed an epilogue (KernelSpec::epilogue) in inference programs.
+  virtual bool fuses_epilogues() const { return false; }
   // Called by the thread about to run kernels (the CPU backend sets its thread count there).
   virtual void bind_thread() {}
   // Waits until every kernel run so far has finished.

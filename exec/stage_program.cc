@@ -1,5 +1,6 @@
 #include "exec/stage_program.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,22 @@ struct Location {
   const Tensor* constant = nullptr;
 };
 
+// The node that could run as node i's epilogue (KernelSpec::epilogue): a Relu or Clip that is
+// the only reader of i's only output, which is not a graph output. -1 when there is none.
+int epilogue_candidate(const Graph& g, int i) {
+  const Node& node = g.nodes[static_cast<size_t>(i)];
+  if (node.outputs.size() != 1 || node.outputs[0] == kNoValue) return -1;
+  const ValueId y = node.outputs[0];
+  const Value& val = g.value(y);
+  if (val.consumers.size() != 1 || std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) return -1;
+  const int c = val.consumers[0];
+  const Node& reader = g.nodes[static_cast<size_t>(c)];
+  if (!reader.domain.empty() || (reader.op_type != "Relu" && reader.op_type != "Clip") || reader.inputs.empty() ||
+      reader.inputs[0] != y || std::count(reader.inputs.begin(), reader.inputs.end(), y) != 1)
+    return -1;
+  return c;
+}
+
 }  // namespace
 
 StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : graph_(g), backend_(backend) {
@@ -50,8 +67,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
   const auto stored_channels_last = [&](ValueId v) {
     return v != kNoValue && static_cast<size_t>(v) < channels_last.size() && channels_last[static_cast<size_t>(v)];
   };
-  for (int i = 0; i < n; ++i) {
-    const Node& node = g.nodes[static_cast<size_t>(i)];
+  const auto spec_of = [&](const Node& node) {
     KernelSpec spec{g, node, {}, {}, backend.cpu_context(), {}, {}, use == ProgramUse::kInference};
     for (ValueId v : node.inputs) {
       spec.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
@@ -61,16 +77,37 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
       spec.outputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
       spec.channels_last_out.push_back(stored_channels_last(v));
     }
+    return spec;
+  };
+  // Inference programs hand a node's lone Relu or Clip reader to its kernel as an epilogue where
+  // the kernel takes it (one pass over the tensor fewer); the reader then runs nothing and its
+  // output is the producer's. Training programs keep every node's output: the backward reads it.
+  const bool fuse = use == ProgramUse::kInference && backend.fuses_epilogues();
+  std::vector<bool> absorbed(static_cast<size_t>(n), false);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[static_cast<size_t>(i)];
     Step& step = steps_[static_cast<size_t>(i)];
-    step.kernel = backend.create_kernel(spec);
-    if (!step.kernel)
-      throw UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
-                      std::string("run it on another backend or replace the op; `pipetrain ops` "
-                                  "lists what the ") + backend.name() + " backend takes");
+    if (!absorbed[static_cast<size_t>(i)]) {
+      KernelSpec spec = spec_of(node);
+      if (const int e = fuse ? epilogue_candidate(g, i) : -1; e >= 0) {
+        const KernelSpec epilogue = spec_of(g.nodes[static_cast<size_t>(e)]);
+        spec.epilogue = &epilogue;
+        step.kernel = backend.create_kernel(spec);
+        spec.epilogue = nullptr;
+        absorbed[static_cast<size_t>(e)] = step.kernel != nullptr;
+      }
+      if (!step.kernel) step.kernel = backend.create_kernel(spec);
+      if (!step.kernel)
+        throw UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
+                        std::string("run it on another backend or replace the op; `pipetrain ops` "
+                                    "lists what the ") + backend.name() + " backend takes");
+    }
     // A view of an arena buffer is that buffer, live until the view's last reader too. A view of
     // a graph input is that input, unless it is a graph output itself (outputs stay the
     // program's own memory, valid until the next run, whatever the caller does with its inputs).
-    const Location* viewed = node.is_view() && !node.inputs.empty() && node.inputs[0] != kNoValue
+    // An absorbed epilogue's output is its input, which its producer wrote already.
+    const bool shares_input = node.is_view() || absorbed[static_cast<size_t>(i)];
+    const Location* viewed = shares_input && !node.inputs.empty() && node.inputs[0] != kNoValue
                                  ? &where[static_cast<size_t>(node.inputs[0])]
                                  : nullptr;
     for (size_t k = 0; k < node.outputs.size(); ++k) {
@@ -97,7 +134,8 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
       where[static_cast<size_t>(v)].buffer = static_cast<int>(lives.size());
       lives.push_back({val.name, val.type.bytes(), i, last});
     }
-    if (step.kernel->scratch_bytes() > 0) {
+    PT_CHECK(step.aliased || !absorbed[static_cast<size_t>(i)], node.label() + " was fused but keeps its own output");
+    if (step.kernel && step.kernel->scratch_bytes() > 0) {
       scratch_buffer[static_cast<size_t>(i)] = static_cast<int>(lives.size());
       lives.push_back({node.name + ":scratch", static_cast<int64_t>(step.kernel->scratch_bytes()), i, i});
     }
@@ -181,6 +219,8 @@ void StageProgram::run_profiled(std::span<const Buffer> inputs, std::vector<doub
     (*seconds)[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 }
+
+bool StageProgram::runs_nothing(size_t i) const { return steps_.at(i).aliased; }
 
 Buffer StageProgram::output(size_t k) const { return outputs_.at(k); }
 

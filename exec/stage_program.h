@@ -23,9 +23,10 @@ namespace pt {
 // computed (a recompute policy, a cut between stages) never changes a bit; its constants may
 // change between runs (the optimizer updates the weights in place). kInference: forward only,
 // its constants fixed once it is built (`pipetrain run`): the tensors between neighbouring convs
-// stay channels-last where the backend's convs take them (exec/channels_last.h), and kernels may
+// stay channels-last where the backend's convs take them (exec/channels_last.h), kernels may
 // lay constants out once (KernelSpec::constants_fixed: a conv's weights in oneDNN's blocked
-// layout). Faster, and equal to the training program within float rounding.
+// layout), and a Conv applies its lone Relu or Clip reader as it writes (KernelSpec::epilogue).
+// Faster, and equal to the training program within float rounding.
 enum class ProgramUse { kTraining, kInference };
 
 class StageProgram {
@@ -43,6 +44,9 @@ class StageProgram {
   // backend is synchronised after each node, so the times are each kernel's own.
   void profile_into(std::vector<double>* seconds);
   const Graph& graph() const { return graph_; }
+  // Whether node i runs nothing: a view sharing its input's buffer, or (inference programs) a
+  // Relu or Clip its input's producer applies as an epilogue.
+  bool runs_nothing(size_t i) const;
   // Graph output k, valid until the next run.
   Buffer output(size_t k) const;
 

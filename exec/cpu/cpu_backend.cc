@@ -45,6 +45,8 @@ std::string CpuBackend::supports(const KernelSpec& spec) const {
 }
 
 std::unique_ptr<Kernel> CpuBackend::create_kernel(const KernelSpec& spec) const {
+  // Only the Conv kernel applies an epilogue; the others would drop it.
+  if (spec.epilogue && !(spec.node.domain.empty() && spec.node.op_type == "Conv")) return nullptr;
   const KernelFactory make = registry().find(spec.node);
   return make ? make(spec) : nullptr;
 }

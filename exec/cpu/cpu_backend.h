@@ -22,6 +22,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<Kernel> create_kernel(const KernelSpec& spec) const override;
   CpuContext* cpu_context() override { return &ctx_; }
   bool channels_last_convs() const override { return true; }
+  bool fuses_epilogues() const override { return true; }
   void bind_thread() override;
   void synchronize() override;
   int threads() const { return ctx_.threads; }

@@ -204,11 +204,24 @@ std::optional<double> dropout_ratio(const KernelSpec& s) {
 
 }  // namespace
 
+std::optional<EltwiseOp> dnnl_activation(const KernelSpec& s) {
+  if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0]))
+    return std::nullopt;
+  if (!s.node.domain.empty()) return std::nullopt;
+  if (s.node.op_type == "Relu") return EltwiseOp{dnnl::algorithm::eltwise_relu};
+  if (s.node.op_type != "Clip") return std::nullopt;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const auto lo = clip_bound<float>(s, 1, -kInf), hi = clip_bound<float>(s, 2, kInf);
+  if (!lo || !hi || !lo->is_constant || !hi->is_constant || !(lo->value <= hi->value)) return std::nullopt;
+  return EltwiseOp{dnnl::algorithm::eltwise_clip_v2, lo->value, hi->value};
+}
+
 std::unique_ptr<Kernel> make_sqrt(const KernelSpec& s) {
   return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_sqrt);
 }
 std::unique_ptr<Kernel> make_relu(const KernelSpec& s) {
-  return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_relu);
+  const std::optional<EltwiseOp> op = dnnl_activation(s);
+  return op ? make_dnnl_eltwise(s, op->alg) : nullptr;
 }
 std::unique_ptr<Kernel> make_tanh(const KernelSpec& s) {
   return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_tanh);
@@ -307,12 +320,12 @@ std::unique_ptr<Kernel> make_clip(const KernelSpec& s) {
     using Limits = std::numeric_limits<T>;
     const T lowest = Limits::has_infinity ? -Limits::infinity() : Limits::lowest();
     const T highest = Limits::has_infinity ? Limits::infinity() : Limits::max();
+    if constexpr (std::is_same_v<T, float>) {
+      if (const std::optional<EltwiseOp> op = dnnl_activation(s))
+        return make_dnnl_eltwise(s, op->alg, op->alpha, op->beta);
+    }
     const auto lo = clip_bound<T>(s, 1, lowest), hi = clip_bound<T>(s, 2, highest);
     if (!lo || !hi) return nullptr;
-    if constexpr (std::is_same_v<T, float>) {
-      if (lo->is_constant && hi->is_constant && lo->value <= hi->value)
-        return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_clip_v2, lo->value, hi->value);
-    }
     return std::make_unique<ClipKernel<T>>(*lo, *hi, s.inputs[0].numel(), s.cpu->threads);
   });
 }

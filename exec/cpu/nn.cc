@@ -57,6 +57,13 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   };
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (s.epilogue) {  // Relu or Clip applied to Y before it is written (KernelSpec::epilogue)
+    const std::optional<EltwiseOp> op = dnnl_activation(*s.epilogue);
+    if (!op) return nullptr;
+    dnnl::post_ops post;
+    post.append_eltwise(1.f, op->alg, op->alpha, op->beta);
+    attr.set_post_ops(post);
+  }
   const auto primitive = [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
     const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                             src, weights, b_md, dst, w.strides, w.dilation, w.pad_l, w.pad_r);
@@ -68,6 +75,8 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   // it picks itself, with reorders from and to the stored ones, beat its reference kernel.
   if ((x_last || y_last) && std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
     pd = primitive(any_layout(x), any_layout(wd), any_layout(y));
+  // An epilogue is worth taking only on a fast kernel: else the node runs on its own.
+  if (s.epilogue && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return nullptr;
 
   const Place xp = k->reordered({Place::kInput, 0}, x_md, pd.src_desc());
   const Tensor* fixed_w = s.constants_fixed ? s.constant(1) : nullptr;  // laid out once if fixed

@@ -87,11 +87,20 @@ TEST(StageProgram, UnsupportedNodeIsAUserError) {
   }
 }
 
-// The CPU backend with every tensor kept plain: what the channels-last programs must equal.
+// The CPU backend with every tensor kept plain and every node run by its own kernel: what the
+// channels-last programs must equal.
 class PlainCpuBackend : public CpuBackend {
  public:
   using CpuBackend::CpuBackend;
   bool channels_last_convs() const override { return false; }
+  bool fuses_epilogues() const override { return false; }
+};
+
+// The CPU backend with channels-last convs but every node run by its own kernel.
+class UnfusedCpuBackend : public CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  bool fuses_epilogues() const override { return false; }
 };
 
 Tensor filled(const TensorType& type, unsigned seed) {
@@ -261,6 +270,82 @@ TEST(ChannelsLast, ProgramsEqualThePlainOnes) {
   EXPECT_GT(std::count(last.begin(), last.end(), true), 60);
   std::vector<Tensor> images = random_inputs(mobilenet, 4);
   expect_close(run_once(mobilenet, cpu, images), run_once(mobilenet, plain, images), "mobilenet");
+}
+
+// x -> Conv(+bias) -> a -> Clip(lo, hi) -> b -> Conv -> c -> Relu -> y, with a, b and c between
+// convs (channels-last). In an inference program each Conv applies its Clip or Relu as it writes
+// (the Clip and the Relu run nothing), and the outputs are the bits the unfused kernels give:
+// clip_v2 and relu as a oneDNN post-op are the same element-wise math. Not fused: a Clip whose
+// bound is fed at run time, a Conv output read twice, and anything in a training program, whose
+// backward reads the Conv's own output.
+TEST(StageProgram, InferenceConvsApplyTheirClipOrRelu) {
+  const auto build = [](bool fed_bound, bool second_reader) {
+    Graph g;
+    const TensorType act{DType::kFloat32, {2, 8, 5, 5}};
+    const ValueId x = g.add_value("x", act);
+    const auto constant = [&](const std::string& name, TensorType type, unsigned seed, float value) {
+      const ValueId v = g.add_value(name, type);
+      Tensor t = filled(type, seed);
+      if (type.numel() == 1) t.as<float>()[0] = value;
+      g.values[static_cast<size_t>(v)].init = std::make_shared<Tensor>(t);
+      g.values[static_cast<size_t>(v)].constant = true;
+      return v;
+    };
+    const ValueId w1 = constant("w1", {DType::kFloat32, {8, 8, 3, 3}}, 1, 0);
+    const ValueId bias = constant("bias", {DType::kFloat32, {8}}, 2, 0);
+    const ValueId w2 = constant("w2", {DType::kFloat32, {8, 8, 1, 1}}, 3, 0);
+    const ValueId lo = constant("lo", {DType::kFloat32, {}}, 0, -0.5f);
+    const ValueId hi = fed_bound ? g.add_value("hi", {DType::kFloat32, {}}) : constant("hi", {DType::kFloat32, {}}, 0, 0.75f);
+    const ValueId a = g.add_value("a", act), b = g.add_value("b", act), c = g.add_value("c", act);
+    const ValueId y = g.add_value("y", act);
+    g.add_node(Node{"conv1", "Conv", "", {x, w1, bias}, {a}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+    g.add_node(Node{"clip", "Clip", "", {a, lo, hi}, {b}, {}});
+    g.add_node(Node{"conv2", "Conv", "", {b, w2}, {c}, {}});
+    g.add_node(Node{"relu", "Relu", "", {c}, {y}, {}});
+    g.inputs = {x};
+    if (fed_bound) g.inputs.push_back(hi);
+    g.outputs = {y};
+    if (second_reader) {
+      const ValueId z = g.add_value("z", act);
+      g.add_node(Node{"relu_a", "Relu", "", {a}, {z}, {}});
+      g.outputs.push_back(z);
+    }
+    g.name = "fused";
+    g.rebuild_uses();
+    return g;
+  };
+  const auto outputs = [](const Graph& g, Backend& backend, ProgramUse use, std::vector<Tensor>& inputs,
+                          std::vector<bool>* runs_nothing) {
+    StageProgram program(g, backend, use);
+    program.run(buffers(g, inputs));
+    runs_nothing->clear();
+    for (size_t i = 0; i < g.nodes.size(); ++i) runs_nothing->push_back(program.runs_nothing(i));
+    std::vector<float> all;
+    for (size_t k = 0; k < g.outputs.size(); ++k) {
+      const Buffer out = program.output(k);
+      all.insert(all.end(), out.as<float>(), out.as<float>() + out.numel());
+    }
+    return all;
+  };
+  CpuBackend cpu(2);
+  UnfusedCpuBackend unfused(2);
+  for (const bool fed_bound : {false, true})
+    for (const bool second_reader : {false, true}) {
+      SCOPED_TRACE("fed bound " + std::to_string(fed_bound) + ", second reader " + std::to_string(second_reader));
+      const Graph g = build(fed_bound, second_reader);
+      std::vector<Tensor> inputs = random_inputs(g, 7);
+      if (fed_bound) inputs[1].as<float>()[0] = 0.75f;
+      std::vector<bool> fused_steps, plain_steps, training_steps;
+      const std::vector<float> got = outputs(g, cpu, ProgramUse::kInference, inputs, &fused_steps);
+      const std::vector<float> want = outputs(g, unfused, ProgramUse::kInference, inputs, &plain_steps);
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(fused_steps[1], !fed_bound && !second_reader) << "clip";
+      EXPECT_TRUE(fused_steps[3]) << "relu";
+      EXPECT_FALSE(fused_steps[0] || fused_steps[2]);
+      EXPECT_EQ(std::count(plain_steps.begin(), plain_steps.end(), true), 0);
+      outputs(g, cpu, ProgramUse::kTraining, inputs, &training_steps);
+      EXPECT_EQ(std::count(training_steps.begin(), training_steps.end(), true), 0);
+    }
 }
 
 }  // namespace

@@ -25,8 +25,8 @@ namespace pt {
 // its constants fixed once it is built (`pipetrain run`): the tensors between neighbouring convs
 // stay channels-last where the backend's convs take them (exec/channels_last.h), kernels may
 // lay constants out once (KernelSpec::constants_fixed: a conv's weights in oneDNN's blocked
-// layout), and a Conv applies its lone Relu or Clip reader as it writes (KernelSpec::epilogue).
-// Faster, and equal to the training program within float rounding.
+// layout), and a Conv, MatMul or Gemm applies its lone Relu or Clip reader as it writes
+// (KernelSpec::epilogue). Faster, and equal to the training program within float rounding.
 enum class ProgramUse { kTraining, kInference };
 
 class StageProgram {

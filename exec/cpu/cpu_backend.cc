@@ -45,8 +45,10 @@ std::string CpuBackend::supports(const KernelSpec& spec) const {
 }
 
 std::unique_ptr<Kernel> CpuBackend::create_kernel(const KernelSpec& spec) const {
-  // Only the Conv kernel applies an epilogue; the others would drop it.
-  if (spec.epilogue && !(spec.node.domain.empty() && spec.node.op_type == "Conv")) return nullptr;
+  // Only the Conv, MatMul and Gemm kernels apply an epilogue; the others would drop it.
+  const std::string& op = spec.node.op_type;
+  if (spec.epilogue && !(spec.node.domain.empty() && (op == "Conv" || op == "MatMul" || op == "Gemm")))
+    return nullptr;
   const KernelFactory make = registry().find(spec.node);
   return make ? make(spec) : nullptr;
 }

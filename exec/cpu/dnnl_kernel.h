@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -200,6 +201,16 @@ std::unique_ptr<Kernel> build_or_null(const KernelSpec& s, Build build, int thre
   } catch (const dnnl::error&) {
     return nullptr;  // oneDNN has no implementation for this combination
   }
+}
+
+// Appends the spec's epilogue (KernelSpec::epilogue: a Relu or Clip, dnnl_activation) to `ops`
+// as an eltwise post-op; false when there is one that oneDNN's eltwise does not compute exactly
+// as the node's own kernel would (the kernel then declines it).
+inline bool append_epilogue(const KernelSpec& s, dnnl::post_ops& ops) {
+  if (!s.epilogue) return true;
+  const std::optional<EltwiseOp> op = dnnl_activation(*s.epilogue);
+  if (op) ops.append_eltwise(1.f, op->alg, op->alpha, op->beta);
+  return op.has_value();
 }
 
 // A descriptor that lets the primitive choose the layout.

@@ -59,11 +59,10 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (plan.alpha != 1.f) attr.set_output_scales(0, {plan.alpha});
-    if (plan.beta != 0.f) {
-      dnnl::post_ops ops;
-      ops.append_sum(plan.beta);
-      attr.set_post_ops(ops);
-    }
+    dnnl::post_ops ops;  // C summed into Y, then the epilogue (KernelSpec::epilogue)
+    if (plan.beta != 0.f) ops.append_sum(plan.beta);
+    if (!append_epilogue(s, ops)) return nullptr;
+    attr.set_post_ops(ops);
     const dnnl::matmul::desc d = plan.bias.is_zero()
                                      ? dnnl::matmul::desc(plan.a, plan.b, plan.y)
                                      : dnnl::matmul::desc(plan.a, plan.b, plan.bias, plan.y);

@@ -57,13 +57,9 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   };
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (s.epilogue) {  // Relu or Clip applied to Y before it is written (KernelSpec::epilogue)
-    const std::optional<EltwiseOp> op = dnnl_activation(*s.epilogue);
-    if (!op) return nullptr;
-    dnnl::post_ops post;
-    post.append_eltwise(1.f, op->alg, op->alpha, op->beta);
-    attr.set_post_ops(post);
-  }
+  dnnl::post_ops post;  // the epilogue, a Relu or Clip applied to Y before it is written
+  if (!append_epilogue(s, post)) return nullptr;
+  attr.set_post_ops(post);
   const auto primitive = [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
     const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                             src, weights, b_md, dst, w.strides, w.dilation, w.pad_l, w.pad_r);

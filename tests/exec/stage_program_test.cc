@@ -348,5 +348,43 @@ TEST(StageProgram, InferenceConvsApplyTheirClipOrRelu) {
     }
 }
 
+// The same for a Gemm (torch's Linear) and its Relu, and a MatMul and its Clip.
+TEST(StageProgram, InferenceProductsApplyTheirReluOrClip) {
+  Graph g;
+  const auto constant = [&](const std::string& name, TensorType type, unsigned seed, float value) {
+    const ValueId v = g.add_value(name, type);
+    Tensor t = filled(type, seed);
+    if (type.numel() == 1) t.as<float>()[0] = value;
+    g.values[static_cast<size_t>(v)].init = std::make_shared<Tensor>(t);
+    g.values[static_cast<size_t>(v)].constant = true;
+    return v;
+  };
+  const ValueId x = g.add_value("x", {DType::kFloat32, {6, 16}});
+  const ValueId w = constant("w", {DType::kFloat32, {32, 16}}, 1, 0);
+  const ValueId bias = constant("bias", {DType::kFloat32, {32}}, 2, 0);
+  const ValueId v = constant("v", {DType::kFloat32, {32, 8}}, 3, 0);
+  const ValueId lo = constant("lo", {DType::kFloat32, {}}, 0, -0.25f), hi = constant("hi", {DType::kFloat32, {}}, 0, 0.5f);
+  const ValueId h = g.add_value("h", {DType::kFloat32, {6, 32}}), r = g.add_value("r", {DType::kFloat32, {6, 32}});
+  const ValueId p = g.add_value("p", {DType::kFloat32, {6, 8}}), y = g.add_value("y", {DType::kFloat32, {6, 8}});
+  g.add_node(Node{"linear", "Gemm", "", {x, w, bias}, {h}, {{"transB", int64_t{1}}}});
+  g.add_node(Node{"relu", "Relu", "", {h}, {r}, {}});
+  g.add_node(Node{"project", "MatMul", "", {r, v}, {p}, {}});
+  g.add_node(Node{"clip", "Clip", "", {p, lo, hi}, {y}, {}});
+  g.inputs = {x};
+  g.outputs = {y};
+  g.name = "products";
+  g.rebuild_uses();
+  CpuBackend cpu(2);
+  UnfusedCpuBackend unfused(2);
+  std::vector<Tensor> inputs = random_inputs(g, 8);
+  StageProgram fused(g, cpu, ProgramUse::kInference), alone(g, unfused, ProgramUse::kInference);
+  fused.run(buffers(g, inputs));
+  alone.run(buffers(g, inputs));
+  EXPECT_TRUE(fused.runs_nothing(1) && fused.runs_nothing(3));
+  EXPECT_FALSE(alone.runs_nothing(1) || alone.runs_nothing(3));
+  const Buffer got = fused.output(0), want = alone.output(0);
+  EXPECT_EQ(std::vector<float>(got.as<float>(), got.as<float>() + 48), std::vector<float>(want.as<float>(), want.as<float>() + 48));
+}
+
 }  // namespace
 }  // namespace pt

@@ -272,6 +272,16 @@ TEST(ChannelsLast, ProgramsEqualThePlainOnes) {
   expect_close(run_once(mobilenet, cpu, images), run_once(mobilenet, plain, images), "mobilenet");
 }
 
+// A constant of `type` added to g: filled(type, seed), or `value` when it holds one element.
+ValueId add_constant(Graph& g, const std::string& name, const TensorType& type, unsigned seed, float value) {
+  const ValueId v = g.add_value(name, type);
+  Tensor t = filled(type, seed);
+  if (type.numel() == 1) t.as<float>()[0] = value;
+  g.values[static_cast<size_t>(v)].init = std::make_shared<Tensor>(t);
+  g.values[static_cast<size_t>(v)].constant = true;
+  return v;
+}
+
 // x -> Conv(+bias) -> a -> Clip(lo, hi) -> b -> Conv -> c -> Relu -> y, with a, b and c between
 // convs (channels-last). In an inference program each Conv applies its Clip or Relu as it writes
 // (the Clip and the Relu run nothing), and the outputs are the bits the unfused kernels give:
@@ -283,19 +293,11 @@ TEST(StageProgram, InferenceConvsApplyTheirClipOrRelu) {
     Graph g;
     const TensorType act{DType::kFloat32, {2, 8, 5, 5}};
     const ValueId x = g.add_value("x", act);
-    const auto constant = [&](const std::string& name, TensorType type, unsigned seed, float value) {
-      const ValueId v = g.add_value(name, type);
-      Tensor t = filled(type, seed);
-      if (type.numel() == 1) t.as<float>()[0] = value;
-      g.values[static_cast<size_t>(v)].init = std::make_shared<Tensor>(t);
-      g.values[static_cast<size_t>(v)].constant = true;
-      return v;
-    };
-    const ValueId w1 = constant("w1", {DType::kFloat32, {8, 8, 3, 3}}, 1, 0);
-    const ValueId bias = constant("bias", {DType::kFloat32, {8}}, 2, 0);
-    const ValueId w2 = constant("w2", {DType::kFloat32, {8, 8, 1, 1}}, 3, 0);
-    const ValueId lo = constant("lo", {DType::kFloat32, {}}, 0, -0.5f);
-    const ValueId hi = fed_bound ? g.add_value("hi", {DType::kFloat32, {}}) : constant("hi", {DType::kFloat32, {}}, 0, 0.75f);
+    const ValueId w1 = add_constant(g, "w1", {DType::kFloat32, {8, 8, 3, 3}}, 1, 0);
+    const ValueId bias = add_constant(g, "bias", {DType::kFloat32, {8}}, 2, 0);
+    const ValueId w2 = add_constant(g, "w2", {DType::kFloat32, {8, 8, 1, 1}}, 3, 0);
+    const ValueId lo = add_constant(g, "lo", {DType::kFloat32, {}}, 0, -0.5f);
+    const ValueId hi = fed_bound ? g.add_value("hi", {DType::kFloat32, {}}) : add_constant(g, "hi", {DType::kFloat32, {}}, 0, 0.75f);
     const ValueId a = g.add_value("a", act), b = g.add_value("b", act), c = g.add_value("c", act);
     const ValueId y = g.add_value("y", act);
     g.add_node(Node{"conv1", "Conv", "", {x, w1, bias}, {a}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
@@ -351,19 +353,11 @@ TEST(StageProgram, InferenceConvsApplyTheirClipOrRelu) {
 // The same for a Gemm (torch's Linear) and its Relu, and a MatMul and its Clip.
 TEST(StageProgram, InferenceProductsApplyTheirReluOrClip) {
   Graph g;
-  const auto constant = [&](const std::string& name, TensorType type, unsigned seed, float value) {
-    const ValueId v = g.add_value(name, type);
-    Tensor t = filled(type, seed);
-    if (type.numel() == 1) t.as<float>()[0] = value;
-    g.values[static_cast<size_t>(v)].init = std::make_shared<Tensor>(t);
-    g.values[static_cast<size_t>(v)].constant = true;
-    return v;
-  };
   const ValueId x = g.add_value("x", {DType::kFloat32, {6, 16}});
-  const ValueId w = constant("w", {DType::kFloat32, {32, 16}}, 1, 0);
-  const ValueId bias = constant("bias", {DType::kFloat32, {32}}, 2, 0);
-  const ValueId v = constant("v", {DType::kFloat32, {32, 8}}, 3, 0);
-  const ValueId lo = constant("lo", {DType::kFloat32, {}}, 0, -0.25f), hi = constant("hi", {DType::kFloat32, {}}, 0, 0.5f);
+  const ValueId w = add_constant(g, "w", {DType::kFloat32, {32, 16}}, 1, 0);
+  const ValueId bias = add_constant(g, "bias", {DType::kFloat32, {32}}, 2, 0);
+  const ValueId v = add_constant(g, "v", {DType::kFloat32, {32, 8}}, 3, 0);
+  const ValueId lo = add_constant(g, "lo", {DType::kFloat32, {}}, 0, -0.25f), hi = add_constant(g, "hi", {DType::kFloat32, {}}, 0, 0.5f);
   const ValueId h = g.add_value("h", {DType::kFloat32, {6, 32}}), r = g.add_value("r", {DType::kFloat32, {6, 32}});
   const ValueId p = g.add_value("p", {DType::kFloat32, {6, 8}}), y = g.add_value("y", {DType::kFloat32, {6, 8}});
   g.add_node(Node{"linear", "Gemm", "", {x, w, bias}, {h}, {{"transB", int64_t{1}}}});

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -32,27 +33,22 @@ constexpr long kIterations = 100'000'000;
   return sum(a0) + sum(a1) + sum(a2) + sum(a3) + sum(a4) + sum(a5) + sum(a6) + sum(a7) + sum(a8) + \
          sum(a9) + sum(a10) + sum(a11);
 
-// The lanes' sum, through memory (GCC 12's _mm512_reduce_add_ps warns of an uninitialised temporary).
-__attribute__((target("avx512f"))) float sum512(__m512 a) {
-  alignas(64) float v[16];
-  _mm512_store_ps(v, a);
-  float total = 0;
-  for (float x : v) total += x;
-  return total;
-}
-__attribute__((target("avx2,fma"))) float sum256(__m256 a) {
-  alignas(32) float v[8];
-  _mm256_store_ps(v, a);
+// The lanes' sum, read through memory (GCC 12's _mm512_reduce_add_ps warns of an uninitialised
+// temporary).
+template <class Vec>
+float lane_total(const Vec& a) {
+  float v[sizeof(Vec) / sizeof(float)];
+  std::memcpy(v, &a, sizeof v);
   float total = 0;
   for (float x : v) total += x;
   return total;
 }
 
 __attribute__((target("avx512f"))) float run512() {
-  PT_FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, sum512)
+  PT_FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, lane_total)
 }
 __attribute__((target("avx2,fma"))) float run256() {
-  PT_FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, sum256)
+  PT_FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, lane_total)
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // bench/forward_bench.cc: forward latency of a model on the CPU backend.
 //
-//   forward_bench MODEL.onnx BATCH THREADS REPEATS [plain]
+//   forward_bench MODEL.onnx BATCH THREADS REPEATS [plain | unfused]
 // Compiles once (as `pipetrain run` does; `plain` compiles it as training does: every tensor in
-// the plain layout, constants laid out on every run; exec/stage_program.h), runs 3 warm-up
+// the plain layout, constants laid out on every run, exec/stage_program.h; `unfused` as `run`
+// does but with every Relu and Clip run by its own kernel, KernelSpec::epilogue), runs 3 warm-up
 // passes, then REPEATS timed passes on random inputs; prints the median and best in
 // milliseconds, then (on stderr) the time per op type and the ten slowest nodes.
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <string_view>
 #include <random>
 #include <vector>
 
@@ -19,9 +21,20 @@
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"
 
+namespace {
+
+// The CPU backend with every node run by its own kernel (no epilogues).
+class UnfusedCpuBackend : public pt::CpuBackend {
+ public:
+  using pt::CpuBackend::CpuBackend;
+  bool fuses_epilogues() const override { return false; }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: forward_bench MODEL.onnx BATCH THREADS REPEATS [plain]\n");
+    std::fprintf(stderr, "usage: forward_bench MODEL.onnx BATCH THREADS REPEATS [plain | unfused]\n");
     return 2;
   }
   try {
@@ -30,8 +43,16 @@ int main(int argc, char** argv) {
     const int threads = std::atoi(argv[3]);
     const int repeats = std::atoi(argv[4]);
     pt::Graph g = pt::import_model(argv[1], o);
-    pt::CpuBackend backend(threads);
-    const bool plain = argc > 5 && std::string(argv[5]) == "plain";
+    const char* variant_arg = argc > 5 ? argv[5] : "";
+    const std::string_view variant = variant_arg;
+    if (!variant.empty() && variant != "plain" && variant != "unfused") {
+      std::fprintf(stderr, "error: the fifth argument is 'plain' or 'unfused', not '%s'\n", variant_arg);
+      return 2;
+    }
+    pt::CpuBackend fused_backend(threads);
+    UnfusedCpuBackend unfused_backend(threads);
+    pt::CpuBackend& backend = variant == "unfused" ? unfused_backend : fused_backend;
+    const bool plain = variant == "plain";
     pt::StageProgram program(g, backend, plain ? pt::ProgramUse::kTraining : pt::ProgramUse::kInference);
     std::mt19937 rng(0);
     std::normal_distribution<float> normal;
@@ -73,7 +94,10 @@ int main(int argc, char** argv) {
     for (size_t j = 0; j < std::min<size_t>(10, nodes.size()); ++j) {
       const pt::Node& node = g.nodes[nodes[j].second];
       std::string shape;
-      for (int64_t d : g.value(node.inputs[0]).type.shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+      for (int64_t d : g.value(node.inputs[0]).type.shape) {
+        if (!shape.empty()) shape += 'x';
+        shape += std::to_string(d);
+      }
       std::fprintf(stderr, "    %8.4f ms  %s of %s\n", 1e3 * nodes[j].first / repeats, node.label().c_str(), shape.c_str());
     }
   } catch (const pt::UserError& e) {

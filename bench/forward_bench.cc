@@ -21,17 +21,6 @@
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"
 
-namespace {
-
-// The CPU backend with every node run by its own kernel (no epilogues).
-class UnfusedCpuBackend : public pt::CpuBackend {
- public:
-  using pt::CpuBackend::CpuBackend;
-  bool fuses_epilogues() const override { return false; }
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
   if (argc < 5) {
     std::fprintf(stderr, "usage: forward_bench MODEL.onnx BATCH THREADS REPEATS [plain | unfused]\n");
@@ -49,9 +38,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: the fifth argument is 'plain' or 'unfused', not '%s'\n", variant_arg);
       return 2;
     }
-    pt::CpuBackend fused_backend(threads);
-    UnfusedCpuBackend unfused_backend(threads);
-    pt::CpuBackend& backend = variant == "unfused" ? unfused_backend : fused_backend;
+    pt::CpuBackend backend(threads, variant == "unfused" ? pt::CpuBackend::Fusion::kNone
+                                                         : pt::CpuBackend::Fusion::kEpilogues);
     const bool plain = variant == "plain";
     pt::StageProgram program(g, backend, plain ? pt::ProgramUse::kTraining : pt::ProgramUse::kInference);
     std::mt19937 rng(0);

@@ -48,10 +48,11 @@ struct KernelSpec {
   // True where the program's constants never change once it is built (ProgramUse::kInference):
   // a kernel may then lay out a constant input once, when it is made, instead of on every run.
   bool constants_fixed = false;
-  // An element-wise node that reads only output 0 (Relu, Clip), for the kernel to apply to that
+  // The lone reader of output 0 (reading it as its input 0), for the kernel to apply to that
   // output before writing it: the node then runs nothing and its output shares output 0's memory
   // (inference programs, on a backend whose fuses_epilogues() says so; exec/stage_program.cc).
-  // A kernel that cannot apply it returns nullptr, and the program makes it without one.
+  // A kernel that cannot apply it (on the CPU: anything but a Relu or Clip, dnnl_activation)
+  // returns nullptr, and the program makes it without one.
   const KernelSpec* epilogue = nullptr;
 
   bool input_channels_last(size_t i) const { return i < channels_last_in.size() && channels_last_in[i]; }

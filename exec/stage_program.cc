@@ -30,8 +30,9 @@ struct Location {
   const Tensor* constant = nullptr;
 };
 
-// The node that could run as node i's epilogue (KernelSpec::epilogue): a Relu or Clip that is
-// the only reader of i's only output, which is not a graph output. -1 when there is none.
+// The node that could run as node i's epilogue (KernelSpec::epilogue): the only reader of i's
+// only output, which is not a graph output, reading it once, as its input 0. -1 when there is
+// none. Which readers a kernel can apply (the CPU's: Relu and Clip) is the backend's to say.
 int epilogue_candidate(const Graph& g, int i) {
   const Node& node = g.nodes[static_cast<size_t>(i)];
   if (node.outputs.size() != 1 || node.outputs[0] == kNoValue) return -1;
@@ -40,8 +41,7 @@ int epilogue_candidate(const Graph& g, int i) {
   if (val.consumers.size() != 1 || std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) return -1;
   const int c = val.consumers[0];
   const Node& reader = g.nodes[static_cast<size_t>(c)];
-  if (!reader.domain.empty() || (reader.op_type != "Relu" && reader.op_type != "Clip") || reader.inputs.empty() ||
-      reader.inputs[0] != y || std::count(reader.inputs.begin(), reader.inputs.end(), y) != 1)
+  if (reader.inputs.empty() || reader.inputs[0] != y || std::count(reader.inputs.begin(), reader.inputs.end(), y) != 1)
     return -1;
   return c;
 }
@@ -79,9 +79,9 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
     }
     return spec;
   };
-  // Inference programs hand a node's lone Relu or Clip reader to its kernel as an epilogue where
-  // the kernel takes it (one pass over the tensor fewer); the reader then runs nothing and its
-  // output is the producer's. Training programs keep every node's output: the backward reads it.
+  // Inference programs hand a node's lone reader to its kernel as an epilogue where the kernel
+  // takes it (one pass over the tensor fewer); the reader then runs nothing and its output is the
+  // producer's. Training programs keep every node's output: the backward reads it.
   const bool fuse = use == ProgramUse::kInference && backend.fuses_epilogues();
   std::vector<bool> absorbed(static_cast<size_t>(n), false);
   for (int i = 0; i < n; ++i) {

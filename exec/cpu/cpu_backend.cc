@@ -30,7 +30,7 @@ struct CpuBackend::Impl {
   dnnl::stream stream{engine};
 };
 
-CpuBackend::CpuBackend(int threads) : impl_(std::make_unique<Impl>()) {
+CpuBackend::CpuBackend(int threads, Fusion fusion) : impl_(std::make_unique<Impl>()), fusion_(fusion) {
   PT_CHECK(threads >= 1);
   ctx_.engine = &impl_->engine;
   ctx_.stream = &impl_->stream;

@@ -15,14 +15,17 @@ KernelFactory cpu_kernel_factory(const std::string& op_key);
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int threads = 1);
+  // kNone: every node on its own kernel, no epilogues even in inference programs (what the
+  // fused programs are compared with).
+  enum class Fusion { kEpilogues, kNone };
+  explicit CpuBackend(int threads = 1, Fusion fusion = Fusion::kEpilogues);
   ~CpuBackend() override;
   const char* name() const override { return "cpu"; }
   std::string supports(const KernelSpec& spec) const override;
   std::unique_ptr<Kernel> create_kernel(const KernelSpec& spec) const override;
   CpuContext* cpu_context() override { return &ctx_; }
   bool channels_last_convs() const override { return true; }
-  bool fuses_epilogues() const override { return true; }
+  bool fuses_epilogues() const override { return fusion_ == Fusion::kEpilogues; }
   void bind_thread() override;
   void synchronize() override;
   int threads() const { return ctx_.threads; }
@@ -31,6 +34,7 @@ class CpuBackend : public Backend {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   CpuContext ctx_;
+  Fusion fusion_;
 };
 
 }  // namespace pt

@@ -203,6 +203,18 @@ std::unique_ptr<Kernel> build_or_null(const KernelSpec& s, Build build, int thre
   }
 }
 
+// An fp32 element-wise op as oneDNN's eltwise computes it: y = alg(x; alpha, beta).
+struct EltwiseOp {
+  dnnl::algorithm alg;
+  float alpha = 0.f, beta = 0.f;
+};
+
+// The eltwise a kernel runs for an fp32 Relu, or a Clip whose bounds are constant (or omitted)
+// with lo <= hi: the one make_relu and make_clip run (elementwise_ops.cc), so a kernel applying
+// it as a post-op (KernelSpec::epilogue) writes the bits the node's own kernel would. nullopt
+// for anything else.
+std::optional<EltwiseOp> dnnl_activation(const KernelSpec& s);
+
 // Appends the spec's epilogue (KernelSpec::epilogue: a Relu or Clip, dnnl_activation) to `ops`
 // as an eltwise post-op; false when there is one that oneDNN's eltwise does not compute exactly
 // as the node's own kernel would (the kernel then declines it).

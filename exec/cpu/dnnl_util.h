@@ -6,13 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/ir.h"
-#include "exec/kernel.h"
 #include "exec/kernel_geometry.h"  // product, and the other shape helpers kernels share
 
 namespace pt::cpu {
@@ -71,18 +69,6 @@ constexpr int64_t kElementwiseParallelMin = int64_t{1} << 12;
 inline int elementwise_threads(int64_t numel, int threads) {
   return numel < kElementwiseParallelMin ? 1 : threads;
 }
-
-// An fp32 element-wise op as oneDNN's eltwise computes it: y = alg(x; alpha, beta).
-struct EltwiseOp {
-  dnnl::algorithm alg;
-  float alpha = 0.f, beta = 0.f;
-};
-
-// The eltwise a kernel runs for an fp32 Relu, or a Clip whose bounds are constant (or omitted)
-// with lo <= hi: the one make_relu and make_clip run (elementwise_ops.cc), so a kernel applying
-// it as a post-op (KernelSpec::epilogue) writes the bits the node's own kernel would. nullopt
-// for anything else.
-std::optional<EltwiseOp> dnnl_activation(const KernelSpec& s);
 
 // Scratch handed to kernels is aligned up to kScratchAlign inside the program's block.
 constexpr size_t kScratchAlign = 64;

@@ -14,6 +14,7 @@
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dispatch.h"
+#include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
 #include "exec/cpu/lane_math.h"
 

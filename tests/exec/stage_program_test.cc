@@ -91,16 +91,8 @@ TEST(StageProgram, UnsupportedNodeIsAUserError) {
 // channels-last programs must equal.
 class PlainCpuBackend : public CpuBackend {
  public:
-  using CpuBackend::CpuBackend;
+  explicit PlainCpuBackend(int threads) : CpuBackend(threads, Fusion::kNone) {}
   bool channels_last_convs() const override { return false; }
-  bool fuses_epilogues() const override { return false; }
-};
-
-// The CPU backend with channels-last convs but every node run by its own kernel.
-class UnfusedCpuBackend : public CpuBackend {
- public:
-  using CpuBackend::CpuBackend;
-  bool fuses_epilogues() const override { return false; }
 };
 
 Tensor filled(const TensorType& type, unsigned seed) {
@@ -330,7 +322,7 @@ TEST(StageProgram, InferenceConvsApplyTheirClipOrRelu) {
     return all;
   };
   CpuBackend cpu(2);
-  UnfusedCpuBackend unfused(2);
+  CpuBackend unfused(2, CpuBackend::Fusion::kNone);
   for (const bool fed_bound : {false, true})
     for (const bool second_reader : {false, true}) {
       SCOPED_TRACE("fed bound " + std::to_string(fed_bound) + ", second reader " + std::to_string(second_reader));
@@ -369,7 +361,7 @@ TEST(StageProgram, InferenceProductsApplyTheirReluOrClip) {
   g.name = "products";
   g.rebuild_uses();
   CpuBackend cpu(2);
-  UnfusedCpuBackend unfused(2);
+  CpuBackend unfused(2, CpuBackend::Fusion::kNone);
   std::vector<Tensor> inputs = random_inputs(g, 8);
   StageProgram fused(g, cpu, ProgramUse::kInference), alone(g, unfused, ProgramUse::kInference);
   fused.run(buffers(g, inputs));

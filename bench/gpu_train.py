@@ -10,7 +10,10 @@ gradient clipping and AdamW, as the CPU benchmark (bench/train.py) measures it:
   - PyTorch eager on the GPU, fp32 (TF32 off) and bf16 autocast; median of the steps after the
     warm-up ones (torch.cuda.synchronize around each step);
   - `pipetrain train` with device: cuda at 1 stage, precision fp32 and bf16 (the step time it
-    reports: the median of its steps after the first).
+    reports: the median of its steps after the first), and of that the schedule's span (its
+    measured makespan: forward and backward of every micro-batch); the rest of the step is the
+    work after the schedule (gradients brought to the host, their norm, the optimizer, the
+    parameters sent back).
 
 FLOP/s: the model's training FLOPs per step counted in closed form (3 x the forward's
 multiply-adds x 2: every Linear, the LM head, and the attention's two T x T products per head),
@@ -121,7 +124,8 @@ output: {{metrics: {metrics}}}
         lines = r.stdout.splitlines()
         start = next((i for i, line in enumerate(lines) if line.startswith("kernel time per step")), len(lines))
         print("\n".join(lines[start:]))
-    return summary_of(metrics)["step_s_median"]
+    summary = summary_of(metrics)
+    return summary["step_s_median"], summary["measured_makespan_s"]
 
 
 def main():
@@ -139,8 +143,8 @@ def main():
     gpu = torch.cuda.get_device_name(0)
     print(f"## training step on {gpu}: pipetrain (1 stage, device: cuda) against PyTorch {torch.__version__} eager\n")
     print("| model (d x layers x context) | precision | PyTorch eager ms | pipetrain ms | pipetrain / PyTorch "
-          "| pipetrain TFLOP/s (of peak) | PyTorch TFLOP/s (of peak) |")
-    print("|---|---|---|---|---|---|---|")
+          "| pipetrain TFLOP/s (of peak) | PyTorch TFLOP/s (of peak) | pipetrain schedule ms |")
+    print("|---|---|---|---|---|---|---|---|")
     rows = []
     for text in a.sizes.split(","):
         d, layers, context = parse_size(text)
@@ -155,7 +159,7 @@ def main():
             except Exception as e:  # noqa: BLE001  (report and go on)
                 row["torch_error"] = str(e).splitlines()[0]
             try:
-                row["pipetrain_s"] = pipetrain_step(a.pipetrain, path, out, a.steps + 1, precision)
+                row["pipetrain_s"], row["schedule_s"] = pipetrain_step(a.pipetrain, path, out, a.steps + 1, precision)
             except Exception as e:  # noqa: BLE001
                 row["pipetrain_error"] = str(e)
             rows.append(row)
@@ -170,7 +174,8 @@ def main():
 
             ratio = f"{row['pipetrain_s'] / row['torch_s']:.2f}" if "pipetrain_s" in row and "torch_s" in row else "-"
             print(f"| {d} x {layers} x {context} | {precision} | {cell('torch_s')} | {cell('pipetrain_s')} | {ratio} "
-                  f"| {rate('pipetrain_s')} | {rate('torch_s')} |", flush=True)
+                  f"| {rate('pipetrain_s')} | {rate('torch_s')} | {cell('schedule_s') if 'schedule_s' in row else '-'} |",
+                  flush=True)
     print(f"\n(8 micro-batches of 8 sequences, AdamW, clipping; peaks: fp32 {a.peak_fp32 / 1e12:.0f}, "
           f"bf16 {a.peak_bf16 / 1e12:.0f} TFLOP/s dense; exported by the {rows[0]['exporter'] if rows else '?'})")
     if a.profile:

@@ -1,7 +1,8 @@
 // exec/cuda/elementwise.cu: device code and launchers of the element-wise family (launch.h):
 // numpy-broadcast binary ops and Where, unary activations, Clip, Cast, and the element-wise
-// gradients of the pipetrain domain. One thread per output element in a grid-stride loop; the
-// math follows the CPU kernels' (exec/cpu/elementwise*.cc) definitions.
+// gradients of the pipetrain domain. One thread per output element in a grid-stride loop (four
+// for float32 binary ops whose rows allow 16-byte accesses); the math follows the CPU kernels'
+// (exec/cpu/elementwise*.cc) definitions.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -52,16 +53,26 @@ bool allowed(DType t, unsigned mask) {
 
 // ---- broadcasting -----------------------------------------------------------------------------
 
-__device__ inline void offsets(const Broadcast& bc, int64_t i, int64_t* off) {
+// Index arithmetic in Idx: uint32_t wherever the output has under 2^31 elements (a 64-bit
+// division costs several times a 32-bit one, and this runs once per element). The outermost dim
+// needs no division: what is left of i after the inner dims is its index.
+template <class Idx>
+__device__ inline void offsets(const Broadcast& bc, Idx i, int64_t* off) {
   off[0] = off[1] = off[2] = 0;
-  for (int d = bc.rank - 1; d >= 0; --d) {
-    const int64_t k = i % bc.dims[d];
-    i /= bc.dims[d];
-    off[0] += k * bc.strides[0][d];
-    off[1] += k * bc.strides[1][d];
-    off[2] += k * bc.strides[2][d];
+  for (int d = bc.rank - 1; d > 0; --d) {
+    const Idx n = static_cast<Idx>(bc.dims[d]);
+    const Idx q = i / n, k = i - q * n;
+    i = q;
+    off[0] += static_cast<int64_t>(k) * bc.strides[0][d];
+    off[1] += static_cast<int64_t>(k) * bc.strides[1][d];
+    off[2] += static_cast<int64_t>(k) * bc.strides[2][d];
   }
+  off[0] += static_cast<int64_t>(i) * bc.strides[0][0];
+  off[1] += static_cast<int64_t>(i) * bc.strides[1][0];
+  off[2] += static_cast<int64_t>(i) * bc.strides[2][0];
 }
+
+bool narrow_index(int64_t numel) { return numel < (int64_t{1} << 31); }
 
 struct AddOp { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct SubOp { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
@@ -82,20 +93,61 @@ struct PowOp {
 };
 struct EqualOp { template <class T> __device__ bool operator()(T a, T b) const { return a == b; } };
 
-template <class A, class B, class Y, class Op>
+template <class Idx, class A, class B, class Y, class Op>
 __global__ void binary_kernel(Broadcast bc, const A* a, const B* b, Y* y) {
   PT_GRID_STRIDE(i, bc.numel) {
     int64_t off[3];
-    offsets(bc, i, off);
+    offsets(bc, static_cast<Idx>(i), off);
     y[i] = Op{}(a[off[0]], b[off[1]]);
   }
 }
 
-template <class T>
+// Four floats of a row at p (inner stride 1), or one float repeated (inner stride 0).
+__device__ inline float4 load4(const float* p, int64_t inner_stride) {
+  if (inner_stride) return *reinterpret_cast<const float4*>(p);
+  const float v = *p;
+  return make_float4(v, v, v, v);
+}
+
+// float32 ops four outputs at a time (16-byte loads and stores), when the innermost merged dim
+// is a multiple of 4 that every operand walks with stride 1 or 0 and every 16-byte access is
+// aligned (vectorisable()): the same per-element arithmetic as binary_kernel.
+template <class Op>
+__global__ void binary_vec4_kernel(Broadcast bc, const float* a, const float* b, float* y) {
+  const int inner = bc.rank - 1;
+  PT_GRID_STRIDE(g, bc.numel / 4) {
+    int64_t off[3];
+    offsets(bc, static_cast<uint32_t>(4 * g), off);
+    const float4 va = load4(a + off[0], bc.strides[0][inner]);
+    const float4 vb = load4(b + off[1], bc.strides[1][inner]);
+    const Op op{};
+    reinterpret_cast<float4*>(y)[g] =
+        make_float4(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether binary_vec4_kernel can run operands a and b (0 and 1 of bc) into a contiguous y.
+bool vectorisable(const Broadcast& bc, const void* a, const void* b, const void* y) {
+  const int inner = bc.rank - 1;
+  if (!narrow_index(bc.numel) || bc.dims[inner] % 4 != 0 || !aligned16(y)) return false;
+  const void* operand[2] = {a, b};
+  for (int k = 0; k < 2; ++k) {
+    const int64_t s = bc.strides[k][inner];
+    if (s == 0) continue;  // one value per row: offsets stay whatever the outer strides
+    if (s != 1 || !aligned16(operand[k])) return false;
+    for (int d = 0; d < inner; ++d)
+      if (bc.strides[k][d] % 4 != 0) return false;
+  }
+  return true;
+}
+
+template <class Idx, class T>
 __global__ void where_kernel(Broadcast bc, const bool* c, const T* x, const T* z, T* y) {
   PT_GRID_STRIDE(i, bc.numel) {
     int64_t off[3];
-    offsets(bc, i, off);
+    offsets(bc, static_cast<Idx>(i), off);
     y[i] = c[off[0]] ? x[off[1]] : z[off[2]];
   }
 }
@@ -103,8 +155,22 @@ __global__ void where_kernel(Broadcast bc, const bool* c, const T* x, const T* z
 template <class A, class B, class Y, class Op>
 void binary(const Broadcast& bc, const void* a, const void* b, void* y, cudaStream_t s) {
   if (bc.numel == 0) return;
-  binary_kernel<A, B, Y, Op><<<grid_for(bc.numel), kThreads, 0, s>>>(
-      bc, static_cast<const A*>(a), static_cast<const B*>(b), static_cast<Y*>(y));
+  constexpr bool kFloats =
+      std::is_same_v<A, float> && std::is_same_v<B, float> && std::is_same_v<Y, float>;
+  if constexpr (kFloats) {
+    if (vectorisable(bc, a, b, y)) {
+      binary_vec4_kernel<Op><<<grid_for(bc.numel / 4), kThreads, 0, s>>>(
+          bc, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(y));
+      PT_CUDA_LAUNCH_CHECK();
+      return;
+    }
+  }
+  if (narrow_index(bc.numel))
+    binary_kernel<uint32_t, A, B, Y, Op><<<grid_for(bc.numel), kThreads, 0, s>>>(
+        bc, static_cast<const A*>(a), static_cast<const B*>(b), static_cast<Y*>(y));
+  else
+    binary_kernel<int64_t, A, B, Y, Op><<<grid_for(bc.numel), kThreads, 0, s>>>(
+        bc, static_cast<const A*>(a), static_cast<const B*>(b), static_cast<Y*>(y));
   PT_CUDA_LAUNCH_CHECK();
 }
 
@@ -298,9 +364,13 @@ void launch_where(DType t, const Broadcast& bc, const void* cond, const void* x,
   if (bc.numel == 0) return;
   const bool done = visit(t, kValue, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    where_kernel<T><<<grid_for(bc.numel), kThreads, 0, s>>>(
-        bc, static_cast<const bool*>(cond), static_cast<const T*>(x), static_cast<const T*>(z),
-        static_cast<T*>(y));
+    const auto* c = static_cast<const bool*>(cond);
+    const auto *px = static_cast<const T*>(x), *pz = static_cast<const T*>(z);
+    auto* py = static_cast<T*>(y);
+    if (narrow_index(bc.numel))
+      where_kernel<uint32_t, T><<<grid_for(bc.numel), kThreads, 0, s>>>(bc, c, px, pz, py);
+    else
+      where_kernel<int64_t, T><<<grid_for(bc.numel), kThreads, 0, s>>>(bc, c, px, pz, py);
     PT_CUDA_LAUNCH_CHECK();
   });
   PT_CHECK(done, "no CUDA Where kernel for this dtype");

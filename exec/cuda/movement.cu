@@ -1,10 +1,12 @@
 // exec/cuda/movement.cu: device code and launchers of the data-movement family (launch.h):
 // one strided copy (Transpose, Slice, Expand, Concat, Split, the padding of Conv inputs), Gather
 // and its gradient, and constant-mode Pad. Every kernel moves elements of 1, 2, 4 or 8 bytes
-// without reading them as numbers, except GatherGrad, which adds floats.
+// (the strided copy 16 where rows allow) without reading them as numbers, except GatherGrad,
+// which adds floats.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "core/error.h"
 #include "exec/cuda/device_util.cuh"
@@ -19,6 +21,7 @@ template <> struct Elem<1> { using type = uint8_t; };
 template <> struct Elem<2> { using type = uint16_t; };
 template <> struct Elem<4> { using type = uint32_t; };
 template <> struct Elem<8> { using type = uint64_t; };
+template <> struct Elem<16> { using type = uint4; };
 
 template <class F>
 void by_size(int esize, F&& f) {
@@ -27,22 +30,57 @@ void by_size(int esize, F&& f) {
     case 2: f(Elem<2>{}); break;
     case 4: f(Elem<4>{}); break;
     case 8: f(Elem<8>{}); break;
+    case 16: f(Elem<16>{}); break;
     default: PT_CHECK(false, "element size " + std::to_string(esize));
   }
 }
 
-template <class T>
+// Index arithmetic in Idx (uint32_t below 2^31 elements, as elementwise.cu's offsets); the
+// outermost dim needs no division.
+template <class Idx, class T>
 __global__ void strided_copy_kernel(StridedCopy p, const T* src, T* dst) {
   PT_GRID_STRIDE(i, p.numel) {
-    int64_t rest = i, in = p.in_offset, out = p.out_offset;
-    for (int d = p.rank - 1; d >= 0; --d) {
-      const int64_t k = rest % p.dims[d];
-      rest /= p.dims[d];
-      in += k * p.in_stride[d];
-      out += k * p.out_stride[d];
+    Idx rest = static_cast<Idx>(i);
+    int64_t in = p.in_offset, out = p.out_offset;
+    for (int d = p.rank - 1; d > 0; --d) {
+      const Idx n = static_cast<Idx>(p.dims[d]);
+      const Idx q = rest / n, k = rest - q * n;
+      rest = q;
+      in += static_cast<int64_t>(k) * p.in_stride[d];
+      out += static_cast<int64_t>(k) * p.out_stride[d];
     }
+    in += static_cast<int64_t>(rest) * p.in_stride[0];
+    out += static_cast<int64_t>(rest) * p.out_stride[0];
     dst[out] = src[in];
   }
+}
+
+// The same copy in elements of `wide` bytes (8 or 16), when the innermost dim is contiguous on
+// both sides and every offset, stride, row and pointer falls on that size: a Transpose that
+// keeps its last dim (heads split and merged) then moves 16 bytes per thread.
+std::optional<StridedCopy> widened(const StridedCopy& p, const void* src, const void* dst,
+                                   int wide) {
+  const int inner = p.rank - 1;
+  if (p.rank < 1 || p.in_stride[inner] != 1 || p.out_stride[inner] != 1 || wide <= p.esize)
+    return std::nullopt;
+  const int64_t f = wide / p.esize;
+  const auto fits = [&](int64_t v) { return v % f == 0; };
+  if (!fits(p.dims[inner]) || !fits(p.in_offset) || !fits(p.out_offset) ||
+      reinterpret_cast<uintptr_t>(src) % wide != 0 || reinterpret_cast<uintptr_t>(dst) % wide != 0)
+    return std::nullopt;
+  for (int d = 0; d < inner; ++d)
+    if (!fits(p.in_stride[d]) || !fits(p.out_stride[d])) return std::nullopt;
+  StridedCopy w = p;
+  w.esize = wide;
+  w.numel = p.numel / f;
+  w.dims[inner] = p.dims[inner] / f;
+  w.in_offset = p.in_offset / f;
+  w.out_offset = p.out_offset / f;
+  for (int d = 0; d < inner; ++d) {
+    w.in_stride[d] = p.in_stride[d] / f;
+    w.out_stride[d] = p.out_stride[d] / f;
+  }
+  return w;
 }
 
 template <class T, class I>
@@ -105,10 +143,17 @@ __global__ void pad_kernel(PadPlan p, const T* x, const T* value_ptr, T value, T
 
 void launch_strided_copy(const StridedCopy& p, const void* src, void* dst, cudaStream_t s) {
   if (p.numel == 0) return;
-  by_size(p.esize, [&](auto e) {
+  std::optional<StridedCopy> wide = widened(p, src, dst, 16);
+  if (!wide) wide = widened(p, src, dst, 8);
+  const StridedCopy& q = wide ? *wide : p;
+  by_size(q.esize, [&](auto e) {
     using T = typename decltype(e)::type;
-    strided_copy_kernel<T><<<grid_for(p.numel), kThreads, 0, s>>>(
-        p, static_cast<const T*>(src), static_cast<T*>(dst));
+    const auto* from = static_cast<const T*>(src);
+    auto* to = static_cast<T*>(dst);
+    if (q.numel < (int64_t{1} << 31))
+      strided_copy_kernel<uint32_t, T><<<grid_for(q.numel), kThreads, 0, s>>>(q, from, to);
+    else
+      strided_copy_kernel<int64_t, T><<<grid_for(q.numel), kThreads, 0, s>>>(q, from, to);
     PT_CUDA_LAUNCH_CHECK();
   });
 }

@@ -84,6 +84,12 @@ void elementwise(Cases& c) {
   c.add("Equal_Int64", "Equal", {ints(kI64, {4, 6}, 0, 3), ints(kI64, {6}, 0, 3)}, {T(kBool, {4, 6})});
   c.add("Equal_Float", "Equal", {vals(kF32, {5}, {1, 2, -0.5, 3, 0}), vals(kF32, {5}, {1, 2.5, -0.5, 3, -0.0})},
         {T(kBool, {5})});
+  // Rows of a multiple of 4 floats run four outputs per thread (16-byte accesses): an operand
+  // walking each row, one value per row, or one value in all.
+  c.add("Add_RowBroadcastFourWide", "Add", {f32({6, 64}), f32({64})}, {F({6, 64})});
+  c.add("Sub_ColumnBroadcastFourWide", "Sub", {f32({8, 16}), f32({8, 1})}, {F({8, 16})});
+  c.add("Mul_ScalarFourWide", "Mul", {f32({5, 12}), f32({})}, {F({5, 12})});
+  c.add("Div_FirstBroadcastFourWide", "Div", {f32({16}), f32({3, 16}, 0.5, 2)}, {F({3, 16})});
   c.add("Where_ThreeWayBroadcast", "Where", {boolean({2, 1, 5}), f32({2, 3, 5}), f32({5})}, {F({2, 3, 5})});
   c.add("Where_Int64", "Where", {boolean({4}), ints(kI64, {4}, -9, 9), ints(kI64, {}, -9, 9)}, {T(kI64, {4})});
   c.add("Sqrt", "Sqrt", {f32({3, 17}, 0, 4)}, {F({3, 17})});
@@ -283,6 +289,11 @@ void movement(Cases& c) {
   c.add("Unsqueeze", "Unsqueeze", {f32({2, 4}), cst(i64s({0}))}, {F({1, 2, 4})});
   c.add("Identity", "Identity", {boolean({3, 3})}, {T(kBool, {3, 3})});
   c.add("Transpose_SwapMiddle", "Transpose", {f32({2, 3, 4, 5})}, {F({2, 4, 3, 5})}, {{"perm", D{0, 2, 1, 3}}});
+  // A last dim kept in place moves in 16-byte (8 floats) or 8-byte (6 floats) pieces.
+  c.add("Transpose_HeadsSplitSixteenBytes", "Transpose", {f32({2, 6, 3, 8})}, {F({2, 3, 6, 8})},
+        {{"perm", D{0, 2, 1, 3}}});
+  c.add("Transpose_HeadsMergedEightBytes", "Transpose", {f32({2, 3, 5, 6})}, {F({2, 5, 3, 6})},
+        {{"perm", D{0, 2, 1, 3}}});
   c.add("Transpose_Default", "Transpose", {ints(kI64, {3, 4, 5}, -9, 9)}, {T(kI64, {5, 4, 3})});
   c.add("Transpose_Bool", "Transpose", {boolean({6, 7})}, {T(kBool, {7, 6})}, {{"perm", D{1, 0}}});
   c.add("Concat_Axis1", "Concat", {f32({2, 3, 4}), f32({2, 1, 4}), f32({2, 2, 4})}, {F({2, 6, 4})},
@@ -294,6 +305,8 @@ void movement(Cases& c) {
   c.add("Slice_NegativeStep", "Slice",
         {f32({5, 6, 7}), cst(i64s({1, -1})), cst(i64s({4, -8})), cst(i64s({0, 2})), cst(i64s({1, -2}))},
         {F({3, 6, 4})});
+  c.add("Slice_RowsSixteenBytes", "Slice",
+        {f32({6, 8}), cst(i64s({1})), cst(i64s({5})), cst(i64s({0}))}, {F({4, 8})});
   c.add("Slice_StepTwoToEnd", "Slice",
         {ints(kI64, {5, 6, 7}, -9, 9), cst(i64s({0})), cst(i64s({9.0e15})), cst(i64s({1})), cst(i64s({2}))},
         {T(kI64, {5, 3, 7})});

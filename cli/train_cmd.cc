@@ -330,6 +330,15 @@ class Trainer {
   void check_across_processes() const;
   void check_plan_across_processes() const;
   void share_parameters();
+  // Where every device of this process has a backend that updates parameters
+  // (Optimizer::bind_device), with one replica and no parameter read on two devices or split into
+  // site copies (those gradients are summed on the host): the gradients stay on the devices and
+  // each device's optimizer steps there.
+  void bind_device_updates(const std::vector<int>& placement);
+  bool device_updates() const { return !device_grads_.empty(); }
+  // Device updates: the host tensors of the parameters take the devices' copies (before anything
+  // on the host reads them: evaluation, checkpoints, the trained model, the NaN hunt).
+  void pull_parameters();
   int owner_of(const std::string& param) const;  // the rank whose device updates it
   bool here(size_t device) const { return rank_of_[device] == ranks_.rank(); }
   bool sharded() const { return cfg_.parallel.zero == 1 && ranks_.replicas() > 1; }  // ZeRO-1 in effect
@@ -372,6 +381,7 @@ class Trainer {
   std::vector<std::unique_ptr<Optimizer>> optimizers_;  // per device (ZeRO-1: this replica's shard)
   std::vector<std::vector<OptimizerParam>> whole_;      // per device: every parameter it updates
   std::vector<std::vector<int>> shard_of_;              // per device and parameter: its ZeRO-1 replica
+  std::vector<std::vector<const float*>> device_grads_;  // device updates: per device, whole_'s gradients there
   std::vector<std::string> params_;                    // trained, in first-chunk order
   std::vector<ParameterSites> sites_;                  // parameters read at several nodes
   std::vector<std::string> side_;                      // batch statistics, mean then var per BN
@@ -486,6 +496,7 @@ void Trainer::build() {
     whole_.push_back(list);
     optimizers_.push_back(std::make_unique<Optimizer>(oc, std::move(mine)));
   }
+  bind_device_updates(placement);
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   eval_ = std::make_unique<Evaluator>(model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(cfg_.threads * schedule_.stages))));
 }
@@ -660,6 +671,7 @@ std::map<std::string, const Tensor*> Trainer::trained_tensors() const {
 }
 
 void Trainer::save_checkpoint(int64_t steps_done) {
+  pull_parameters();
   Checkpoint c;
   c.step = steps_done;
   c.data_position = data_->position();
@@ -840,7 +852,10 @@ void Trainer::step(int64_t s) {
   sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
   std::vector<double> squares;
   for (size_t d = 0; d < optimizers_.size(); ++d)
-    squares.push_back(!here(d) ? 0.0 : sharded() ? sharded_squared_norm(d) : Optimizer::squared_norm(whole_[d], executor_->grads()));
+    squares.push_back(!here(d)           ? 0.0
+                      : sharded()        ? sharded_squared_norm(d)
+                      : device_updates() ? optimizers_[d]->squared_norm(device_grads_[d])
+                                         : Optimizer::squared_norm(whole_[d], executor_->grads()));
   ranks_.sum(squares, Over::kReplica);  // each device's from its rank: the same norm as in one process
   const double norm = Optimizer::global_norm(squares);
   // Each replica's loss is held where its last chunk runs; their sum, in replica order.
@@ -852,13 +867,19 @@ void Trainer::step(int64_t s) {
   // A NaN or an Inf stops the run before the update: the parameters stay those of the last step.
   if (!std::isfinite(last_loss_) || !std::isfinite(norm)) stop_nonfinite(s, norm, feeds, first);
   const double lr = optimizers_.front()->current_lr();
-  for (size_t d = 0; d < optimizers_.size(); ++d)
-    if (here(d)) optimizers_[d]->step(executor_->grads(), norm);
+  for (size_t d = 0; d < optimizers_.size(); ++d) {
+    if (!here(d)) continue;
+    if (device_updates()) optimizers_[d]->step(device_grads_[d], norm);
+    else optimizers_[d]->step(executor_->grads(), norm);
+  }
   // ZeRO-1: each replica updated its shard; every replica takes the others' (exactly).
   spans[2] = since();
   if (sharded()) gather_parameter_shards();
   spans[3] = since();
-  devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
+  if (!device_updates()) devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
+  else
+    for (const BatchNormStats& bn : form_.batch_norms)
+      for (const std::string& buffer : {bn.running_mean, bn.running_var}) devices_.refresh_constant(mutable_initializer(buffer));
   const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
 
   const std::vector<std::vector<ActionTime>> times = step_times();
@@ -1084,7 +1105,45 @@ int Trainer::owner_of(const std::string& param) const {
   return rank_of_[static_cast<size_t>(first_device_.at(param))];
 }
 
+void Trainer::bind_device_updates(const std::vector<int>& placement) {
+  if (ranks_.replicas() > 1 || !sites_.empty()) return;
+  for (size_t d = 0; d < devices_.backends.size(); ++d)
+    if (here(d) && !devices_.backends[d]->updates_parameters()) return;
+  std::map<std::string, int> device_of;
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    for (const std::string& p : chunks_[c].params) {
+      const auto [it, fresh] = device_of.emplace(p, placement[c]);
+      if (!fresh && it->second != placement[c]) return;  // read on two devices
+    }
+  std::vector<std::vector<const float*>> grads(optimizers_.size());
+  std::vector<std::vector<float*>> params(optimizers_.size());
+  for (size_t d = 0; d < optimizers_.size(); ++d) {
+    if (!here(d)) continue;  // another process's device
+    Backend& b = *devices_.backends[d];
+    for (const OptimizerParam& p : whole_[d]) {
+      const float* g = executor_->device_gradient(p.name, b);
+      if (!g) return;
+      grads[d].push_back(g);
+      params[d].push_back(static_cast<float*>(const_cast<void*>(b.device_constant(*p.value))));
+    }
+  }
+  for (size_t d = 0; d < optimizers_.size(); ++d)
+    if (here(d)) optimizers_[d]->bind_device(*devices_.backends[d], std::move(params[d]));
+  device_grads_ = std::move(grads);
+  executor_->keep_gradients_on_device();
+}
+
+void Trainer::pull_parameters() {
+  if (!device_updates()) return;
+  for (size_t d = 0; d < whole_.size(); ++d) {
+    if (!here(d)) continue;
+    Backend& b = *devices_.backends[d];
+    for (const OptimizerParam& p : whole_[d]) b.copy(p.value->data.data(), b.device_constant(*p.value), p.value->data.size());
+  }
+}
+
 void Trainer::share_parameters() {
+  pull_parameters();
   if (ranks_.alone()) return;
   for (const std::string& p : params_) {
     Tensor& t = mutable_initializer(p);

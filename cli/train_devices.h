@@ -41,6 +41,10 @@ struct TrainDevices {
     for (Backend* b : backends)
       if (b) b->refresh_constants();
   }
+  void refresh_constant(const Tensor& t) {
+    for (Backend* b : backends)
+      if (b) b->refresh_constant(t);
+  }
 };
 
 // here[d]: this process runs pipeline device d (cli/train_ranks.h); the others get a null

@@ -11,16 +11,23 @@
 //   copy/fill               memcpy/memset that take this backend's memory or host memory on
 //                           either side
 //   allocate_host/release_host  host memory for staging data to the backend (pinned on CUDA)
+//   refresh_constant        refresh_constants for one tensor
+// A device backend may also update the parameters where they live (updates_parameters): the
+// optimizer (train/optimizer.h) then keeps its state in the backend's memory, reads the
+// gradients there and writes the device copies of the parameters (device_constant) in place.
 #pragma once
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 
+#include "core/error.h"
 #include "core/ir.h"
 #include "exec/kernel.h"
+#include "exec/parameter_update.h"
 
 namespace pt {
 
@@ -61,6 +68,28 @@ class Backend {
   }
   virtual void* allocate_host(size_t bytes) { return Backend::allocate(bytes); }
   virtual void release_host(void* p) { Backend::release(p); }
+  virtual void refresh_constant(const Tensor&) {}
+
+  // Parameter updates in this backend's memory (see the header comment); the three below are
+  // called only where updates_parameters() is true, on addresses in this backend's memory.
+  // sum_squares returns its results; the updates are in place before any later kernel, copy or
+  // sum_squares of the backend reads them.
+  virtual bool updates_parameters() const { return false; }
+  // out[i] = the sum of x[i][0..n[i]) squared, in double, the same bits on every run.
+  virtual void sum_squares(std::span<const float* const> x, std::span<const int64_t> n, std::span<double> out) {
+    (void)x, (void)n, (void)out;
+    PT_CHECK(false, std::string(name()) + " does not update parameters");
+  }
+  // One tensor of n elements by the rules of exec/parameter_update.h (b: the momentum buffer,
+  // null without momentum; m, v: AdamW's moments).
+  virtual void sgd_update(float* p, const float* g, float* b, int64_t n, const SgdScalars& s) {
+    (void)p, (void)g, (void)b, (void)n, (void)s;
+    PT_CHECK(false, std::string(name()) + " does not update parameters");
+  }
+  virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
+    (void)p, (void)g, (void)m, (void)v, (void)n, (void)s;
+    PT_CHECK(false, std::string(name()) + " does not update parameters");
+  }
 };
 
 }  // namespace pt

@@ -27,7 +27,8 @@
 #      2 chunks (zb-v, `device=cuda:0`: both stages on GPU 0, peer copies):
 #      every CUDA run's trained model within 1e-3 (relative to each tensor's largest value) of
 #      the CPU run's, and the multi-stage CUDA runs bit-identical to the 1-stage CUDA run (the
-#      determinism contract), compared by bench/gpu_compare.py; and `precision: bf16` at 1 stage,
+#      determinism contract), compared by bench/gpu_compare.py; gpt stopped after 2 steps and
+#      resumed from its checkpoint bit-identical too; and `precision: bf16` at 1 stage,
 #      its training updates within BF16_UPDATE_TOL of the fp32 run's; with step times
 #   4. bench/gpu_train.py: the charlm model's training step against PyTorch eager on the same GPU
 #      (fp32 and bf16), and the fraction of the GPU's peak FLOP/s it reaches
@@ -248,6 +249,12 @@ train_all() {
     train_one "$work" "$s" cuda_zbv "device=cuda:0" "pipeline.stages=2" "pipeline.chunks=2" "pipeline.schedule=zb-v" &&
       compare "$work" "$s" cuda_zbv cuda1 --exact || ok=1
   done
+  # The optimizer's state lives on the GPU (device updates): 2 steps with checkpoints, then
+  # --resume to the third give the bits of 3 steps in one run.
+  rm -rf "$work/ckpt_gpt"
+  train_one "$work" gpt cuda_resume "device=cuda" "steps=2" "checkpoint.dir=$work/ckpt_gpt" "checkpoint.every=1" &&
+    RESUME=1 train_one "$work" gpt cuda_resume "device=cuda" "checkpoint.dir=$work/ckpt_gpt" "checkpoint.every=1" &&
+    compare "$work" gpt cuda_resume cuda1 --exact || ok=1
   return $ok
 }
 
@@ -289,7 +296,7 @@ ranks_all() {
 }
 
 # Trains sample $2 as run $3 with the --set overrides after it; prints the time per step.
-# RANKS=N: under mpirun -n N.
+# RANKS=N: under mpirun -n N; RESUME=1: with --resume.
 train_one() {
   local work="$1" s="$2" name="$3"
   shift 3
@@ -305,7 +312,7 @@ train_one() {
   local t0 t1
   t0=$(date +%s.%N)
   if ! LD_LIBRARY_PATH="$libs" timeout -k 5 120 "${launch[@]}" "$PT_BIN/pipetrain" train "$work/$s.yaml" --quiet \
-      "${args[@]}" --set "output.model=$work/$s.$name.onnx" >"$work/$s.$name.log" 2>&1; then
+      ${RESUME:+--resume} "${args[@]}" --set "output.model=$work/$s.$name.onnx" >"$work/$s.$name.log" 2>&1; then
     printf '  %-8s %-22s %10s  ERROR %s\n' "$s" "$name" - "$(tail -1 "$work/$s.$name.log")"
     grep -m 6 -iE 'error|signal|fault|failed|#[0-9]' "$work/$s.$name.log" | sed 's/^/      /'
     return 1

@@ -289,7 +289,14 @@ void PipelineExecutor::fold_shared_gradients() {
 
 // The step's gradients, from each accumulator's backend into grads_.
 void PipelineExecutor::copy_gradients_out() {
+  if (gradients_on_device_) return;
   for (auto& [name, a] : accs_) a->backend->copy(a->host->data.data(), a->sum.get(), a->host->data.size());
+}
+
+const float* PipelineExecutor::device_gradient(const std::string& param, const Backend& backend) const {
+  auto it = accs_.find(param);
+  if (it == accs_.end() || it->second->backend != &backend) return nullptr;
+  return reinterpret_cast<const float*>(it->second->sum.get());
 }
 
 void PipelineExecutor::throw_failure() {

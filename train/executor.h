@@ -94,6 +94,12 @@ class PipelineExecutor {
   // from the devices after each step.
   const std::map<std::string, Tensor>& grads() const { return grads_; }
   std::map<std::string, Tensor>& grads() { return grads_; }  // the trainer sums tied sites in place
+  // From the next step on, the gradients stay where they were accumulated (grads() is no longer
+  // written): for an optimizer that updates on the device (Optimizer::bind_device).
+  void keep_gradients_on_device() { gradients_on_device_ = true; }
+  // The accumulated gradient of a parameter in `backend`'s memory (numel floats, valid after
+  // run_step), or nullptr when it is not accumulated there.
+  const float* device_gradient(const std::string& param, const Backend& backend) const;
   // [device][step]: when each action of the last step started and ended.
   const std::vector<std::vector<ActionTime>>& action_times() const { return times_; }
   // [device]: the largest sum of kept and passed bytes (F -> B/W, B -> W) live between two
@@ -142,6 +148,7 @@ class PipelineExecutor {
   std::vector<std::vector<Tensor>> side_;  // [micro_batch][side output]
   double loss_ = 0;
   int steps_run_ = 0;
+  bool gradients_on_device_ = false;
   std::unique_ptr<Failure> failure_;
   std::vector<std::vector<ActionTime>> times_;
   std::vector<int64_t> peak_kept_, peak_slot_;

@@ -50,13 +50,8 @@ double sum_squares(const float* x, int64_t n, std::vector<double>& partial) {
   return total;
 }
 
-// SGD on one tensor, dampening 0 (torch _single_tensor_sgd):
-//   d = g*clip + wd*p;  b = first ? d : b*mu + d;  d = nesterov ? d + mu*b : b;  p = p + (-lr)*d
-// wd = 0 adds 0*p, which leaves d exact for finite p.
-struct SgdScalars {
-  float clip, wd, mu, neg_lr;
-  bool momentum, first, nesterov;
-};
+// SGD on one tensor, dampening 0 (torch _single_tensor_sgd; exec/parameter_update.h). wd = 0
+// adds 0*p, which leaves d exact for finite p.
 
 void sgd_tensor(float* __restrict p, const float* __restrict g, float* __restrict b, int64_t n,
                 const SgdScalars& s) {
@@ -75,12 +70,7 @@ void sgd_tensor(float* __restrict p, const float* __restrict g, float* __restric
   }
 }
 
-// AdamW on one tensor (torch _single_tensor_adamw, amsgrad off):
-//   p = p*decay;  m = m*b1 + (1-b1)*g;  v = v*b2 + ((1-b2)*g)*g;
-//   p = p + (neg_step*m) / (sqrt(v)/bc2_sqrt + eps)
-struct AdamWScalars {
-  float clip, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step;
-};
+// AdamW on one tensor (torch _single_tensor_adamw, amsgrad off; exec/parameter_update.h).
 
 void adamw_tensor(float* __restrict p, const float* __restrict g, float* __restrict m,
                   float* __restrict v, int64_t n, const AdamWScalars& s) {
@@ -171,6 +161,23 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<OptimizerParam> 
   }
   lookup_.resize(params_.size());
   partial_.reserve(static_cast<size_t>(max_chunks));
+  for (const OptimizerParam& p : params_) numels_.push_back(p.value->type.numel());
+}
+
+Optimizer::~Optimizer() {
+  for (float* p : device_state_) device_->release(p);
+}
+
+void Optimizer::bind_device(Backend& backend, std::vector<float*> device_params) {
+  PT_CHECK(backend.updates_parameters(), std::string(backend.name()) + " does not update parameters");
+  PT_CHECK(!device_ && device_params.size() == params_.size(), "one device address per parameter, bound once");
+  device_ = &backend;
+  device_params_ = std::move(device_params);
+  for (const Tensor& t : state_) {
+    auto* p = static_cast<float*>(backend.allocate(t.data.size()));
+    backend.copy(p, t.data.data(), t.data.size());
+    device_state_.push_back(p);
+  }
 }
 
 void Optimizer::add_state(const std::string& name, const Tensor& like) {
@@ -183,6 +190,11 @@ void Optimizer::add_state(const std::string& name, const Tensor& like) {
 
 double Optimizer::squared_norm(std::span<const float* const> grads) const {
   PT_CHECK(grads.size() == params_.size(), "one gradient per parameter");
+  if (device_) {
+    std::vector<double> terms(params_.size());
+    device_->sum_squares(grads, numels_, terms);
+    return sum_in_order(terms);
+  }
   double total = 0;
   for (size_t k = 0; k < params_.size(); ++k)
     total += sum_squares(grads[k], params_[k].value->type.numel(), partial_);
@@ -258,8 +270,12 @@ void Optimizer::sgd_step(std::span<const float* const> grads, float clip, double
                      step_ == 0,
                      config_.nesterov};
   for (size_t k = 0; k < params_.size(); ++k) {
+    if (device_) {
+      device_->sgd_update(device_params_[k], grads[k], s.momentum ? device_state_[k] : nullptr, numels_[k], s);
+      continue;
+    }
     float* buf = s.momentum ? state_[k].as<float>() : nullptr;
-    sgd_tensor(params_[k].value->as<float>(), grads[k], buf, params_[k].value->type.numel(), s);
+    sgd_tensor(params_[k].value->as<float>(), grads[k], buf, numels_[k], s);
   }
 }
 
@@ -277,9 +293,13 @@ void Optimizer::adamw_step(std::span<const float* const> grads, float clip, doub
                        static_cast<float>(std::sqrt(bc2)),
                        static_cast<float>(config_.eps),
                        static_cast<float>(-(lr / bc1))};
-  for (size_t k = 0; k < params_.size(); ++k)
-    adamw_tensor(params_[k].value->as<float>(), grads[k], state_[2 * k].as<float>(),
-                 state_[2 * k + 1].as<float>(), params_[k].value->type.numel(), s);
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (device_)
+      device_->adamw_update(device_params_[k], grads[k], device_state_[2 * k], device_state_[2 * k + 1], numels_[k], s);
+    else
+      adamw_tensor(params_[k].value->as<float>(), grads[k], state_[2 * k].as<float>(), state_[2 * k + 1].as<float>(),
+                   numels_[k], s);
+  }
 }
 
 std::span<const float* const> Optimizer::lookup(const std::map<std::string, Tensor>& grads) const {
@@ -303,7 +323,11 @@ int64_t Optimizer::state_bytes() const {
 OptimizerState Optimizer::state() const {
   OptimizerState out;
   out.step = step_;
-  for (size_t i = 0; i < state_.size(); ++i) out.tensors.emplace_back(state_names_[i], state_[i]);
+  for (size_t i = 0; i < state_.size(); ++i) {
+    out.tensors.emplace_back(state_names_[i], state_[i]);
+    Tensor& t = out.tensors.back().second;
+    if (device_) device_->copy(t.data.data(), device_state_[i], t.data.size());
+  }
   return out;
 }
 
@@ -324,7 +348,10 @@ void Optimizer::load_state(const OptimizerState& state) {
       throw UserError(where, "'" + name + "' is " + t.type.str() + ", expected " +
                       state_[i].type.str(), todo);
   }
-  for (size_t i = 0; i < state_.size(); ++i) state_[i].data = state.tensors[i].second.data;
+  for (size_t i = 0; i < state_.size(); ++i) {
+    state_[i].data = state.tensors[i].second.data;
+    if (device_) device_->copy(device_state_[i], state_[i].data.data(), state_[i].data.size());
+  }
   step_ = state.step;
 }
 

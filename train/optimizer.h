@@ -17,7 +17,12 @@
 //                            v = v * b2 + ((1 - b2) * g) * g;
 //                            p = p + (-lr / (1 - b1^t) * m) / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // where scalars are computed in double and rounded to float once, as torch does with Python
-// scalars, and t counts steps from 1.
+// scalars, and t counts steps from 1 (exec/parameter_update.h).
+//
+// On a backend that updates parameters where they live (Backend::updates_parameters: the CUDA
+// backend), bind_device() moves the state there: the norm and the update then run as that
+// backend's kernels on its gradients and its copies of the parameters, and nothing crosses to
+// the host but the norm's terms.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +34,7 @@
 #include <vector>
 
 #include "core/ir.h"
+#include "exec/backend.h"
 
 namespace pt {
 
@@ -91,6 +97,17 @@ class Optimizer {
  public:
   // Validates the config (UserError) and sizes the state for params.
   Optimizer(const OptimizerConfig& config, std::vector<OptimizerParam> params);
+  ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // From now on parameter k lives at device_params[k] in `backend`'s memory (its copy of the
+  // host tensor, Backend::device_constant), which must update parameters: the state moves there,
+  // the pointer overloads of squared_norm() and step() take gradients in that memory, and step()
+  // writes the device copies only (the caller copies them back when the host needs them).
+  // state() and load_state() read and write the state there.
+  void bind_device(Backend& backend, std::vector<float*> device_params);
+  bool on_device() const { return device_ != nullptr; }
 
   // Gradients come as one pointer per parameter, in constructor order, each to numel floats;
   // the overloads taking a map look them up by parameter name (ReferenceStep::grads()).
@@ -135,6 +152,11 @@ class Optimizer {
   int64_t step_ = 0;
   mutable std::vector<const float*> lookup_;  // the map overloads' pointer list, sized once
   mutable std::vector<double> partial_;       // squared_norm's per-chunk sums, sized once
+
+  Backend* device_ = nullptr;           // bind_device's
+  std::vector<float*> device_params_;   // [parameter]
+  std::vector<float*> device_state_;    // as state_
+  std::vector<int64_t> numels_;         // [parameter]
 
   void sgd_step(std::span<const float* const> grads, float clip, double lr);
   void adamw_step(std::span<const float* const> grads, float clip, double lr);

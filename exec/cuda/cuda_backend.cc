@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/launch.h"
 #include "exec/kernel_registry.h"
 
 namespace pt::cuda {
@@ -132,6 +133,49 @@ void CudaBackend::refresh_constants() {
       PT_CUDA_CHECK(cudaMemcpyAsync(c.device, t->data.data(), c.bytes, cudaMemcpyHostToDevice,
                                     ctx_.stream));
   }
+}
+
+void CudaBackend::refresh_constant(const Tensor& t) {
+  std::lock_guard<std::mutex> lock(constants_mu_);
+  auto it = constants_.find(&t);
+  if (it == constants_.end() || !it->second.bytes) return;
+  PT_CHECK(t.data.size() == it->second.bytes, "a constant changed size after it was uploaded");
+  DeviceGuard guard(ctx_.device);
+  PT_CUDA_CHECK(cudaMemcpyAsync(it->second.device, t.data.data(), it->second.bytes,
+                                cudaMemcpyHostToDevice, ctx_.stream));
+}
+
+void CudaBackend::sum_squares(std::span<const float* const> x, std::span<const int64_t> n,
+                              std::span<double> out) {
+  PT_CHECK(x.size() == n.size() && n.size() == out.size(), "one count and one result per tensor");
+  if (x.empty()) return;
+  DeviceGuard guard(ctx_.device);
+  int64_t blocks = 0;
+  for (int64_t k : n) blocks += squares_blocks(k);
+  // One scratch block: the partials of every tensor, then the totals.
+  const size_t bytes = static_cast<size_t>(blocks + static_cast<int64_t>(out.size())) * sizeof(double);
+  auto* scratch = static_cast<double*>(allocator_->allocate(bytes));
+  double* totals = scratch + blocks;
+  double* partial = scratch;
+  for (size_t i = 0; i < x.size(); ++i) {
+    launch_sum_squares(x[i], n[i], partial, totals + i, ctx_.stream);
+    partial += squares_blocks(n[i]);
+  }
+  PT_CUDA_CHECK(cudaMemcpyAsync(out.data(), totals, out.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                ctx_.stream));
+  PT_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  allocator_->release(scratch);
+}
+
+void CudaBackend::sgd_update(float* p, const float* g, float* b, int64_t n, const SgdScalars& s) {
+  DeviceGuard guard(ctx_.device);
+  launch_sgd_update(p, g, b, n, s, ctx_.stream);
+}
+
+void CudaBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
+                               const AdamWScalars& s) {
+  DeviceGuard guard(ctx_.device);
+  launch_adamw_update(p, g, m, v, n, s, ctx_.stream);
 }
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {

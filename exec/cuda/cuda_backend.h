@@ -61,6 +61,13 @@ class CudaBackend : public Backend {
   void fill(void* dst, unsigned char value, size_t bytes) override;
   void* allocate_host(size_t bytes) override;  // pinned (cudaHostAlloc)
   void release_host(void* p) override;
+  void refresh_constant(const Tensor& t) override;  // enqueued, as refresh_constants
+
+  // Parameter updates on the GPU (exec/cuda/update.cu), on the compute stream.
+  bool updates_parameters() const override { return true; }
+  void sum_squares(std::span<const float* const> x, std::span<const int64_t> n, std::span<double> out) override;
+  void sgd_update(float* p, const float* g, float* b, int64_t n, const SgdScalars& s) override;
+  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) override;
 
   int device() const { return ctx_.device; }
   cudaStream_t stream() const { return ctx_.stream; }

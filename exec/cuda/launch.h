@@ -12,6 +12,7 @@
 
 #include "core/ir.h"
 #include "exec/cuda/cuda_context.h"
+#include "exec/parameter_update.h"
 
 namespace pt::cuda {
 
@@ -203,5 +204,19 @@ void launch_softmax_cross_entropy_grad(int64_t rows, int64_t classes, int64_t ig
                                        const float* dloss, const float* logits,
                                        const int64_t* target, const float* scale, float* dlogits,
                                        DeviceFault* fault, cudaStream_t stream);
+
+// ---- parameter updates (update.cu) ----------------------------------------------------------
+
+// Sum of squares of x[0..n) in double, in a fixed order: block b of squares_blocks(n) sums
+// elements [b * kSquaresChunk, (b + 1) * kSquaresChunk) into partial[b]; then one block adds
+// the partials into *out. The same bits on every run.
+constexpr int64_t kSquaresChunk = 16384;
+inline int64_t squares_blocks(int64_t n) { return (n + kSquaresChunk - 1) / kSquaresChunk; }
+void launch_sum_squares(const float* x, int64_t n, double* partial, double* out, cudaStream_t stream);
+// One tensor by the rules of exec/parameter_update.h (b null without momentum).
+void launch_sgd_update(float* p, const float* g, float* b, int64_t n, const SgdScalars& s,
+                       cudaStream_t stream);
+void launch_adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
+                         const AdamWScalars& s, cudaStream_t stream);
 
 }  // namespace pt::cuda

@@ -30,7 +30,6 @@ void by_size(int esize, F&& f) {
     case 2: f(Elem<2>{}); break;
     case 4: f(Elem<4>{}); break;
     case 8: f(Elem<8>{}); break;
-    case 16: f(Elem<16>{}); break;
     default: PT_CHECK(false, "element size " + std::to_string(esize));
   }
 }
@@ -146,7 +145,7 @@ void launch_strided_copy(const StridedCopy& p, const void* src, void* dst, cudaS
   std::optional<StridedCopy> wide = widened(p, src, dst, 16);
   if (!wide) wide = widened(p, src, dst, 8);
   const StridedCopy& q = wide ? *wide : p;
-  by_size(q.esize, [&](auto e) {
+  const auto run = [&](auto e) {
     using T = typename decltype(e)::type;
     const auto* from = static_cast<const T*>(src);
     auto* to = static_cast<T*>(dst);
@@ -155,7 +154,9 @@ void launch_strided_copy(const StridedCopy& p, const void* src, void* dst, cudaS
     else
       strided_copy_kernel<int64_t, T><<<grid_for(q.numel), kThreads, 0, s>>>(q, from, to);
     PT_CUDA_LAUNCH_CHECK();
-  });
+  };
+  if (q.esize == 16) run(Elem<16>{});
+  else by_size(q.esize, run);
 }
 
 void launch_gather(DType index, int esize, int64_t outer, int64_t n, int64_t count, int64_t inner,

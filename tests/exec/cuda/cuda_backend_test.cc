@@ -1,8 +1,9 @@
 // tests/exec/cuda/cuda_backend_test.cc: the CUDA backend beside its kernels: the caching
 // allocator (reuse, statistics), the memory hooks StageProgram uses (copy, fill, constants and
 // their refresh, the planned arena against what the allocator hands out, the measured peak),
-// bf16 GEMMs within their bound, pinned host memory, and user data errors reported from the
-// device as UserErrors. Every test needs a GPU and is SKIPPED without one.
+// bf16 GEMMs within their bound, pinned host memory, the optimizer's updates on the GPU, and user
+// data errors reported from the device as UserErrors. Every test needs a GPU and is SKIPPED
+// without one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "exec/cuda/cuda_backend.h"
 #include "exec/stage_program.h"
 #include "tests/exec/test_tensors.h"
+#include "train/optimizer.h"
 
 namespace pt::cuda {
 namespace {
@@ -141,6 +143,80 @@ TEST(CudaBackend, RefreshConstantsAfterTheHostTensorChanged) {
   b.refresh_constants();
   const std::vector<float> after = run_host(p, b, g, x);
   for (size_t i = 0; i < before.size(); ++i) EXPECT_FLOAT_EQ(after[i], 2.f * before[i]) << i;
+}
+
+// The optimizer bound to the GPU (Optimizer::bind_device: its state there, the norm's sums of
+// squares and the updates as CUDA kernels) against the host optimizer on the same parameters and
+// gradients, over three clipped steps of SGD with Nesterov momentum and of AdamW, both with
+// weight decay: the norm within 1e-12 relative (sums in double, another order), parameters and
+// state within 1e-6 of their largest value (the same float formulas, where a fused multiply-add
+// may round otherwise); the host tensors stay untouched, and load_state() puts a state back.
+TEST(CudaBackend, DeviceOptimizerMatchesTheHostOne) {
+  PT_REQUIRE_GPU();
+  CudaBackend b;
+  const auto to_device = [&](const Tensor& t) {
+    auto* p = static_cast<float*>(b.allocate(t.data.size()));
+    b.copy(p, t.data.data(), t.data.size());
+    return p;
+  };
+  const auto from_device = [&](const float* p, const Tensor& like) {
+    Tensor t = like;
+    b.copy(t.data.data(), p, t.data.size());
+    return t;
+  };
+  const auto expect_close = [](const Tensor& got, const Tensor& want, const std::string& what) {
+    float largest = 0;
+    for (int64_t i = 0; i < want.type.numel(); ++i) largest = std::max(largest, std::fabs(want.as<float>()[i]));
+    for (int64_t i = 0; i < want.type.numel(); ++i)
+      ASSERT_NEAR(got.as<float>()[i], want.as<float>()[i], 1e-6 * largest) << what << " element " << i;
+  };
+  for (const bool adamw : {false, true}) {
+    SCOPED_TRACE(adamw ? "adamw" : "sgd");
+    OptimizerConfig c;
+    c.kind = adamw ? OptimizerConfig::Kind::kAdamW : OptimizerConfig::Kind::kSgd;
+    c.lr = adamw ? 0.01 : 0.05;
+    c.momentum = 0.9;
+    c.nesterov = !adamw;
+    c.weight_decay = 0.01;
+    c.clip_grad_norm = 0.5;  // the gradients' norm is about 100: every step clips
+    // The second spans several of the norm's blocks (kSquaresChunk) and ends inside one.
+    const std::vector<Tensor> start = {uniform({37, 5}, 11), uniform({100003}, 12)};
+    std::vector<Tensor> on_host = start, bound = start;
+    Optimizer host(c, {{"a", &on_host[0]}, {"b", &on_host[1]}});
+    Optimizer device(c, {{"a", &bound[0]}, {"b", &bound[1]}});
+    std::vector<float*> params = {to_device(start[0]), to_device(start[1])};
+    device.bind_device(b, params);
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<Tensor> g = {uniform({37, 5}, 20 + step), uniform({100003}, 30 + step)};
+      std::vector<const float*> hg = {g[0].as<float>(), g[1].as<float>()};
+      std::vector<float*> dg = {to_device(g[0]), to_device(g[1])};
+      const std::vector<const float*> dgc(dg.begin(), dg.end());
+      const double squares = host.squared_norm(hg);
+      EXPECT_NEAR(device.squared_norm(dgc), squares, 1e-12 * squares);
+      const double norm = Optimizer::global_norm({&squares, 1});
+      host.step(hg, norm);
+      device.step(dgc, norm);
+      for (float* p : dg) b.release(p);
+    }
+    for (size_t k = 0; k < start.size(); ++k) {
+      expect_close(from_device(params[k], start[k]), on_host[k], "parameter " + std::to_string(k));
+      EXPECT_EQ(bound[k].data, start[k].data) << "the host tensor of a bound parameter changed";
+    }
+    const OptimizerState want = host.state(), got = device.state();
+    ASSERT_EQ(got.tensors.size(), want.tensors.size());
+    EXPECT_EQ(got.step, 3);
+    for (size_t i = 0; i < want.tensors.size(); ++i) expect_close(got.tensors[i].second, want.tensors[i].second, want.tensors[i].first);
+    // A fresh bound optimizer takes the state back, bit for bit.
+    std::vector<Tensor> again = start;
+    Optimizer reloaded(c, {{"a", &again[0]}, {"b", &again[1]}});
+    std::vector<float*> params2 = {to_device(start[0]), to_device(start[1])};
+    reloaded.bind_device(b, params2);
+    reloaded.load_state(got);
+    const OptimizerState back = reloaded.state();
+    for (size_t i = 0; i < got.tensors.size(); ++i) EXPECT_EQ(back.tensors[i].second.data, got.tensors[i].second.data);
+    for (float* p : params) b.release(p);
+    for (float* p : params2) b.release(p);
+  }
 }
 
 // bf16 products with fp32 accumulation: each input rounded to bf16 (8 significant bits, unit

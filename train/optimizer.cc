@@ -52,38 +52,25 @@ double sum_squares(const float* x, int64_t n, std::vector<double>& partial) {
 
 // SGD on one tensor, dampening 0 (torch _single_tensor_sgd; exec/parameter_update.h). wd = 0
 // adds 0*p, which leaves d exact for finite p.
-
 void sgd_tensor(float* __restrict p, const float* __restrict g, float* __restrict b, int64_t n,
                 const SgdScalars& s) {
   if (!s.momentum) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) p[i] = p[i] + s.neg_lr * (g[i] * s.clip + s.wd * p[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      float unused = 0;
+      p[i] = sgd_element(p[i], g[i], unused, s);
+    }
     return;
   }
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] * s.clip + s.wd * p[i];
-    const float bi = s.first ? d : b[i] * s.mu + d;
-    b[i] = bi;
-    const float step = s.nesterov ? d + s.mu * bi : bi;
-    p[i] = p[i] + s.neg_lr * step;
-  }
+  for (int64_t i = 0; i < n; ++i) p[i] = sgd_element(p[i], g[i], b[i], s);
 }
 
 // AdamW on one tensor (torch _single_tensor_adamw, amsgrad off; exec/parameter_update.h).
-
 void adamw_tensor(float* __restrict p, const float* __restrict g, float* __restrict m,
                   float* __restrict v, int64_t n, const AdamWScalars& s) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * s.clip;
-    const float pi = p[i] * s.decay;
-    const float mi = m[i] * s.beta1 + s.one_minus_beta1 * gi;
-    const float vi = v[i] * s.beta2 + (s.one_minus_beta2 * gi) * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi + (s.neg_step * mi) / (std::sqrt(vi) / s.bc2_sqrt + s.eps);
-  }
+  for (int64_t i = 0; i < n; ++i) p[i] = adamw_element(p[i], g[i], m[i], v[i], s);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // exec/cuda/cuda_backend.h: the CUDA Backend (exec/backend.h) for one GPU: a compute stream,
 // cuBLAS, cublasLt and cuDNN handles bound to it, a caching device allocator, device copies of
-// the initializers, pinned host buffers, and the kernel registry (the CPU's op list,
-// exec/kernel_registry.h, with the factories of cuda_kernels.h).
+// the initializers, pinned host buffers, the optimizer's updates of those copies (update.cu), and
+// the kernel registry (the CPU's op list, exec/kernel_registry.h, with the factories of
+// cuda_kernels.h).
 //
 // Threads: kernels are made on the thread that compiles the programs (the backend makes its
 // device current around every call that needs it); run() only enqueues on the stream;

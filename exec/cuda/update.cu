@@ -1,6 +1,7 @@
 // exec/cuda/update.cu: device code and launchers of the parameter updates (launch.h): the
-// gradient norm's sums of squares and the SGD and AdamW rules of exec/parameter_update.h, one
-// thread per element in a grid-stride loop, with the host loops' arithmetic (train/optimizer.cc).
+// gradient norm's sums of squares and the SGD and AdamW rules of exec/parameter_update.h (the
+// element functions the host loops of train/optimizer.cc call too), one thread per element in
+// a grid-stride loop.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -34,28 +35,13 @@ __global__ void squares_total_kernel(const double* partial, int64_t blocks, doub
 
 __global__ void sgd_kernel(float* p, const float* g, float* b, int64_t n, SgdScalars s) {
   PT_GRID_STRIDE(i, n) {
-    const float d = g[i] * s.clip + s.wd * p[i];
-    if (!s.momentum) {
-      p[i] = p[i] + s.neg_lr * d;
-      continue;
-    }
-    const float bi = s.first ? d : b[i] * s.mu + d;
-    b[i] = bi;
-    const float step = s.nesterov ? d + s.mu * bi : bi;
-    p[i] = p[i] + s.neg_lr * step;
+    float unused = 0;
+    p[i] = sgd_element(p[i], g[i], s.momentum ? b[i] : unused, s);
   }
 }
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamWScalars s) {
-  PT_GRID_STRIDE(i, n) {
-    const float gi = g[i] * s.clip;
-    const float pi = p[i] * s.decay;
-    const float mi = m[i] * s.beta1 + s.one_minus_beta1 * gi;
-    const float vi = v[i] * s.beta2 + (s.one_minus_beta2 * gi) * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi + (s.neg_step * mi) / (sqrtf(vi) / s.bc2_sqrt + s.eps);
-  }
+  PT_GRID_STRIDE(i, n) p[i] = adamw_element(p[i], g[i], m[i], v[i], s);
 }
 
 }  // namespace

@@ -76,18 +76,22 @@ class Backend {
   // sum_squares of the backend reads them.
   virtual bool updates_parameters() const { return false; }
   // out[i] = the sum of x[i][0..n[i]) squared, in double, the same bits on every run.
-  virtual void sum_squares(std::span<const float* const> x, std::span<const int64_t> n, std::span<double> out) {
-    (void)x, (void)n, (void)out;
-    PT_CHECK(false, std::string(name()) + " does not update parameters");
+  virtual void sum_squares(std::span<const float* const> /*x*/, std::span<const int64_t> /*n*/,
+                           std::span<double> /*out*/) {
+    refuse_updates();
   }
   // One tensor of n elements by the rules of exec/parameter_update.h (b: the momentum buffer,
   // null without momentum; m, v: AdamW's moments).
-  virtual void sgd_update(float* p, const float* g, float* b, int64_t n, const SgdScalars& s) {
-    (void)p, (void)g, (void)b, (void)n, (void)s;
-    PT_CHECK(false, std::string(name()) + " does not update parameters");
+  virtual void sgd_update(float* /*p*/, const float* /*g*/, float* /*b*/, int64_t /*n*/, const SgdScalars&) {
+    refuse_updates();
   }
-  virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
-    (void)p, (void)g, (void)m, (void)v, (void)n, (void)s;
+  virtual void adamw_update(float* /*p*/, const float* /*g*/, float* /*m*/, float* /*v*/, int64_t /*n*/,
+                            const AdamWScalars&) {
+    refuse_updates();
+  }
+
+ private:
+  [[noreturn]] void refuse_updates() const {
     PT_CHECK(false, std::string(name()) + " does not update parameters");
   }
 };

@@ -184,7 +184,7 @@ double Optimizer::squared_norm(std::span<const float* const> grads) const {
   }
   double total = 0;
   for (size_t k = 0; k < params_.size(); ++k)
-    total += sum_squares(grads[k], params_[k].value->type.numel(), partial_);
+    total += sum_squares(grads[k], numels_[k], partial_);
   return total;
 }
 

@@ -127,22 +127,21 @@ const void* CudaBackend::device_constant(const Tensor& t) {
 void CudaBackend::refresh_constants() {
   std::lock_guard<std::mutex> lock(constants_mu_);
   DeviceGuard guard(ctx_.device);
-  for (const auto& [t, c] : constants_) {
-    PT_CHECK(t->data.size() == c.bytes, "a constant changed size after it was uploaded");
-    if (c.bytes)
-      PT_CUDA_CHECK(cudaMemcpyAsync(c.device, t->data.data(), c.bytes, cudaMemcpyHostToDevice,
-                                    ctx_.stream));
-  }
+  for (const auto& [t, c] : constants_) reupload(*t, c);
 }
 
 void CudaBackend::refresh_constant(const Tensor& t) {
   std::lock_guard<std::mutex> lock(constants_mu_);
   auto it = constants_.find(&t);
-  if (it == constants_.end() || !it->second.bytes) return;
-  PT_CHECK(t.data.size() == it->second.bytes, "a constant changed size after it was uploaded");
+  if (it == constants_.end()) return;
   DeviceGuard guard(ctx_.device);
-  PT_CUDA_CHECK(cudaMemcpyAsync(it->second.device, t.data.data(), it->second.bytes,
-                                cudaMemcpyHostToDevice, ctx_.stream));
+  reupload(t, it->second);
+}
+
+void CudaBackend::reupload(const Tensor& t, const Constant& c) {
+  PT_CHECK(t.data.size() == c.bytes, "a constant changed size after it was uploaded");
+  if (c.bytes)
+    PT_CUDA_CHECK(cudaMemcpyAsync(c.device, t.data.data(), c.bytes, cudaMemcpyHostToDevice, ctx_.stream));
 }
 
 void CudaBackend::sum_squares(std::span<const float* const> x, std::span<const int64_t> n,

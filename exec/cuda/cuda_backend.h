@@ -86,6 +86,8 @@ class CudaBackend : public Backend {
     size_t bytes = 0;
   };
   std::map<const Tensor*, Constant> constants_;
+  // Enqueues the copy of t's data over its device copy c (constants_mu_ held, device current).
+  void reupload(const Tensor& t, const Constant& c);
 };
 
 }  // namespace pt::cuda

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <cstdint>
 #include <map>
 
 #include "core/bytes.h"
@@ -178,6 +179,40 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
     outputs_.push_back({address(v), &g.value(v).type});
     output_from_input_.push_back(static_cast<size_t>(where[static_cast<size_t>(v)].input + 1));
   }
+  // The arena buffers that hold exactly one graph output, and every argument reading or writing
+  // them (the output's producer, its readers, its views and theirs).
+  std::map<int, int> output_of_buffer;  // buffer -> output k, or -1 where two outputs share it
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const Location& l = where[static_cast<size_t>(g.outputs[k])];
+    if (l.buffer < 0 || l.constant) continue;
+    auto [it, fresh] = output_of_buffer.emplace(l.buffer, static_cast<int>(k));
+    if (!fresh) it->second = -1;
+  }
+  output_sites_.resize(g.outputs.size());
+  output_home_.resize(g.outputs.size());
+  const auto site_of = [&](ValueId v) -> std::vector<Site>* {
+    if (v == kNoValue || where[static_cast<size_t>(v)].constant) return nullptr;
+    auto it = output_of_buffer.find(where[static_cast<size_t>(v)].buffer);
+    return it == output_of_buffer.end() || it->second < 0 ? nullptr : &output_sites_[static_cast<size_t>(it->second)];
+  };
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Node& node = g.nodes[i];
+    for (size_t j = 0; j < node.inputs.size(); ++j)
+      if (auto* sites = site_of(node.inputs[j])) sites->push_back({i, false, j});
+    for (size_t j = 0; j < node.outputs.size(); ++j)
+      if (auto* sites = site_of(node.outputs[j])) sites->push_back({i, true, j});
+  }
+  for (size_t k = 0; k < g.outputs.size(); ++k) output_home_[k] = outputs_[k].data;
+}
+
+void StageProgram::place_output(size_t k, void* at) {
+  PT_CHECK(placeable(k), "output " + graph_.value(graph_.outputs.at(k)).name + " cannot be placed");
+  if (at == nullptr) at = output_home_[k];
+  PT_CHECK(reinterpret_cast<uintptr_t>(at) % kArenaAlignment == 0, "a placed output must be aligned");
+  if (outputs_[k].data == at) return;
+  for (const Site& s : output_sites_[k])
+    (s.output ? steps_[s.step].outputs : steps_[s.step].inputs)[s.slot].data = at;
+  outputs_[k].data = at;
 }
 
 StageProgram::~StageProgram() { backend_.release(arena_); }

@@ -49,6 +49,15 @@ class StageProgram {
   bool runs_nothing(size_t i) const;
   // Graph output k, valid until the next run.
   Buffer output(size_t k) const;
+  // Whether graph output k can be written straight into the caller's memory (place_output): an
+  // arena tensor that no other graph output shares (not a graph input, a view of one or a
+  // constant).
+  bool placeable(size_t k) const { return !output_sites_.at(k).empty(); }
+  // From the next run on, the kernels write graph output k (and its views) at `at`, in the
+  // backend's memory, 64-byte aligned, holding its bytes, overlapping no other tensor of the run;
+  // output(k) is then `at`. Null: back in the arena. Saves the copy a caller keeping the output
+  // past the next run would make (the pipeline's kept activations and gradients).
+  void place_output(size_t k, void* at);
 
   const MemoryPlan& memory_plan() const { return plan_; }
   int64_t planned_peak_bytes() const { return plan_.arena_bytes; }
@@ -67,6 +76,15 @@ class StageProgram {
   // Where each graph input is read: (step, argument slot) per input.
   std::vector<std::vector<std::pair<size_t, size_t>>> input_uses_;
   std::vector<size_t> output_from_input_;  // per output: input index + 1, or 0
+  // Per placeable output: every argument holding its buffer, (step, output?, slot); and its
+  // arena address.
+  struct Site {
+    size_t step;
+    bool output;
+    size_t slot;
+  };
+  std::vector<std::vector<Site>> output_sites_;
+  std::vector<void*> output_home_;
   std::vector<double>* profile_ = nullptr;
 
   void bind_inputs(std::span<const Buffer> inputs);

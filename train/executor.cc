@@ -99,15 +99,6 @@ struct PipelineExecutor::Worker {
       in[i].data = p;
     }
   }
-  void store(Chunk& c, const StageProgram& prog, const std::vector<std::pair<int, int>>& dst, int m) {
-    for (size_t k = 0; k < dst.size(); ++k) {
-      if (dst[k].first < 0) continue;
-      const Buffer out = prog.output(k);
-      Group& g = c.groups[dst[k].first];
-      c.backend.copy(g.at(m, dst[k].second), out.data,
-                     g.entries[static_cast<size_t>(dst[k].second)].bytes);
-    }
-  }
 
   // The feeds of micro-batch m, staged by bind_feeds, into the kFeed block F just took.
   void upload_feeds(Chunk& c, int m) {
@@ -120,8 +111,11 @@ struct PipelineExecutor::Worker {
     const int m = a.micro_batch;
     upload_feeds(c, m);
     bind(c, c.f_src, c.f_in, m, false);
+    for (const Copy& d : c.f_dst)
+      if (d.placed) c.f->place_output(static_cast<size_t>(d.k), c.groups[d.group].at(m, d.entry));
     c.f->run(c.f_in);
     for (const Copy& d : c.f_dst) {
+      if (d.placed) continue;
       Group& g = c.groups[d.group];
       const void* from = d.input ? c.f_in[static_cast<size_t>(d.k)].data
                                  : c.f->output(static_cast<size_t>(d.k)).data;
@@ -137,9 +131,17 @@ struct PipelineExecutor::Worker {
   }
   void backward_input(const Action& a) {
     Chunk& c = chunk(a.chunk);
-    bind(c, c.b_src, c.b_in, a.micro_batch, false);
+    const int m = a.micro_batch;
+    bind(c, c.b_src, c.b_in, m, false);
+    for (size_t k = 0; k < c.b_dst.size(); ++k)
+      if (c.b_placed[k]) c.b->place_output(k, c.groups[c.b_dst[k].first].at(m, c.b_dst[k].second));
     c.b->run(c.b_in);
-    store(c, *c.b, c.b_dst, a.micro_batch);
+    for (size_t k = 0; k < c.b_dst.size(); ++k) {
+      if (c.b_placed[k]) continue;
+      Group& g = c.groups[c.b_dst[k].first];
+      c.backend.copy(g.at(m, c.b_dst[k].second), c.b->output(k).data,
+                     g.entries[static_cast<size_t>(c.b_dst[k].second)].bytes);
+    }
   }
   // In micro-batch order straight into the accumulators; otherwise alone into held[m], added
   // when the micro-batches before it are in (or after the step, for shared parameters).
@@ -148,12 +150,18 @@ struct PipelineExecutor::Worker {
     const int m = a.micro_batch;
     const bool direct = !c.shared && m == c.next_m;
     bind(c, c.w_src, c.w_in, m, direct);
-    c.w->run(c.w_in);
-    for (size_t k = 0; k < c.w_out_param.size(); ++k) {
+    const auto dst = [&](size_t k) -> std::byte* {
       const size_t p = static_cast<size_t>(c.w_out_param[k]);
-      std::byte* dst = direct ? c.acc[p]->sum.get() : c.held_at(m, p);
-      c.backend.copy(dst, c.w->output(k).data, static_cast<size_t>(c.param_type(p).bytes()));
-    }
+      return direct ? c.acc[p]->sum.get() : c.held_at(m, p);
+    };
+    std::vector<char>& placed = direct ? c.w_place_acc : c.w_place_held;
+    for (size_t k = 0; k < c.w_out_param.size(); ++k)
+      if (c.w_place_held[k]) c.w->place_output(k, placed[k] ? dst(k) : nullptr);
+    c.w->run(c.w_in);
+    for (size_t k = 0; k < c.w_out_param.size(); ++k)
+      if (!placed[k])
+        c.backend.copy(dst(k), c.w->output(k).data,
+                       static_cast<size_t>(c.param_type(static_cast<size_t>(c.w_out_param[k])).bytes()));
     if (!direct) {
       c.held_ready[static_cast<size_t>(m)] = 1;
       return;

@@ -62,6 +62,11 @@ void plan_forward(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c, bool 
   // A tensor F passes on (an input that is also an output) was kept with the outputs already.
   for (size_t i = 0; i < f.inputs.size(); ++i)
     if (!std::count(f.outputs.begin(), f.outputs.end(), f.inputs[i])) keep(f.value(f.inputs[i]), true, i);
+  // F writes an output straight into the first slot that keeps it; the other slots copy it.
+  std::vector<char> placed(f.outputs.size(), 0);
+  for (auto& d : c.f_dst)
+    if (!d.input && c.local && c.f->placeable(static_cast<size_t>(d.k)) && !placed[static_cast<size_t>(d.k)])
+      placed[static_cast<size_t>(d.k)] = d.placed = true;
   int kept = 0;
   for (int g : {kKeptB, kKeptW}) kept += static_cast<int>(c.groups[g].entries.size());
   PT_CHECK(kept == static_cast<int>(c.g.kept.size()), "F neither makes nor reads a kept tensor");
@@ -84,6 +89,7 @@ void plan_backward_input(std::vector<std::unique_ptr<ChunkT>>& chunks, ChunkT& c
              "B output " + val.name + " out of order");
     const int g = grad ? kIGrad : kPassed;
     c.b_dst.push_back({g, c.groups[g].add(val.name, val.type)});
+    c.b_placed.push_back(c.local && c.b->placeable(k));
   }
   for (ValueId v : b.inputs) {
     const Value& val = b.value(v);
@@ -160,6 +166,14 @@ void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
     const int k = name.rfind("grad.", 0) == 0 ? index_of(c.g.params, name.substr(5)) : -1;
     PT_CHECK(k >= 0, "W output '" + name + "' is no parameter gradient");
     c.w_out_param.push_back(k);
+    const bool placeable = c.local && c.w->placeable(c.w_out_param.size() - 1);
+    const int last = w.value(v).producer;
+    const Node* add = last >= 0 ? &w.nodes[static_cast<size_t>(last)] : nullptr;
+    const ValueId acc = w.find(grad_acc_name(c.g.params[static_cast<size_t>(k)]));
+    c.w_place_held.push_back(placeable);
+    c.w_place_acc.push_back(placeable && add && add->op_type == "Add" && add->inputs.size() == 2 &&
+                            add->inputs[0] == acc && add->inputs[1] != acc &&
+                            w.value(acc).consumers.size() == 1);
   }
 }
 

@@ -122,6 +122,7 @@ struct Copy {
   int k;
   bool input;
   int group, entry;
+  bool placed = false;  // the program writes output k into the slot itself (place_output)
 };
 struct Effects {
   std::vector<Use> acquire, release;  // before / after the action, same micro-batch
@@ -188,6 +189,7 @@ struct PipelineExecutor::Chunk {
   std::vector<Buffer> f_in, b_in, w_in;  // types fixed here; run() patches the addresses
   std::vector<Copy> f_dst;                 // F's outputs (and inputs) that outlive it
   std::vector<std::pair<int, int>> b_dst;  // per B output: (group, entry)
+  std::vector<char> b_placed;              // per B output: B writes it into its slot itself
   int loss_output = -1;
   std::vector<std::pair<int, int>> side_dst;  // (F output, side output index)
   std::vector<std::string> feed_names;        // feed k is entry k of groups[kFeed]
@@ -197,6 +199,10 @@ struct PipelineExecutor::Chunk {
   std::vector<Accumulator*> acc;              // per parameter, W's order
   Block zeros;                                // the largest parameter's bytes of 0
   std::vector<int> w_out_param;               // per W output
+  // Per W output: W writes it into the held block itself; and into the accumulator itself when
+  // the micro-batch adds in order (its last node is `grad_acc + g`, in place on the sum, as
+  // add_into_acc does).
+  std::vector<char> w_place_held, w_place_acc;
   bool shared = false;  // reads a parameter another chunk reads too: fold after the step
   bool hold = false;    // some W runs before the W of the micro-batch before it
   std::vector<size_t> held_offset;   // per parameter: where it sits in a held block

@@ -145,6 +145,63 @@ TEST(StageProgram, AViewOfAnInputIsThatInputUnlessItIsAnOutput) {
   }
 }
 
+// x -> Relu -> a -> Flatten -> f -> Neg -> y; x -> Sigmoid -> p -> Flatten -> q. Outputs a, y, x,
+// p and q. a and y can be placed in the caller's memory (the pipeline's slots): the Relu writes a
+// there and the Neg reads it there, through the view. x is the caller's input; p and q share one
+// buffer, so neither can be placed alone.
+TEST(StageProgram, PlacedOutputsAreWrittenWhereTheCallerSays) {
+  Graph g;
+  const TensorType square{DType::kFloat32, {4, 6}}, flat{DType::kFloat32, {4, 6}};
+  const ValueId x = g.add_value("x", square), a = g.add_value("a", square), f = g.add_value("f", flat);
+  const ValueId y = g.add_value("y", flat), p = g.add_value("p", square), q = g.add_value("q", flat);
+  g.add_node(Node{"relu", "Relu", "", {x}, {a}, {}});
+  g.add_node(Node{"flatten", "Flatten", "", {a}, {f}, {{"axis", int64_t{1}}}});
+  g.add_node(Node{"neg", "Neg", "", {f}, {y}, {}});
+  g.add_node(Node{"sigmoid", "Sigmoid", "", {x}, {p}, {}});
+  g.add_node(Node{"flatten_p", "Flatten", "", {p}, {q}, {{"axis", int64_t{1}}}});
+  g.inputs = {x};
+  g.outputs = {a, y, x, p, q};
+  g.name = "placed";
+  g.rebuild_uses();
+  CpuBackend backend(1);
+  StageProgram program(g, backend);
+  EXPECT_TRUE(program.placeable(0));
+  EXPECT_TRUE(program.placeable(1));
+  EXPECT_FALSE(program.placeable(2));
+  EXPECT_FALSE(program.placeable(3));
+  EXPECT_FALSE(program.placeable(4));
+  EXPECT_DEATH(program.place_output(3, nullptr), "cannot be placed");
+
+  struct alignas(64) Slot { float v[24]; };
+  Slot slot_a{}, slot_y{};
+  program.place_output(0, slot_a.v);
+  program.place_output(1, slot_y.v);
+  std::vector<Tensor> inputs = {filled(square, 7)};
+  program.run(buffers(g, inputs));
+  EXPECT_EQ(program.output(0).data, slot_a.v);
+  EXPECT_EQ(program.output(1).data, slot_y.v);
+  const float* x0 = inputs[0].as<float>();
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_EQ(slot_a.v[i], std::max(0.f, x0[i])) << i;
+    EXPECT_EQ(slot_y.v[i], -std::max(0.f, x0[i])) << i;
+  }
+
+  // Back in the arena: the next run leaves the caller's memory alone.
+  program.place_output(0, nullptr);
+  program.place_output(1, nullptr);
+  const Slot before_a = slot_a, before_y = slot_y;
+  inputs = {filled(square, 8)};
+  program.run(buffers(g, inputs));
+  EXPECT_NE(program.output(0).data, slot_a.v);
+  const float* x1 = inputs[0].as<float>();
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_EQ(program.output(0).as<float>()[i], std::max(0.f, x1[i])) << i;
+    EXPECT_EQ(program.output(1).as<float>()[i], -std::max(0.f, x1[i])) << i;
+    EXPECT_EQ(slot_a.v[i], before_a.v[i]) << i;
+    EXPECT_EQ(slot_y.v[i], before_y.v[i]) << i;
+  }
+}
+
 // x -> Conv -> a -> Clip -> b -> depthwise Conv -> c -> Add(c, a) -> d -> 1x1 Conv -> e
 //   -> Add(e, bias of (1, C, 1, 1)) -> y
 struct ConvChain {

@@ -43,7 +43,7 @@ class Backend {
   // Whether its Conv kernels take channels-last tensors (exec/channels_last.h); programs on it
   // then keep the tensors between neighbouring convs that way.
   virtual bool channels_last_convs() const { return false; }
-  // Whether its kernels may be handed an epilogue (KernelSpec::epilogue) in inference programs.
+  // Whether its kernels may be handed an epilogue (KernelSpec::epilogue).
   virtual bool fuses_epilogues() const { return false; }
   // Called by the thread about to run kernels (the CPU backend sets its thread count there).
   virtual void bind_thread() {}

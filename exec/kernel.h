@@ -50,9 +50,11 @@ struct KernelSpec {
   bool constants_fixed = false;
   // The lone reader of output 0 (reading it as its input 0), for the kernel to apply to that
   // output before writing it: the node then runs nothing and its output shares output 0's memory
-  // (inference programs, on a backend whose fuses_epilogues() says so; exec/stage_program.cc).
-  // A kernel that cannot apply it (on the CPU: anything but a Relu or Clip, dnnl_activation)
-  // returns nullptr, and the program makes it without one.
+  // (on a backend whose fuses_epilogues() says so; exec/stage_program.cc). The reader's other
+  // inputs follow the node's own in run()'s inputs (an Add's bias, a Clip's bounds). A kernel
+  // that cannot apply it returns nullptr, and the program makes it without one. On the CPU:
+  // Conv, MatMul and Gemm apply a Relu or Clip (inference programs), MatMul an Add of a row
+  // bias (any program).
   const KernelSpec* epilogue = nullptr;
 
   bool input_channels_last(size_t i) const { return i < channels_last_in.size() && channels_last_in[i]; }

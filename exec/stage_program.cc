@@ -80,22 +80,27 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
     }
     return spec;
   };
-  // Inference programs hand a node's lone reader to its kernel as an epilogue where the kernel
-  // takes it (one pass over the tensor fewer); the reader then runs nothing and its output is the
-  // producer's. Training programs keep every node's output: the backward reads it.
-  const bool fuse = use == ProgramUse::kInference && backend.fuses_epilogues();
+  // A node's lone reader goes to its kernel as an epilogue where the kernel takes it (one pass
+  // over the tensor fewer); the reader then runs nothing and its output is the producer's.
+  // Inference programs offer any reader; training programs only an Add (a product's bias, which
+  // the kernel adds to the same bits), so that an activation runs on its own kernel there as in
+  // every program that splits it from its producer.
+  const bool fuse = backend.fuses_epilogues();
   std::vector<bool> absorbed(static_cast<size_t>(n), false);
+  std::vector<int> epilogue_of(static_cast<size_t>(n), -1);
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[static_cast<size_t>(i)];
     Step& step = steps_[static_cast<size_t>(i)];
     if (!absorbed[static_cast<size_t>(i)]) {
       KernelSpec spec = spec_of(node);
-      if (const int e = fuse ? epilogue_candidate(g, i) : -1; e >= 0) {
+      const int e = fuse ? epilogue_candidate(g, i) : -1;
+      if (e >= 0 && (use == ProgramUse::kInference || g.nodes[static_cast<size_t>(e)].op_type == "Add")) {
         const KernelSpec epilogue = spec_of(g.nodes[static_cast<size_t>(e)]);
         spec.epilogue = &epilogue;
         step.kernel = backend.create_kernel(spec);
         spec.epilogue = nullptr;
         absorbed[static_cast<size_t>(e)] = step.kernel != nullptr;
+        if (step.kernel) epilogue_of[static_cast<size_t>(i)] = e;
       }
       if (!step.kernel) step.kernel = backend.create_kernel(spec);
       if (!step.kernel)
@@ -158,10 +163,20 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
     return nullptr;  // a graph input: patched by run()
   };
   input_uses_.resize(g.inputs.size());
+  // A node's arguments: its inputs, then those of the epilogue it applies past the tensor it
+  // fuses (KernelSpec::epilogue).
+  const auto arguments = [&](int i) {
+    std::vector<ValueId> in = g.nodes[static_cast<size_t>(i)].inputs;
+    if (const int e = epilogue_of[static_cast<size_t>(i)]; e >= 0) {
+      const std::vector<ValueId>& more = g.nodes[static_cast<size_t>(e)].inputs;
+      in.insert(in.end(), more.begin() + 1, more.end());
+    }
+    return in;
+  };
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[static_cast<size_t>(i)];
     Step& step = steps_[static_cast<size_t>(i)];
-    for (ValueId v : node.inputs) {
+    for (ValueId v : arguments(i)) {
       if (v == kNoValue) {
         step.inputs.push_back({});
         continue;
@@ -197,8 +212,9 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
   };
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Node& node = g.nodes[i];
-    for (size_t j = 0; j < node.inputs.size(); ++j)
-      if (auto* sites = site_of(node.inputs[j])) sites->push_back({i, false, j});
+    const std::vector<ValueId> in = arguments(static_cast<int>(i));
+    for (size_t j = 0; j < in.size(); ++j)
+      if (auto* sites = site_of(in[j])) sites->push_back({i, false, j});
     for (size_t j = 0; j < node.outputs.size(); ++j)
       if (auto* sites = site_of(node.outputs[j])) sites->push_back({i, true, j});
   }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "exec/cpu/cpu_kernels.h"
@@ -33,7 +34,8 @@ struct MatmulPlan {
   // Gemm's A where the input holds it transposed and the primitive reads a row-major copy:
   // the input's rows and columns; {0, 0}: read in place
   std::array<int64_t, 2> a_stored{};
-  memory::desc bias;      // {1, N} when C is used as the primitive's bias, else zero
+  memory::desc bias;      // {1, N} when input 2 (Gemm's C, a MatMul's bias Add) is the primitive's bias
+  bool bias_epilogue = false;  // the bias is the Add epilogue's (KernelSpec::epilogue)
   float alpha = 1.f;
   float beta = 0.f;       // scale of the sum post-op; 0: no C copied into Y
   int64_t m = 0, n = 0;             // Y's shape, for broadcasting C
@@ -61,12 +63,16 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
     if (plan.alpha != 1.f) attr.set_output_scales(0, {plan.alpha});
     dnnl::post_ops ops;  // C summed into Y, then the epilogue (KernelSpec::epilogue)
     if (plan.beta != 0.f) ops.append_sum(plan.beta);
-    if (!append_epilogue(s, ops)) return nullptr;
+    if (!plan.bias_epilogue && !append_epilogue(s, ops)) return nullptr;
     attr.set_post_ops(ops);
     const dnnl::matmul::desc d = plan.bias.is_zero()
                                      ? dnnl::matmul::desc(plan.a, plan.b, plan.y)
                                      : dnnl::matmul::desc(plan.a, plan.b, plan.bias, plan.y);
     const dnnl::matmul::primitive_desc pd(d, attr, k->engine());
+    // The brgemm kernels add the bias to the finished fp32 sum, as the Add kernel would (checked
+    // bit for bit: StageProgram.ProductsAddTheirBiasAsTheAddWould); other implementations leave
+    // the Add on its own.
+    if (plan.bias_epilogue && std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;
     Place a{Place::kInput, 0};  // A as the primitive reads it: in place, or its copy
     std::function<void(const float*, float*)> copy_a;
     if (plan.a_stored[0] != 0) {
@@ -154,9 +160,27 @@ std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
 
 }  // namespace
 
+// A MatMul's Add epilogue as the primitive's bias: Y (M, N) + a float vector of N (any leading
+// dims of 1), Y's rows folded into M (plan_matmul). The bias is run()'s input 2.
+bool take_bias(const KernelSpec& s, MatmulPlan& plan) {
+  const KernelSpec& e = *s.epilogue;
+  if (e.node.op_type != "Add" || !e.node.domain.empty() || e.inputs.size() != 2 || plan.y.dims().size() != 2 ||
+      e.inputs[1].dtype != DType::kFloat32 || !(e.outputs[0] == s.outputs[0]))
+    return false;
+  const std::vector<int64_t>& b = e.inputs[1].shape;
+  const int64_t n = plan.y.dims()[1];
+  if (b.empty() || b.back() != n || b.size() > s.outputs[0].shape.size() ||
+      std::any_of(b.begin(), b.end() - 1, [](int64_t d) { return d != 1; }))
+    return false;
+  plan.bias = plain_desc(DType::kFloat32, {1, n});
+  plan.bias_epilogue = true;
+  return true;
+}
+
 std::unique_ptr<Kernel> make_matmul(const KernelSpec& s) {
   if (s.inputs.size() != 2 || s.outputs.size() != 1 || !float_io(s)) return nullptr;
-  const auto plan = plan_matmul(s.inputs[0].shape, s.inputs[1].shape, s.outputs[0].shape);
+  auto plan = plan_matmul(s.inputs[0].shape, s.inputs[1].shape, s.outputs[0].shape);
+  if (plan && s.epilogue && s.epilogue->node.op_type == "Add" && !take_bias(s, *plan)) return nullptr;
   return plan ? make_kernel(*plan, s) : nullptr;
 }
 

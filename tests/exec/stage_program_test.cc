@@ -202,6 +202,50 @@ TEST(StageProgram, PlacedOutputsAreWrittenWhereTheCallerSays) {
   }
 }
 
+// x -> MatMul(w) -> m -> Add(bias) -> y -> Relu -> r, and the same with the bias a graph input.
+// In a training program the MatMul adds its bias Add as it writes (the Add runs nothing), and the
+// result is bit for bit the two kernels' (a Fusion::kNone backend runs each node alone); the Relu
+// stays on its own. A bias read at run time is the caller's, each run.
+TEST(StageProgram, ProductsAddTheirBiasAsTheAddWould) {
+  for (const bool bias_is_input : {false, true}) {
+    Graph g;
+    const ValueId x = g.add_value("x", {DType::kFloat32, {3, 64, 96}});
+    const ValueId w = g.add_value("w", {DType::kFloat32, {96, 80}});
+    g.values[static_cast<size_t>(w)].init = std::make_shared<Tensor>(filled({DType::kFloat32, {96, 80}}, 11));
+    const ValueId bias = g.add_value("bias", {DType::kFloat32, {80}});
+    if (!bias_is_input)
+      g.values[static_cast<size_t>(bias)].init = std::make_shared<Tensor>(filled({DType::kFloat32, {80}}, 12));
+    const ValueId m = g.add_value("m", {DType::kFloat32, {3, 64, 80}});
+    const ValueId y = g.add_value("y", {DType::kFloat32, {3, 64, 80}});
+    const ValueId r = g.add_value("r", {DType::kFloat32, {3, 64, 80}});
+    g.add_node(Node{"product", "MatMul", "", {x, w}, {m}, {}});
+    g.add_node(Node{"bias_add", "Add", "", {m, bias}, {y}, {}});
+    g.add_node(Node{"relu", "Relu", "", {y}, {r}, {}});
+    g.inputs = {x};
+    if (bias_is_input) g.inputs.push_back(bias);
+    g.outputs = {r};
+    g.name = "biased";
+    g.rebuild_uses();
+    CpuBackend fused(2);
+    PlainCpuBackend plain(2);
+    StageProgram program(g, fused), reference(g, plain);
+    const std::string what = bias_is_input ? "bias fed" : "bias constant";
+    EXPECT_FALSE(program.runs_nothing(0)) << what;
+    EXPECT_TRUE(program.runs_nothing(1)) << what;
+    EXPECT_FALSE(program.runs_nothing(2)) << what;
+    EXPECT_FALSE(reference.runs_nothing(1)) << what;
+    for (unsigned seed : {21u, 22u}) {
+      std::vector<Tensor> inputs = {filled({DType::kFloat32, {3, 64, 96}}, seed)};
+      if (bias_is_input) inputs.push_back(filled({DType::kFloat32, {80}}, seed + 100));
+      program.run(buffers(g, inputs));
+      reference.run(buffers(g, inputs));
+      const Buffer got = program.output(0), want = reference.output(0);
+      ASSERT_EQ(got.numel(), 3 * 64 * 80);
+      EXPECT_EQ(std::memcmp(got.data, want.data, static_cast<size_t>(got.numel()) * 4), 0) << what << ", seed " << seed;
+    }
+  }
+}
+
 // x -> Conv -> a -> Clip -> b -> depthwise Conv -> c -> Add(c, a) -> d -> 1x1 Conv -> e
 //   -> Add(e, bias of (1, C, 1, 1)) -> y
 struct ConvChain {

@@ -19,7 +19,7 @@ of one measurement per turn).
 
 Usage, in the export venv of samples/README.md (PyPI's torch; CI does not need it):
     .venv-export/bin/python bench/cpu_step.py [--sizes 64,256,512] [--threads 1,2] [--rounds 5]
-        [--steps 5] [--compile] [--pipetrain build/pipetrain]
+        [--steps 5] [--compile] [--pipetrain build/pipetrain] [--out DIR]
 """
 
 import argparse
@@ -168,9 +168,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--out", help="keep the exported models and pipetrain configs here (for "
+                    "bench/ab_step.sh) instead of in a fresh temporary folder")
     a = ap.parse_args()
     import torch
-    out = tempfile.mkdtemp(prefix="pt_bench_cpu_step_")
+    out = a.out or tempfile.mkdtemp(prefix="pt_bench_cpu_step_")
+    os.makedirs(out, exist_ok=True)
     load = os.getloadavg()[0]
     print(f"PyTorch {torch.__version__}, {os.cpu_count()} cores, load average {load:.2f} at the start\n")
     print("| d x blocks x context | threads | PyTorch eager ms | torch.compile ms | pipetrain 1 stage ms "

@@ -10,10 +10,10 @@
 #include <cmath>
 #include <optional>
 #include <type_traits>
-#include <unordered_map>
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dispatch.h"
+#include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
 
 namespace pt::cpu {
@@ -141,33 +141,6 @@ class WhereKernel final : public Kernel {
 
 // ---- oneDNN kernels -------------------------------------------------------------------------
 
-// fp32 y = alg(src0, src1) on oneDNN's binary primitive; src1 broadcasts along its dims of 1.
-// With swap_, input 1 is src0 and input 0 is src1 (input 0 is the broadcast one).
-class DnnlBinary final : public Kernel {
- public:
-  DnnlBinary(const dnnl::binary::primitive_desc& pd, bool swap, const CpuContext& cpu, int threads)
-      : prim_(pd), stream_(cpu.stream), swap_(swap), threads_(threads),
-        src0_(pd.src_desc(0), *cpu.engine, DNNL_MEMORY_NONE),
-        src1_(pd.src_desc(1), *cpu.engine, DNNL_MEMORY_NONE),
-        dst_(pd.dst_desc(), *cpu.engine, DNNL_MEMORY_NONE),
-        args_{{DNNL_ARG_SRC_0, src0_}, {DNNL_ARG_SRC_1, src1_}, {DNNL_ARG_DST, dst_}} {}
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-    src0_.set_data_handle(in[swap_ ? 1 : 0].data);
-    src1_.set_data_handle(in[swap_ ? 0 : 1].data);
-    dst_.set_data_handle(out[0].data);
-    const ThreadScope scope(threads_);
-    prim_.execute(*stream_, args_);
-  }
-
- private:
-  dnnl::binary prim_;
-  dnnl::stream* stream_;
-  bool swap_;
-  int threads_;  // elementwise_threads
-  dnnl::memory src0_, src1_, dst_;
-  std::unordered_map<int, dnnl::memory> args_;  // holds handles to the three memories above
-};
-
 enum class Arith { kAdd, kSub, kMul, kDiv };
 
 // The oneDNN form of an fp32 Add/Sub/Mul/Div, or nullptr where it does not fit: the output must
@@ -191,17 +164,21 @@ std::unique_ptr<Kernel> make_dnnl_binary(const KernelSpec& s, Arith op) {
     negate.append_eltwise(1.f, algorithm::eltwise_linear, -1.f, 0.f);
     attr.set_post_ops(negate);
   }
-  const dnnl::memory::desc md0 = plain_desc(DType::kFloat32, swap ? *b : *a);
-  const dnnl::memory::desc md1 = plain_desc(DType::kFloat32, swap ? *a : *b);
-  try {
-    const int threads = elementwise_threads(s.outputs[0].numel(), s.cpu->threads);
-    const ThreadScope scope(threads);
-    const dnnl::binary::desc d(alg, md0, md1, plain_desc(DType::kFloat32, out));
-    return std::make_unique<DnnlBinary>(dnnl::binary::primitive_desc(d, attr, *s.cpu->engine),
-                                        swap, *s.cpu, threads);
-  } catch (const dnnl::error&) {
-    return nullptr;  // the plain loop handles it
-  }
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // src0 is the input of the output's shape: input 1 when swapped (input 0 broadcasts).
+  const memory::desc md0 = plain_desc(DType::kFloat32, swap ? *b : *a);
+  const memory::desc md1 = plain_desc(DType::kFloat32, swap ? *a : *b);
+  const memory::desc mdy = plain_desc(DType::kFloat32, out);
+  const int threads = elementwise_threads(s.outputs[0].numel(), s.cpu->threads);
+  return build_or_null(s, [&]() -> std::unique_ptr<Kernel> {  // nullptr: the plain loop runs it
+    auto k = std::make_unique<DnnlKernel>(*s.cpu, threads);
+    const dnnl::binary::primitive_desc pd({alg, md0, md1, mdy}, attr, k->engine());
+    k->add_step(dnnl::binary(pd), pd.scratchpad_desc(),
+                {{DNNL_ARG_SRC_0, md0, {Place::kInput, swap ? 1u : 0u}},
+                 {DNNL_ARG_SRC_1, md1, {Place::kInput, swap ? 0u : 1u}},
+                 {DNNL_ARG_DST, mdy, {Place::kOutput, 0}}});
+    return k;
+  }, threads);
 }
 
 // ---- factories ------------------------------------------------------------------------------

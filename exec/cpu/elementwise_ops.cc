@@ -10,7 +10,6 @@
 #include <limits>
 #include <optional>
 #include <type_traits>
-#include <unordered_map>
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dispatch.h"
@@ -30,29 +29,6 @@ using NegTypes = TypeList<double, int32_t, int64_t, int8_t>;  // fp32 goes to on
 using CastTypes = TypeList<float, double, int32_t, int64_t, bool>;
 
 // ---- kernels --------------------------------------------------------------------------------
-
-// fp32 y = alg(x; alpha, beta) on oneDNN's eltwise primitive, x and y of one shape.
-class DnnlEltwise final : public Kernel {
- public:
-  DnnlEltwise(const dnnl::eltwise_forward::primitive_desc& pd, const CpuContext& cpu, int threads)
-      : prim_(pd), stream_(cpu.stream), threads_(threads),
-        src_(pd.src_desc(), *cpu.engine, DNNL_MEMORY_NONE),
-        dst_(pd.dst_desc(), *cpu.engine, DNNL_MEMORY_NONE),
-        args_{{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}} {}
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-    src_.set_data_handle(in[0].data);
-    dst_.set_data_handle(out[0].data);
-    const ThreadScope scope(threads_);
-    prim_.execute(*stream_, args_);
-  }
-
- private:
-  dnnl::eltwise_forward prim_;
-  dnnl::stream* stream_;
-  int threads_;  // elementwise_threads
-  dnnl::memory src_, dst_;
-  std::unordered_map<int, dnnl::memory> args_;  // holds handles to the two memories above
-};
 
 // erf(x) = sign(x) (1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^{-x^2}), t = 1 / (1 + p|x|)
 // (Abramowitz and Stegun 7.1.26): absolute error below 1.5e-7, branch-free, vectorisable.
@@ -184,16 +160,18 @@ std::unique_ptr<Kernel> make_dnnl_eltwise(const KernelSpec& s, dnnl::algorithm a
                                           float alpha = 0.f, float beta = 0.f) {
   if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0]))
     return nullptr;
-  try {
-    const int threads = elementwise_threads(s.inputs[0].numel(), s.cpu->threads);
-    const ThreadScope scope(threads);
-    const dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg,
-                                        plain_desc(s.inputs[0]), alpha, beta);
-    return std::make_unique<DnnlEltwise>(
-        dnnl::eltwise_forward::primitive_desc(d, *s.cpu->engine), *s.cpu, threads);
-  } catch (const dnnl::error&) {
-    return nullptr;
-  }
+  const int threads = elementwise_threads(s.inputs[0].numel(), s.cpu->threads);
+  return build_or_null(s, [&]() -> std::unique_ptr<Kernel> {
+    auto k = std::make_unique<DnnlKernel>(*s.cpu, threads);
+    const memory::desc md = plain_desc(s.inputs[0]);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::eltwise_forward::primitive_desc pd(
+        {dnnl::prop_kind::forward_inference, alg, md, alpha, beta}, attr, k->engine());
+    k->add_step(dnnl::eltwise_forward(pd), pd.scratchpad_desc(),
+                {{DNNL_ARG_SRC, md, {Place::kInput, 0}}, {DNNL_ARG_DST, md, {Place::kOutput, 0}}});
+    return k;
+  }, threads);
 }
 
 // Dropout's ratio: 0.5 when omitted, else its value when it is a constant float/double scalar.

@@ -154,7 +154,7 @@ struct PipelineExecutor::Worker {
       const size_t p = static_cast<size_t>(c.w_out_param[k]);
       return direct ? c.acc[p]->sum.get() : c.held_at(m, p);
     };
-    std::vector<char>& placed = direct ? c.w_place_acc : c.w_place_held;
+    const std::vector<char>& placed = direct ? c.w_place_acc : c.w_place_held;
     for (size_t k = 0; k < c.w_out_param.size(); ++k)
       if (c.w_place_held[k]) c.w->place_output(k, placed[k] ? dst(k) : nullptr);
     c.w->run(c.w_in);

@@ -158,8 +158,6 @@ std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
   return p;
 }
 
-}  // namespace
-
 // A MatMul's Add epilogue as the primitive's bias: Y (M, N) + a float vector of N (any leading
 // dims of 1), Y's rows folded into M (plan_matmul). The bias is run()'s input 2.
 bool take_bias(const KernelSpec& s, MatmulPlan& plan) {
@@ -176,6 +174,8 @@ bool take_bias(const KernelSpec& s, MatmulPlan& plan) {
   plan.bias_epilogue = true;
   return true;
 }
+
+}  // namespace
 
 std::unique_ptr<Kernel> make_matmul(const KernelSpec& s) {
   if (s.inputs.size() != 2 || s.outputs.size() != 1 || !float_io(s)) return nullptr;

@@ -380,8 +380,9 @@ class PricedSplit {
     next[n_] = 0;
     for (int k = parts_ - 1; k >= 0; --k) {
       std::fill(here.begin(), here.end(), kNoLimit);
-      for (int j : starts(k, upper))
-        for_each_end(k, j, upper, [&](int i, int64_t t) {
+      const Span from = starts(k, upper), ends = end_span(r_, n_, parts_, k, upper);
+      for (int j = from.first; j <= from.last; ++j)
+        for_each_end(k, ends, j, upper, [&](int i, int64_t t) {
           if (next[i] != kNoLimit) here[j] = std::min(here[j], std::max(t, next[i]));
         });
       std::swap(next, here);
@@ -398,8 +399,9 @@ class PricedSplit {
     next[n_] = {0, 0};
     for (int k = parts_ - 1; k >= 0; --k) {
       std::fill(here.begin(), here.end(), none);
-      for (int j : starts(k, bound))
-        for_each_end(k, j, bound, [&](int i, int64_t t) {
+      const Span from = starts(k, bound), ends = end_span(r_, n_, parts_, k, bound);
+      for (int j = from.first; j <= from.last; ++j)
+        for_each_end(k, ends, j, bound, [&](int i, int64_t t) {
           if (next[i] == none) return;
           here[j] = std::min(here[j], Best{crossing(k, j) + next[i].first, std::max(t, next[i].second)});
         });
@@ -410,18 +412,20 @@ class PricedSplit {
     const int64_t most = next[0].second;
     std::vector<std::vector<int64_t>> fewest(parts_ + 1, std::vector<int64_t>(n_ + 1, kUnreached));
     fewest[parts_][n_] = 0;
-    for (int k = parts_ - 1; k >= 0; --k)
-      for (int j : starts(k, most))
-        for_each_end(k, j, most, [&](int i, int64_t) {
+    for (int k = parts_ - 1; k >= 0; --k) {
+      const Span from = starts(k, most), ends = end_span(r_, n_, parts_, k, most);
+      for (int j = from.first; j <= from.last; ++j)
+        for_each_end(k, ends, j, most, [&](int i, int64_t) {
           if (fewest[k + 1][i] != kUnreached)
             fewest[k][j] = std::min(fewest[k][j], crossing(k, j) + fewest[k + 1][i]);
         });
+    }
     PT_CHECK(fewest[0][0] == next[0].first, "the fewest bytes differ between passes");
     std::vector<PartRange> out;
     int j = 0;
     for (int k = 0; k < parts_; ++k) {
       int end = -1;
-      for_each_end(k, j, most, [&](int i, int64_t) {
+      for_each_end(k, end_span(r_, n_, parts_, k, most), j, most, [&](int i, int64_t) {
         if (end < 0 && fewest[k + 1][i] != kUnreached &&
             crossing(k, j) + fewest[k + 1][i] == fewest[k][j])
           end = i;
@@ -436,25 +440,11 @@ class PricedSplit {
   }
 
  private:
-  struct Range {  // the positions [first, last], to iterate
-    int first, last;
-    struct It {
-      int i;
-      int operator*() const { return i; }
-      It& operator++() { ++i; return *this; }
-      bool operator!=(const It& o) const { return i != o.i; }
-    };
-    It begin() const { return {first}; }
-    It end() const { return {std::max(first, last + 1)}; }
-  };
-
   int64_t crossing(int k, int j) const { return k > 0 ? p_.cut_bytes[j] : 0; }
 
   // Where part k can start when every part costs at most bound.
-  Range starts(int k, int64_t bound) const {
-    if (k == 0) return {0, 0};
-    const Span s = end_span(r_, n_, parts_, k - 1, bound);
-    return {s.first, s.last};
+  Span starts(int k, int64_t bound) const {
+    return k == 0 ? Span{0, 0} : end_span(r_, n_, parts_, k - 1, bound);
   }
 
   // The last end of part k from j whose memory fits, found once.
@@ -468,10 +458,10 @@ class PricedSplit {
   }
 
   // fn(i, time) for every end i of part k from j that fits memory, lies in the part's end band
-  // under bound, and takes time <= bound; the last part ends at n.
+  // under bound (`ends`, end_span's, the same for every start of the part), and takes time
+  // <= bound; the last part ends at n.
   template <typename Fn>
-  void for_each_end(int k, int j, int64_t bound, Fn fn) {
-    const Span ends = end_span(r_, n_, parts_, k, bound);
+  void for_each_end(int k, const Span& ends, int j, int64_t bound, Fn fn) {
     const int last = std::min(ends.last, last_fit(k, j));
     for (int i = std::max(j + 1, ends.first); i <= last && r_.cost(j, i) <= bound; ++i) {
       const int64_t t = r_.cost(j, i) + r_.link(j, i, k, parts_);

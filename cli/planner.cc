@@ -24,7 +24,9 @@ namespace {
 // full only the chunk's inputs.
 const char* const kPolicies[] = {"none", "selective", "every:2", "full"};
 constexpr int kPolicyCount = 4;
-constexpr int64_t kStateFactor = 4;  // weights, gradients, two AdamW moments
+// Parameter bytes x this is what a device holds for its parameters: weights, gradients, two
+// AdamW moments (the partitioner's memory model counts the same).
+const int64_t kStateFactor = MemoryModel{}.state_factor;
 
 // One chunking of the model: its cuts and, per policy, every chunk's costs under it (a chunk's
 // recompute depends on its own forward alone, so chunks under different policies combine).
@@ -34,6 +36,15 @@ struct Chunking {
   std::vector<std::string> cut_after;  // empty: the balanced cuts
   std::vector<Costs> by_policy;  // empty Costs where the policy could not be built
 };
+
+// Per device, the state its parameters take (kStateFactor x their bytes) when chunk k sits on
+// device_of(k).
+std::vector<int64_t> state_per_device(const Chunking& ch, int devices, const std::function<int(int)>& device_of) {
+  std::vector<int64_t> per(static_cast<size_t>(devices), 0);
+  for (size_t k = 0; k < ch.plan.chunks.size(); ++k)
+    per[static_cast<size_t>(device_of(static_cast<int>(k)))] += kStateFactor * ch.plan.chunks[k].param_bytes;
+  return per;
+}
 
 Costs policy_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPlan& plan) {
   Costs costs = chunk_costs(chunks);  // F, B, W in GFLOP; kept bytes as the executor counts
@@ -115,10 +126,8 @@ PlanCandidate evaluate(const Chunking& ch, const Schedule& s, const Assignment& 
   const Simulation sim = simulate(s, costs, "plan");
   c.step_s = sim.makespan * 1e9 / r.link.rate;
   c.bubble = sim.bubble;
-  c.state_bytes.assign(r.devices, 0);
+  c.state_bytes = state_per_device(ch, r.devices, [&](int k) { return s.device_of(k); });
   c.kept_bytes.assign(r.devices, 0);
-  for (int k = 0; k < chunk_count; ++k)
-    c.state_bytes[s.device_of(k)] += kStateFactor * ch.plan.chunks[k].param_bytes;
   for (int d = 0; d < r.devices; ++d) {
     c.kept_bytes[d] = std::llround(sim.devices[d].peak_bytes);
     if (r.memory > 0 && c.memory(d) > r.memory && c.fits) {
@@ -182,9 +191,8 @@ void search_chunking(const Chunking& ch, const PlanRequest& r, std::vector<PlanC
     if (r.memory > 0) {
       int64_t state = 0;
       for (Placement pl : {Placement::kLoop, Placement::kV}) {
-        std::vector<int64_t> per(r.devices, 0);
-        for (size_t k = 0; k < ch.plan.chunks.size(); ++k)
-          per[device_of(pl, r.devices, static_cast<int>(k))] += kStateFactor * ch.plan.chunks[k].param_bytes;
+        const std::vector<int64_t> per =
+            state_per_device(ch, r.devices, [&](int k) { return device_of(pl, r.devices, k); });
         state = std::max(state, *std::max_element(per.begin(), per.end()));
       }
       if (state >= r.memory) continue;

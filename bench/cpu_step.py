@@ -15,11 +15,12 @@ The contenders run in turns, A B C A B C ..., each turn a fresh process running 
 and reporting the median of the steps after the first; a figure is the median over --rounds turns,
 with the least and the most. Each row also gives the achieved FLOP rate as a share of the MKL
 sgemm rate measured by the same torch at T threads on a 1024 x 1024 x 1024 product (the median
-of one measurement per turn).
+of one measurement per turn). --split then profiles one step of eager (torch.profiler) and of
+pipetrain (train --profile) per row: the products' time against the rest of each step.
 
 Usage, in the export venv of samples/README.md (PyPI's torch; CI does not need it):
     .venv-export/bin/python bench/cpu_step.py [--sizes 64,256,512] [--threads 1,2] [--rounds 5]
-        [--steps 5] [--compile] [--pipetrain build/pipetrain] [--out DIR]
+        [--steps 5] [--compile] [--split] [--pipetrain build/pipetrain] [--out DIR]
 """
 
 import argparse
@@ -69,8 +70,8 @@ def export(d, path):
     torch.onnx.export(model, (example,), path, input_names=["input"], output_names=["output"])
 
 
-def torch_worker(d, threads, steps, compiled):
-    """Runs in its own process: prints the median step seconds after the first (or after compiling)."""
+def torch_step(d, threads, compiled):
+    """One training step of the charlm module at width d as a function (eager or compiled)."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(threads)
@@ -83,10 +84,8 @@ def torch_worker(d, threads, steps, compiled):
     g = torch.Generator().manual_seed(0)
     xs = torch.randint(0, 256, (MICRO_BATCHES, MICRO_BATCH, T), generator=g)
     ys = torch.randint(0, 256, (MICRO_BATCHES, MICRO_BATCH, T), generator=g)
-    warm = 2 if compiled else 1
-    times = []
-    for _ in range(steps + warm - 1):
-        t0 = time.perf_counter()
+
+    def step():
         opt.zero_grad()
         for m in range(MICRO_BATCHES):
             loss = F.cross_entropy(forward(xs[m]).reshape(-1, 256), ys[m].reshape(-1),
@@ -94,8 +93,56 @@ def torch_worker(d, threads, steps, compiled):
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CONFIG["clip"])
         opt.step()
+    return step
+
+
+def torch_worker(d, threads, steps, compiled):
+    """Runs in its own process: prints the median step seconds after the first (or after compiling)."""
+    step = torch_step(d, threads, compiled)
+    warm = 2 if compiled else 1
+    times = []
+    for _ in range(steps + warm - 1):
+        t0 = time.perf_counter()
+        step()
         times.append(time.perf_counter() - t0)
     print(json.dumps({"step_s": statistics.median(times[warm:])}))
+
+
+# The ops that run eager's products (their self time is the product's kernel).
+TORCH_PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def split_worker(d, threads):
+    """Runs in its own process: one eager step after a warm-up under torch.profiler; prints the
+    step and the self time of its products (TORCH_PRODUCTS) against everything else."""
+    from torch.profiler import ProfilerActivity, profile
+    step = torch_step(d, threads, False)
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        t0 = time.perf_counter()
+        step()
+        seconds = time.perf_counter() - t0
+    events = p.key_averages()
+    products = sum(e.self_cpu_time_total for e in events if e.key in TORCH_PRODUCTS) * 1e-6
+    busy = sum(e.self_cpu_time_total for e in events) * 1e-6
+    print(json.dumps({"step_s": seconds, "products_s": products, "rest_s": busy - products}))
+
+
+def pipetrain_split(binary, config, steps):
+    """pipetrain train --profile: the measured step and the kernel time of its products (MatMul
+    and Gemm rows) against the rest of its kernels, per step."""
+    text = subprocess.run([binary, "train", config, "--set", f"steps={steps}", "--profile"],
+                          check=True, capture_output=True, text=True).stdout
+    step = products = kernels = None
+    for line in text.splitlines():
+        if line.startswith("schedule "):
+            step = float(line.split("measured step ")[1].split(" ms")[0]) * 1e-3
+        elif line.startswith("kernel time per step"):
+            kernels = float(line.rsplit(": ", 1)[1].split(" ms")[0]) * 1e-3
+            products = 0.0
+        elif products is not None and len(line.split()) == 5 and line.split()[1] in ("MatMul", "Gemm"):
+            products += float(line.split()[3]) * 1e-3
+    return {"step_s": step, "products_s": products, "rest_s": kernels - products}
 
 
 def sgemm_worker(threads):
@@ -158,6 +205,8 @@ def main():
         kind, rest = sys.argv[2], [int(x) for x in sys.argv[3:]]
         if kind == "sgemm":
             sgemm_worker(*rest)
+        elif kind == "split":
+            split_worker(*rest)
         else:
             torch_worker(rest[0], rest[1], rest[2], kind == "compile")
         return
@@ -168,6 +217,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--split", action="store_true", help="after the table, one profiled step "
+                    "each of eager (torch.profiler) and pipetrain (--profile) per row: the "
+                    "products' time against the rest")
     ap.add_argument("--out", help="keep the exported models and pipetrain configs here (for "
                     "bench/ab_step.sh) instead of in a fresh temporary folder")
     a = ap.parse_args()
@@ -179,6 +231,7 @@ def main():
     print("| d x blocks x context | threads | PyTorch eager ms | torch.compile ms | pipetrain 1 stage ms "
           "| pipetrain / eager | pipetrain 2 stages ms | MKL sgemm GFLOP/s | eager, pipetrain: share of sgemm |")
     print("|---|---|---|---|---|---|---|---|---|")
+    eager = {}  # (d, threads) -> eager's median step seconds
     for d in [int(x) for x in a.sizes.split(",")]:
         model_path = os.path.join(out, f"charlm_d{d}.onnx")
         export(d, model_path)
@@ -201,6 +254,7 @@ def main():
             gemm = statistics.median(times.pop("sgemm"))
             flops = step_flops(d)
             med = {k: statistics.median(v) for k, v in times.items()}
+            eager[(d, T)] = med["eager"]
             layers, context = SIZES[d]
             print(f"| {d} x {layers} x {context} | {T} | {fmt(times['eager'])} | "
                   f"{fmt(times['compile']) if 'compile' in times else '-'} | {fmt(times['pt1'])} | "
@@ -209,6 +263,28 @@ def main():
                   flush=True)
     print(f"\n(medians over {a.rounds} turns of {a.steps} steps, least-most in brackets; load average "
           f"{os.getloadavg()[0]:.2f} at the end)")
+    if a.split:
+        print_split(a, out, eager)
+
+
+def print_split(a, out, eager):
+    """--split: where each contender's step goes, from one profiled step of each per row."""
+    print("\n| d x blocks x context | threads | eager step ms | eager products ms | eager rest ms "
+          "| pipetrain step ms | pipetrain products ms | pipetrain rest ms | 0.8 x the table's eager ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d in [int(x) for x in a.sizes.split(",")]:
+        for T in [int(x) for x in a.threads.split(",")]:
+            e = worker("split", d, T)
+            p = pipetrain_split(a.pipetrain, config_for(d, os.path.join(out, f"charlm_d{d}.onnx"), out, 1, T)[0],
+                                max(a.steps, 3))
+            layers, context = SIZES[d]
+            print(f"| {d} x {layers} x {context} | {T} | {e['step_s'] * 1e3:.0f} | {e['products_s'] * 1e3:.0f} | "
+                  f"{e['rest_s'] * 1e3:.0f} | {p['step_s'] * 1e3:.0f} | {p['products_s'] * 1e3:.0f} | "
+                  f"{p['rest_s'] * 1e3:.0f} | {0.8 * eager[(d, T)] * 1e3:.0f} |", flush=True)
+    print("\n(eager: torch.profiler's self time of aten::mm, addmm and bmm against every other op's, "
+          "in one step after a warm-up (the profiler slows the step; the rest leaves out Python's own "
+          "time); pipetrain: `train --profile`, each kernel timed alone, steps "
+          "after the first; products = MatMul and Gemm)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
 namespace {
@@ -52,6 +53,13 @@ std::unique_ptr<Kernel> make_eltwise_grad(const KernelSpec& s, dnnl::algorithm a
   }, threads);
 }
 
+// dx[i] = dy[i] * 2/sqrt(pi) * exp(-x[i]^2) over [begin, end); dx may be dy or x.
+PT_VECTOR_CLONES void erf_grad_loop(const float* dy, const float* x, float* dx, int64_t begin, int64_t end) {
+  constexpr float k2OverSqrtPi = 1.12837916709551257f;
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) dx[i] = dy[i] * k2OverSqrtPi * exp_poly(-x[i] * x[i]);
+}
+
 // ErfGrad: dX = dY * 2/sqrt(pi) * exp(-X^2), exp by the vectorisable exp_poly (relative error
 // below 2e-7; it returns about 1e-38 instead of underflowing for |X| > 9.3).
 class ErfGrad final : public Kernel {
@@ -61,9 +69,8 @@ class ErfGrad final : public Kernel {
     const float* dy = in[0].as<const float>();
     const float* x = in[1].as<const float>();
     float* dx = out[0].as<float>();
-    constexpr float k2OverSqrtPi = 1.12837916709551257f;
-#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
-    for (int64_t i = 0; i < n_; ++i) dx[i] = dy[i] * k2OverSqrtPi * exp_poly(-x[i] * x[i]);
+    for_blocks(n_, threads_, kParallelMin,
+               [&](int64_t begin, int64_t end) { erf_grad_loop(dy, x, dx, begin, end); });
   }
 
  private:
@@ -110,9 +117,27 @@ std::optional<ClipGradBound> clip_grad_bound(const KernelSpec& s, size_t k, floa
   return c ? ClipGradBound{c->as<float>()[0]} : ClipGradBound{0.f, static_cast<int>(k)};
 }
 
+// Rows [r0, r1) of SoftmaxGradRows, n elements each.
+PT_VECTOR_CLONES void softmax_grad_rows(const float* dy, const float* y, float* dx, int64_t r0,
+                                        int64_t r1, int64_t n, bool log) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* d = dy + r * n;
+    const float* p = y + r * n;
+    float* g = dx + r * n;
+    if (log) {  // dX = dY - exp(Y) * sum(dY)
+      const float s = static_cast<float>(lane_sum(d, n));
+      for (int64_t k = 0; k < n; ++k) g[k] = d[k] - std::exp(p[k]) * s;
+    } else {  // dX = Y * (dY - sum(dY * Y))
+      const float s = static_cast<float>(lane_dot(d, p, n));
+      for (int64_t k = 0; k < n; ++k) g[k] = p[k] * (d[k] - s);
+    }
+  }
+}
+
 // SoftmaxGrad or LogSoftmaxGrad along the last axis, one row of n at a time: oneDNN 2.6 has
 // no JIT softmax backward below AVX-512, and its reference one took 4% of a transformer's step
-// (the attention probabilities' gradient). Rows run in parallel; each row's sum in lanes.
+// (the attention probabilities' gradient). Blocks of rows run in parallel; each row's sum in
+// lanes.
 class SoftmaxGradRows final : public Kernel {
  public:
   SoftmaxGradRows(int64_t rows, int64_t n, bool log, int threads)
@@ -121,20 +146,11 @@ class SoftmaxGradRows final : public Kernel {
     const float* dy = in[0].as<const float>();
     const float* y = in[1].as<const float>();
     float* dx = out[0].as<float>();
-    const int64_t n = n_;
+    const int64_t n = n_, block = std::max<int64_t>(1, kVectorBlock / std::max<int64_t>(n, 1));
+    const int64_t blocks = (rows_ + block - 1) / block;
 #pragma omp parallel for num_threads(threads_) if (rows_ * n >= kParallelMin)
-    for (int64_t r = 0; r < rows_; ++r) {
-      const float* d = dy + r * n;
-      const float* p = y + r * n;
-      float* g = dx + r * n;
-      if (log_) {  // dX = dY - exp(Y) * sum(dY)
-        const float s = static_cast<float>(lane_sum(d, n));
-        for (int64_t k = 0; k < n; ++k) g[k] = d[k] - std::exp(p[k]) * s;
-      } else {  // dX = Y * (dY - sum(dY * Y))
-        const float s = static_cast<float>(lane_dot(d, p, n));
-        for (int64_t k = 0; k < n; ++k) g[k] = p[k] * (d[k] - s);
-      }
-    }
+    for (int64_t b = 0; b < blocks; ++b)
+      softmax_grad_rows(dy, y, dx, b * block, std::min(rows_, (b + 1) * block), n, log_);
   }
 
  private:

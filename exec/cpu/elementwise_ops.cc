@@ -16,6 +16,7 @@
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
 namespace {
@@ -55,6 +56,13 @@ struct CosOp {
   float operator()(float x) const { return std::cos(x); }
 };
 
+// y[i] = Op(x[i]) over [begin, end); y may be x itself.
+template <class T, class Op, class Out>
+PT_VECTOR_CLONES void unary_loop(const T* x, Out* y, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) y[i] = Op{}(x[i]);
+}
+
 // y[i] = Op(x[i]) over n elements; y is of type Out (T unless the op says otherwise).
 template <class T, class Op, class Out = T>
 class PlainUnary final : public Kernel {
@@ -63,8 +71,8 @@ class PlainUnary final : public Kernel {
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const T* x = in[0].as<const T>();
     Out* y = out[0].as<Out>();
-#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
-    for (int64_t i = 0; i < n_; ++i) y[i] = Op{}(x[i]);
+    for_blocks(n_, threads_, kParallelMin,
+               [&](int64_t begin, int64_t end) { unary_loop<T, Op, Out>(x, y, begin, end); });
   }
 
  private:

@@ -16,13 +16,15 @@
 
 #include "core/error.h"
 #include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/vector_clones.h"
 #include "exec/kernel_geometry.h"
 
 namespace pt::cpu {
 namespace {
 
-// Sum of n contiguous floats in 8 independent lanes (so the compiler can vectorise it).
-float sum_contiguous(const float* x, int64_t n) {
+// Sum of n contiguous floats in 8 independent lanes (so the compiler can vectorise it; the
+// lanes fix the order of the additions, so every clone gives the same bits).
+PT_VECTOR_CLONES float sum_contiguous(const float* x, int64_t n) {
   float lane[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -31,6 +33,17 @@ float sum_contiguous(const float* x, int64_t n) {
   for (; i < n; ++i) tail += x[i];
   return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7])) +
          tail;
+}
+
+// y[c] = scale * sum_k x[k * n + c] for c in [c0, c1), k in [0, rows): additions in k order,
+// the same bits in every clone.
+PT_VECTOR_CLONES void add_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t c0,
+                               int64_t c1, float scale) {
+  std::fill(y + c0, y + c1, 0.f);
+  for (int64_t k = 0; k < rows; ++k)
+    for (int64_t c = c0; c < c1; ++c) y[c] += x[k * n + c];
+  if (scale != 1.f)
+    for (int64_t c = c0; c < c1; ++c) y[c] *= scale;
 }
 
 // One reduced block: x viewed as [M, K, N] with the reduced dims merged into K,
@@ -61,21 +74,13 @@ class BlockReduce : public Kernel {
       if (n_ == 1) {
         y[m] = scale_ * sum_contiguous(x + m * k_, k_);
       } else {
-        add_rows(x + m * k_ * n_, y + m * n_, n_ * b / col_blocks_, n_ * (b + 1) / col_blocks_);
+        add_rows(x + m * k_ * n_, y + m * n_, k_, n_, n_ * b / col_blocks_, n_ * (b + 1) / col_blocks_,
+                 scale_);
       }
     }
   }
 
  private:
-  // y[c] = scale * sum_k x[k, c] for c in [c0, c1).
-  void add_rows(const float* x, float* y, int64_t c0, int64_t c1) const {
-    std::fill(y + c0, y + c1, 0.f);
-    for (int64_t k = 0; k < k_; ++k)
-      for (int64_t c = c0; c < c1; ++c) y[c] += x[k * n_ + c];
-    if (scale_ != 1.f)
-      for (int64_t c = c0; c < c1; ++c) y[c] *= scale_;
-  }
-
   int64_t m_, k_, n_;
   int threads_;
   float scale_ = 1.f;

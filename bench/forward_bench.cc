@@ -1,8 +1,9 @@
 // bench/forward_bench.cc: forward latency of a model on the CPU backend.
 //
 //   forward_bench MODEL.onnx BATCH THREADS REPEATS [plain | unfused]
-// Compiles once (as `pipetrain run` does; `plain` compiles it as training does: every tensor in
-// the plain layout, constants laid out on every run, exec/stage_program.h; `unfused` as `run`
+// Compiles once (as `pipetrain run` does, BatchNormalizations after Convs folded into them;
+// `plain` compiles it as training does: every tensor in the plain layout, nothing folded,
+// constants laid out on every run, exec/stage_program.h; `unfused` as `run`
 // does but with every Relu and Clip run by its own kernel, KernelSpec::epilogue), runs 3 warm-up
 // passes, then REPEATS timed passes on random inputs; prints the median and best in
 // milliseconds, then (on stderr) the time per op type and the ten slowest nodes.
@@ -18,6 +19,7 @@
 
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
+#include "exec/fold_batch_norm.h"
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"
 
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
     pt::CpuBackend backend(threads, variant == "unfused" ? pt::CpuBackend::Fusion::kNone
                                                          : pt::CpuBackend::Fusion::kEpilogues);
     const bool plain = variant == "plain";
+    if (!plain) pt::fold_batch_norms(g);  // as `pipetrain run` does
     pt::StageProgram program(g, backend, plain ? pt::ProgramUse::kTraining : pt::ProgramUse::kInference);
     std::mt19937 rng(0);
     std::normal_distribution<float> normal;

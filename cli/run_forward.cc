@@ -14,6 +14,7 @@
 #include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
+#include "exec/fold_batch_norm.h"
 #include "exec/npy.h"
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"
@@ -68,6 +69,7 @@ int run_forward(const RunArgs& a) {
   options.batch = batch_of(inputs, declared, options.dims);
   Graph g = import_model(a.model, options);
   dropout_as_identity(g);  // run is inference: Dropout is the identity, as in PyTorch's eval()
+  fold_batch_norms(g);     // and BatchNormalization after a Conv is that Conv's scale and shift
 
   std::vector<Buffer> feeds;
   for (ValueId v : g.inputs) {

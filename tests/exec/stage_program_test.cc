@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "exec/channels_last.h"
 #include "exec/cpu/cpu_backend.h"
+#include "exec/fold_batch_norm.h"
 #include "onnx_import/import.h"
 
 namespace pt {
@@ -373,6 +374,83 @@ ValueId add_constant(Graph& g, const std::string& name, const TensorType& type, 
   g.values[static_cast<size_t>(v)].init = std::make_shared<Tensor>(t);
   g.values[static_cast<size_t>(v)].constant = true;
   return v;
+}
+
+// A BatchNormalization's statistics, positive variances.
+ValueId add_variance(Graph& g, const std::string& name, int64_t channels) {
+  const ValueId v = add_constant(g, name, {DType::kFloat32, {channels}}, 0, 0);
+  Tensor& t = const_cast<Tensor&>(*g.values[static_cast<size_t>(v)].init);
+  for (int64_t c = 0; c < channels; ++c) t.as<float>()[c] = 0.25f + 0.1f * static_cast<float>(c);
+  return v;
+}
+
+// x -> Conv(+bias) -> a -> BatchNormalization -> b -> Relu -> c -> Conv -> d ->
+// BatchNormalization -> y. fold_batch_norms folds both into their Convs: no BatchNormalization
+// is left, the outputs are the unfolded graph's within rounding, and b and c, which the
+// BatchNormalization kept plain, now sit between convs (channels-last). Not folded: a
+// BatchNormalization in training mode (the batch's statistics), and one whose Conv output is
+// also read elsewhere (here: a graph output).
+TEST(FoldBatchNorms, ConvsTakeTheirBatchNormalizationAndGiveItsOutputs) {
+  const auto build = [](bool training, bool a_is_output) {
+    Graph g;
+    const TensorType act{DType::kFloat32, {2, 8, 6, 6}};
+    const TensorType per{DType::kFloat32, {8}};
+    const ValueId x = g.add_value("x", act);
+    const ValueId w1 = add_constant(g, "w1", {DType::kFloat32, {8, 8, 3, 3}}, 1, 0);
+    const ValueId bias = add_constant(g, "bias", per, 2, 0);
+    const ValueId w2 = add_constant(g, "w2", {DType::kFloat32, {8, 8, 1, 1}}, 3, 0);
+    std::vector<ValueId> bn[2];
+    for (int k = 0; k < 2; ++k) {
+      const std::string n = "bn" + std::to_string(k);
+      bn[k] = {add_constant(g, n + ".scale", per, 10 + k, 0), add_constant(g, n + ".B", per, 20 + k, 0),
+               add_constant(g, n + ".mean", per, 30 + k, 0), add_variance(g, n + ".var", 8)};
+    }
+    const ValueId a = g.add_value("a", act), b = g.add_value("b", act), c = g.add_value("c", act);
+    const ValueId d = g.add_value("d", act), y = g.add_value("y", act);
+    g.add_node(Node{"conv1", "Conv", "", {x, w1, bias}, {a}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+    Node norm1{"bn1", "BatchNormalization", "", {a, bn[0][0], bn[0][1], bn[0][2], bn[0][3]}, {b}, {}};
+    if (training) {
+      norm1.attrs["training_mode"] = int64_t{1};
+      norm1.outputs.push_back(g.add_value("running_mean", {DType::kFloat32, {8}}));
+      norm1.outputs.push_back(g.add_value("running_var", {DType::kFloat32, {8}}));
+    }
+    g.add_node(norm1);
+    g.add_node(Node{"relu", "Relu", "", {b}, {c}, {}});
+    g.add_node(Node{"conv2", "Conv", "", {c, w2}, {d}, {}});
+    g.add_node(Node{"bn2", "BatchNormalization", "", {d, bn[1][0], bn[1][1], bn[1][2], bn[1][3]}, {y},
+                    {{"epsilon", 1e-3f}}});
+    g.inputs = {x};
+    g.outputs = {y};
+    if (a_is_output) g.outputs.push_back(a);
+    g.name = "bn";
+    g.rebuild_uses();
+    return g;
+  };
+  CpuBackend cpu(2);
+  const auto count_bn = [](const Graph& g) {
+    return std::count_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return n.op_type == "BatchNormalization"; });
+  };
+  const Graph plain = build(false, false);
+  Graph folded = build(false, false);
+  EXPECT_EQ(fold_batch_norms(folded), 2);
+  EXPECT_EQ(count_bn(folded), 0);
+  ASSERT_EQ(folded.nodes.size(), 3u);
+  std::vector<Tensor> inputs = random_inputs(plain, 9);
+  expect_close(run_once(folded, cpu, inputs), run_once(plain, cpu, inputs), "folded");
+  const ValueId c = plain.find("c");
+  EXPECT_FALSE(channels_last_values(plain)[static_cast<size_t>(c)]);
+  EXPECT_TRUE(channels_last_values(folded)[static_cast<size_t>(folded.find("c"))]);
+  EXPECT_TRUE(channels_last_values(folded)[static_cast<size_t>(folded.find("b"))]);
+
+  Graph training = build(true, false);
+  EXPECT_EQ(fold_batch_norms(training), 1);  // bn2 only
+  EXPECT_EQ(training.nodes[1].op_type, "BatchNormalization");
+  Graph read_twice = build(false, true);
+  EXPECT_EQ(fold_batch_norms(read_twice), 1);  // bn2 only
+  EXPECT_EQ(read_twice.nodes[1].op_type, "BatchNormalization");
+  std::vector<Tensor> again = random_inputs(read_twice, 9);
+  const Graph read_twice_plain = build(false, true);
+  expect_close(run_once(read_twice, cpu, again), run_once(read_twice_plain, cpu, again), "read twice");
 }
 
 // x -> Conv(+bias) -> a -> Clip(lo, hi) -> b -> Conv -> c -> Relu -> y, with a, b and c between

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace pt {
@@ -41,12 +43,11 @@ int foldable_conv(const Graph& g, const Node& bn) {
   return x.producer;
 }
 
-Tensor float_tensor(const std::vector<int64_t>& shape, const std::vector<double>& values) {
+// A float32 tensor of `shape`, its data zeros until written.
+Tensor float_tensor(std::vector<int64_t> shape) {
   Tensor t;
-  t.type = {DType::kFloat32, shape};
-  t.data.resize(values.size() * sizeof(float));
-  float* out = t.as<float>();
-  for (size_t i = 0; i < values.size(); ++i) out[i] = static_cast<float>(values[i]);
+  t.type = {DType::kFloat32, std::move(shape)};
+  t.data.resize(static_cast<size_t>(t.type.bytes()));
   return t;
 }
 
@@ -70,16 +71,18 @@ int fold_batch_norms(Graph& g) {
     const float* var = float_constant(g, bn, 4)->as<float>();
     const double eps = bn.attr_float("epsilon", 1e-5f);
     const int64_t channels = w.type.shape[0], per = w.type.numel() / channels;
-    std::vector<double> w2(static_cast<size_t>(w.type.numel())), b2(static_cast<size_t>(channels));
+    Tensor w2 = float_tensor(w.type.shape), b2 = float_tensor({channels});
     for (int64_t o = 0; o < channels; ++o) {
       const double s = scale[o] / std::sqrt(static_cast<double>(var[o]) + eps);
       for (int64_t j = 0; j < per; ++j)
-        w2[static_cast<size_t>(o * per + j)] = w.as<float>()[o * per + j] * s;
-      b2[static_cast<size_t>(o)] = ((b ? b->as<float>()[o] : 0.0) - mean[o]) * s + beta[o];
+        w2.as<float>()[o * per + j] = static_cast<float>(w.as<float>()[o * per + j] * s);
+      b2.as<float>()[o] = static_cast<float>(((b ? b->as<float>()[o] : 0.0) - mean[o]) * s + beta[o]);
     }
-    const std::string base = conv.name.empty() ? bn.name : conv.name;
-    const ValueId wv = g.add_initializer(base + "/folded_batch_norm_W", float_tensor(w.type.shape, w2), true);
-    const ValueId bv = g.add_initializer(base + "/folded_batch_norm_B", float_tensor({channels}, b2), true);
+    // Named after the BatchNormalization's output, a value name no other fold takes (node names
+    // may be empty or repeat).
+    const std::string base = g.value(bn.outputs[0]).name;
+    const ValueId wv = g.add_initializer(base + "/folded_W", std::move(w2), true);
+    const ValueId bv = g.add_initializer(base + "/folded_B", std::move(b2), true);
     conv.inputs.resize(std::max<size_t>(conv.inputs.size(), 3), kNoValue);
     conv.inputs[1] = wv;
     conv.inputs[2] = bv;

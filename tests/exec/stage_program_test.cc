@@ -407,8 +407,9 @@ TEST(FoldBatchNorms, ConvsTakeTheirBatchNormalizationAndGiveItsOutputs) {
     }
     const ValueId a = g.add_value("a", act), b = g.add_value("b", act), c = g.add_value("c", act);
     const ValueId d = g.add_value("d", act), y = g.add_value("y", act);
-    g.add_node(Node{"conv1", "Conv", "", {x, w1, bias}, {a}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
-    Node norm1{"bn1", "BatchNormalization", "", {a, bn[0][0], bn[0][1], bn[0][2], bn[0][3]}, {b}, {}};
+    // Nodes without names, as exporters may write them: the folded constants take value names.
+    g.add_node(Node{"", "Conv", "", {x, w1, bias}, {a}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+    Node norm1{"", "BatchNormalization", "", {a, bn[0][0], bn[0][1], bn[0][2], bn[0][3]}, {b}, {}};
     if (training) {
       norm1.attrs["training_mode"] = int64_t{1};
       norm1.outputs.push_back(g.add_value("running_mean", {DType::kFloat32, {8}}));
@@ -416,8 +417,8 @@ TEST(FoldBatchNorms, ConvsTakeTheirBatchNormalizationAndGiveItsOutputs) {
     }
     g.add_node(norm1);
     g.add_node(Node{"relu", "Relu", "", {b}, {c}, {}});
-    g.add_node(Node{"conv2", "Conv", "", {c, w2}, {d}, {}});
-    g.add_node(Node{"bn2", "BatchNormalization", "", {d, bn[1][0], bn[1][1], bn[1][2], bn[1][3]}, {y},
+    g.add_node(Node{"", "Conv", "", {c, w2}, {d}, {}});
+    g.add_node(Node{"", "BatchNormalization", "", {d, bn[1][0], bn[1][1], bn[1][2], bn[1][3]}, {y},
                     {{"epsilon", 1e-3f}}});
     g.inputs = {x};
     g.outputs = {y};

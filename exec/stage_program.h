@@ -58,8 +58,9 @@ class StageProgram {
   // From the next run on, the kernels write graph output k (and its views) at `at`, in the
   // backend's memory, 64-byte aligned, holding its bytes, overlapping no other tensor of the run
   // (but an input that only the output's producer reads, where that kernel works in place: the
-  // pipeline's `grad_acc + g` into the accumulator); output(k) is then `at`. Null: back in the arena. Saves the copy a caller keeping the output
-  // past the next run would make (the pipeline's kept activations and gradients).
+  // pipeline's `grad_acc + g` into the accumulator); output(k) is then `at`. Null: back in the
+  // arena. Saves the copy a caller keeping the output past the next run would make (the
+  // pipeline's kept activations and gradients).
   void place_output(size_t k, void* at);
 
   const MemoryPlan& memory_plan() const { return plan_; }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,7 +23,10 @@ std::string read_file(const std::string& path, const std::string& todo) {
 void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
                        const std::string& todo) {
   namespace fs = std::filesystem;
-  const std::string tmp = path + ".tmp";
+  // A temporary name of this writer's own: two writers of one path (two runs, two threads) each
+  // rename a whole file into place, the last one winning, and never write into each other's.
+  static std::atomic<unsigned> writes{0};
+  const std::string tmp = path + "." + std::to_string(::getpid()) + "." + std::to_string(writes++) + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw UserError(path, "cannot be written", todo);
   bool ok = true;
@@ -41,8 +45,9 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
   }
   fs::rename(tmp, path, ec);
   if (ec) {
+    const std::string why = ec.message();
     fs::remove(tmp, ec);
-    throw UserError(path, "cannot be written: " + ec.message(), todo);
+    throw UserError(path, "cannot be written: " + why, todo);
   }
   const fs::path folder = fs::path(path).parent_path();
   const int dfd = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -57,6 +57,14 @@ inline fs::path scratch(const std::string& name) {
   return d;
 }
 
+// How many temporary files (NAME.PID.N.tmp, core/files.h) lie in `folder`: a failed write
+// leaves none, and neither does a run that ends.
+inline int temp_files_in(const fs::path& folder) {
+  if (!fs::is_directory(folder)) return 0;
+  return static_cast<int>(std::count_if(fs::directory_iterator(folder), fs::directory_iterator(),
+                                        [](const fs::directory_entry& e) { return e.path().extension() == ".tmp"; }));
+}
+
 inline fs::path write(const fs::path& path, const std::string& text) {
   std::ofstream(path) << text;
   return path;

@@ -2,47 +2,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "tests/cli/run_cli.h"
 
 namespace {
 
-namespace fs = std::filesystem;
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// One folder per test process, made once.
+fs::path folder() {
+  static const fs::path d = scratch("schedule");
+  return d;
 }
 
-// A folder per test process (ctest runs tests in parallel processes).
-fs::path scratch() {
-  const fs::path dir = fs::temp_directory_path() / ("pt_schedule_cli_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return dir;
-}
-
-Result pipetrain(const std::string& args) {
-  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
-  const int status = std::system((std::string(PT_BINARY) + " schedule " + args + " >" +
-                                  out.string() + " 2>" + err.string()).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-}
-
-void expect_error(const Result& r, const std::string& line) {
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_EQ(r.err, "error: " + line + "\n");
-}
+Result pipetrain(const std::string& args) { return run("schedule " + args); }
 
 TEST(ScheduleCli, JsonHasTheDocumentedShapeAndTheClosedForm) {
   const Result r = pipetrain("--kind 1f1b --stages 4 --micro-batches 8 --json");
@@ -86,7 +56,7 @@ TEST(ScheduleCli, PrintsATimelineBubbleAndPeak) {
 }
 
 TEST(ScheduleCli, CsvWrittenThenReadBackSimulatesTheSame) {
-  const fs::path csv = scratch() / "zbh1.csv", svg = scratch() / "zbh1.svg";
+  const fs::path csv = folder() / "zbh1.csv", svg = folder() / "zbh1.svg";
   const Result w = pipetrain("--kind zb-h1 -s 4 -m 8 --csv " + csv.string() + " --svg " +
                              svg.string() + " --json");
   ASSERT_EQ(w.code, 0) << w.err;
@@ -96,7 +66,7 @@ TEST(ScheduleCli, CsvWrittenThenReadBackSimulatesTheSame) {
   const std::string picture = slurp(svg);
   EXPECT_EQ(picture.rfind("<svg", 0), 0u);
   EXPECT_NE(picture.find("<rect"), std::string::npos);
-  EXPECT_FALSE(fs::exists(csv.string() + ".tmp"));
+  EXPECT_EQ(temp_files_in(folder()), 0);
 }
 
 TEST(ScheduleCli, ModelCostsGiveBytes) {
@@ -121,28 +91,28 @@ TEST(ScheduleCli, AutoBeatsTheHandMadeKindsOnAHeavyLastStage) {
 }
 
 TEST(ScheduleCli, BadInputIsOneLineAndExitTwo) {
-  expect_error(pipetrain("--kind zigzag -s 4 -m 8"),
+  expect_one_line_error(pipetrain("--kind zigzag -s 4 -m 8"),
                "--kind zigzag: unknown schedule kind; use one of gpipe, 1f1b, interleaved, "
                "zb-h1, zb-h2, zb-v, v-zb, v-half, v-min, dualpipev, auto");
-  expect_error(pipetrain("--kind zb-v -s 4 -m 8 --chunks 3"),
+  expect_one_line_error(pipetrain("--kind zb-v -s 4 -m 8 --chunks 3"),
                "--kind zb-v: takes 2 chunks per device, not 3; change --chunks");
-  expect_error(pipetrain("--kind gpipe -s 4 -m 8 --memory-limit 4"),
+  expect_one_line_error(pipetrain("--kind gpipe -s 4 -m 8 --memory-limit 4"),
                "--kind gpipe: device 0 keeps 8 micro-batches of activations at its peak, over --memory-limit 4; "
                "choose a kind with less memory, or --kind auto");
-  expect_error(pipetrain("--kind 1f1b -s 4 -m 8 --costs 1,2"),
+  expect_one_line_error(pipetrain("--kind 1f1b -s 4 -m 8 --costs 1,2"),
                "--costs: has 2 numbers; give F,B,W (3 numbers) or F,B,W for each stage (12)");
-  const fs::path bad = scratch() / "bad.csv";
+  const fs::path bad = folder() / "bad.csv";
   std::ofstream(bad) << "# stages: 2\n0F0,0BW0\n1F0,1XW0\n";
-  expect_error(pipetrain("--from-csv " + bad.string()),
+  expect_one_line_error(pipetrain("--from-csv " + bad.string()),
                bad.string() + ":3: cell 2 ('1XW0') is not an action; write actions like 0F3, "
                "1B2, 1W2, 0BW3, 1SF4, 1RB4 or STEP");
 }
 
 TEST(ScheduleCli, AnInvalidScheduleShowsTheGridAndWritesNothing) {
-  const fs::path bad = scratch() / "deadlock.csv", out = scratch() / "never.svg";
+  const fs::path bad = folder() / "deadlock.csv", out = folder() / "never.svg";
   std::ofstream(bad) << "0F0,0BW0,0F1,0BW1\n1F1,1BW1,1F0,1BW0\n";
   const Result r = pipetrain("--from-csv " + bad.string() + " --svg " + out.string());
-  expect_error(r, bad.string() + ": deadlock: device 0 step 1 (0BW0) waits for 1B0 on device 1; "
+  expect_one_line_error(r, bad.string() + ": deadlock: device 0 step 1 (0BW0) waits for 1B0 on device 1; "
                   "device 1 step 0 (1F1) waits for 0F1 on device 0; the device x step grid "
                   "marks where");
   EXPECT_NE(r.out.find("-> device 0"), std::string::npos) << r.out;

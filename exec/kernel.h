@@ -48,13 +48,15 @@ struct KernelSpec {
   // True where the program's constants never change once it is built (ProgramUse::kInference):
   // a kernel may then lay out a constant input once, when it is made, instead of on every run.
   bool constants_fixed = false;
-  // The lone reader of output 0 (reading it as its input 0), for the kernel to apply to that
-  // output before writing it: the node then runs nothing and its output shares output 0's memory
-  // (on a backend whose fuses_epilogues() says so; exec/stage_program.cc). The reader's other
-  // inputs follow the node's own in run()'s inputs (an Add's bias, a Clip's bounds). A kernel
-  // that cannot apply it returns nullptr, and the program makes it without one. On the CPU:
-  // Conv, MatMul and Gemm apply a Relu or Clip (inference programs), MatMul an Add of a row
-  // bias (any program).
+  // The lone reader of output 0 (reading it as its input 0; an Add reading it as input 1 comes
+  // with its operands swapped), for the kernel to apply to that output before writing it: the
+  // node then runs nothing and its output shares output 0's memory (on a backend whose
+  // fuses_epilogues() says so; exec/stage_program.cc). The reader's other inputs follow the
+  // node's own in run()'s inputs (an Add's bias, a Clip's bounds). A kernel that cannot apply it
+  // returns nullptr, and the program makes it without one. On the CPU: Conv, MatMul and Gemm
+  // apply a Relu or Clip (inference programs); MatMul an Add of a row bias, MatMul and Gemm an
+  // Add of a tensor of the output's shape (any program: a weight gradient summed into its
+  // accumulator).
   const KernelSpec* epilogue = nullptr;
 
   bool input_channels_last(size_t i) const { return i < channels_last_in.size() && channels_last_in[i]; }

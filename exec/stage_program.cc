@@ -32,8 +32,8 @@ struct Location {
 };
 
 // The node that could run as node i's epilogue (KernelSpec::epilogue): the only reader of i's
-// only output, which is not a graph output, reading it once, as its input 0. -1 when there is
-// none. Which readers a kernel can apply (the CPU's: Relu and Clip) is the backend's to say.
+// only output, which is not a graph output, reading it once, as its input 0 or as either operand
+// of an Add. -1 when there is none. Which readers a kernel can apply is the backend's to say.
 int epilogue_candidate(const Graph& g, int i) {
   const Node& node = g.nodes[static_cast<size_t>(i)];
   if (node.outputs.size() != 1 || node.outputs[0] == kNoValue) return -1;
@@ -42,9 +42,19 @@ int epilogue_candidate(const Graph& g, int i) {
   if (val.consumers.size() != 1 || std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) return -1;
   const int c = val.consumers[0];
   const Node& reader = g.nodes[static_cast<size_t>(c)];
-  if (reader.inputs.empty() || reader.inputs[0] != y || std::count(reader.inputs.begin(), reader.inputs.end(), y) != 1)
+  const bool add = reader.op_type == "Add" && reader.domain.empty() && reader.inputs.size() == 2;
+  if (reader.inputs.empty() || (reader.inputs[0] != y && !(add && reader.inputs[1] == y)) ||
+      std::count(reader.inputs.begin(), reader.inputs.end(), y) != 1)
     return -1;
   return c;
+}
+
+// Node e, the epilogue of a node whose output is y, as its kernel sees it: reading y as input 0
+// (an Add reading it as input 1 has its operands swapped: they commute, bit for bit).
+Node epilogue_node(const Graph& g, int e, ValueId y) {
+  Node reader = g.nodes[static_cast<size_t>(e)];
+  if (reader.inputs[0] != y) std::swap(reader.inputs[0], reader.inputs[1]);
+  return reader;
 }
 
 }  // namespace
@@ -82,25 +92,30 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
   };
   // A node's lone reader goes to its kernel as an epilogue where the kernel takes it (one pass
   // over the tensor fewer); the reader then runs nothing and its output is the producer's.
-  // Inference programs offer any reader; training programs only an Add (a product's bias, which
-  // the kernel adds to the same bits), so that an activation runs on its own kernel there as in
+  // Inference programs offer any reader; training programs only an Add (a product's bias or a
+  // summed tensor, which the kernel adds to the same bits), so that an activation runs on its own kernel there as in
   // every program that splits it from its producer.
   const bool fuse = backend.fuses_epilogues();
-  std::vector<bool> absorbed(static_cast<size_t>(n), false);
   std::vector<int> epilogue_of(static_cast<size_t>(n), -1);
+  // Per absorbed epilogue, the tensor it read, which its producer now writes in its place.
+  std::vector<ValueId> fused_tensor(static_cast<size_t>(n), kNoValue);
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[static_cast<size_t>(i)];
     Step& step = steps_[static_cast<size_t>(i)];
-    if (!absorbed[static_cast<size_t>(i)]) {
+    const bool absorbed = fused_tensor[static_cast<size_t>(i)] != kNoValue;
+    if (!absorbed) {
       KernelSpec spec = spec_of(node);
       const int e = fuse ? epilogue_candidate(g, i) : -1;
       if (e >= 0 && (use == ProgramUse::kInference || g.nodes[static_cast<size_t>(e)].op_type == "Add")) {
-        const KernelSpec epilogue = spec_of(g.nodes[static_cast<size_t>(e)]);
+        const Node reader = epilogue_node(g, e, node.outputs[0]);
+        const KernelSpec epilogue = spec_of(reader);
         spec.epilogue = &epilogue;
         step.kernel = backend.create_kernel(spec);
         spec.epilogue = nullptr;
-        absorbed[static_cast<size_t>(e)] = step.kernel != nullptr;
-        if (step.kernel) epilogue_of[static_cast<size_t>(i)] = e;
+        if (step.kernel) {
+          epilogue_of[static_cast<size_t>(i)] = e;
+          fused_tensor[static_cast<size_t>(e)] = node.outputs[0];
+        }
       }
       if (!step.kernel) step.kernel = backend.create_kernel(spec);
       if (!step.kernel)
@@ -111,11 +126,10 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
     // A view of an arena buffer is that buffer, live until the view's last reader too. A view of
     // a graph input is that input, unless it is a graph output itself (outputs stay the
     // program's own memory, valid until the next run, whatever the caller does with its inputs).
-    // An absorbed epilogue's output is its input, which its producer wrote already.
-    const bool shares_input = node.is_view() || absorbed[static_cast<size_t>(i)];
-    const Location* viewed = shares_input && !node.inputs.empty() && node.inputs[0] != kNoValue
-                                 ? &where[static_cast<size_t>(node.inputs[0])]
-                                 : nullptr;
+    // An absorbed epilogue's output is the tensor it fused, which its producer wrote already.
+    ValueId shared = fused_tensor[static_cast<size_t>(i)];
+    if (node.is_view() && !node.inputs.empty()) shared = node.inputs[0];
+    const Location* viewed = shared != kNoValue ? &where[static_cast<size_t>(shared)] : nullptr;
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       const ValueId v = node.outputs[k];
       if (v == kNoValue || where[static_cast<size_t>(v)].constant) continue;
@@ -124,7 +138,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
       if (!val.consumers.empty()) last = std::max(last, val.consumers.back());
       for (ValueId o : g.outputs)
         if (o == v) last = n;
-      const bool same_bytes = k == 0 && viewed && g.value(node.inputs[0]).type.bytes() == val.type.bytes();
+      const bool same_bytes = k == 0 && viewed && g.value(shared).type.bytes() == val.type.bytes();
       if (same_bytes && viewed->buffer >= 0) {
         where[static_cast<size_t>(v)].buffer = viewed->buffer;
         BufferLife& life = lives[static_cast<size_t>(viewed->buffer)];
@@ -140,7 +154,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
       where[static_cast<size_t>(v)].buffer = static_cast<int>(lives.size());
       lives.push_back({val.name, val.type.bytes(), i, last});
     }
-    PT_CHECK(step.aliased || !absorbed[static_cast<size_t>(i)], node.label() + " was fused but keeps its own output");
+    PT_CHECK(step.aliased || !absorbed, node.label() + " was fused but keeps its own output");
     if (step.kernel && step.kernel->scratch_bytes() > 0) {
       scratch_buffer[static_cast<size_t>(i)] = static_cast<int>(lives.size());
       lives.push_back({node.name + ":scratch", static_cast<int64_t>(step.kernel->scratch_bytes()), i, i});
@@ -168,7 +182,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
   const auto arguments = [&](int i) {
     std::vector<ValueId> in = g.nodes[static_cast<size_t>(i)].inputs;
     if (const int e = epilogue_of[static_cast<size_t>(i)]; e >= 0) {
-      const std::vector<ValueId>& more = g.nodes[static_cast<size_t>(e)].inputs;
+      const std::vector<ValueId> more = epilogue_node(g, e, g.nodes[static_cast<size_t>(i)].outputs[0]).inputs;
       in.insert(in.end(), more.begin() + 1, more.end());
     }
     return in;

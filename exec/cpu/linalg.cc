@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -34,8 +35,12 @@ struct MatmulPlan {
   // Gemm's A where the input holds it transposed and the primitive reads a row-major copy:
   // the input's rows and columns; {0, 0}: read in place
   std::array<int64_t, 2> a_stored{};
-  memory::desc bias;      // {1, N} when input 2 (Gemm's C, a MatMul's bias Add) is the primitive's bias
+  memory::desc bias;      // {1, N} when Gemm's C or the Add epilogue's bias is the primitive's bias
+  int bias_input = 2;     // its index in run()'s inputs
   bool bias_epilogue = false;  // the bias is the Add epilogue's (KernelSpec::epilogue)
+  // The Add epilogue's other operand, of Y's shape, summed into Y: run()'s input `sum_input`
+  // (after the node's own), copied into Y unless it is Y's memory already; -1: none
+  int sum_input = -1;
   float alpha = 1.f;
   float beta = 0.f;       // scale of the sum post-op; 0: no C copied into Y
   int64_t m = 0, n = 0;             // Y's shape, for broadcasting C
@@ -61,34 +66,39 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (plan.alpha != 1.f) attr.set_output_scales(0, {plan.alpha});
-    dnnl::post_ops ops;  // C summed into Y, then the epilogue (KernelSpec::epilogue)
+    dnnl::post_ops ops;  // C or the Add epilogue's tensor summed into Y, then the epilogue
     if (plan.beta != 0.f) ops.append_sum(plan.beta);
-    if (!plan.bias_epilogue && !append_epilogue(s, ops)) return nullptr;
+    if (plan.sum_input >= 0) ops.append_sum(1.f);
+    if (!plan.bias_epilogue && plan.sum_input < 0 && !append_epilogue(s, ops)) return nullptr;
     attr.set_post_ops(ops);
     const dnnl::matmul::desc d = plan.bias.is_zero()
                                      ? dnnl::matmul::desc(plan.a, plan.b, plan.y)
                                      : dnnl::matmul::desc(plan.a, plan.b, plan.bias, plan.y);
     const dnnl::matmul::primitive_desc pd(d, attr, k->engine());
-    // The brgemm kernels add the bias to the finished fp32 sum, as the Add kernel would (checked
-    // bit for bit: StageProgram.ProductsAddTheirBiasAsTheAddWould); other implementations leave
-    // the Add on its own.
-    if (plan.bias_epilogue && std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;
+    // The brgemm kernels add the bias, and then the summed tensor, to the finished fp32 sum, as
+    // the Add kernel would (checked bit for bit: StageProgram.ProductsAddTheirBiasAsTheAddWould,
+    // .ProductsAddATensorAsTheAddWould); other implementations leave the Add on its own.
+    if ((plan.bias_epilogue || plan.sum_input >= 0) && std::string(pd.impl_info_str()).rfind("brg", 0) != 0)
+      return nullptr;
     Place a{Place::kInput, 0};  // A as the primitive reads it: in place, or its copy
     std::function<void(const float*, float*)> copy_a;
     if (plan.a_stored[0] != 0) {
       a = k->reserve(static_cast<size_t>(plan.a_stored[0] * plan.a_stored[1]) * sizeof(float));
       copy_a = matrix_transpose(plan.a_stored[0], plan.a_stored[1], s.cpu->threads);
     }
-    if (copy_a || plan.beta != 0.f)
+    if (copy_a || plan.beta != 0.f || plan.sum_input >= 0)
       k->set_prologue([plan, copy_a, a](std::span<const Buffer> in, std::span<const Buffer> out,
                                         std::byte* scratch) {
         if (copy_a) copy_a(in[0].as<const float>(), reinterpret_cast<float*>(scratch + a.at));
         if (plan.beta != 0.f) broadcast_c(plan, in[2].as<const float>(), out[0].as<float>());
+        if (const Buffer& d = plan.sum_input >= 0 ? in[static_cast<size_t>(plan.sum_input)] : Buffer{};
+            d.data != nullptr && d.data != out[0].data)
+          std::memcpy(out[0].data, d.data, static_cast<size_t>(out[0].numel()) * sizeof(float));
       });
     Args args = {{DNNL_ARG_SRC, plan.a, a},
                  {DNNL_ARG_WEIGHTS, plan.b, Place{Place::kInput, 1}},
                  {DNNL_ARG_DST, plan.y, Place{Place::kOutput, 0}}};
-    if (!plan.bias.is_zero()) args.emplace_back(DNNL_ARG_BIAS, plan.bias, Place{Place::kInput, 2});
+    if (!plan.bias.is_zero()) args.emplace_back(DNNL_ARG_BIAS, plan.bias, Place{Place::kInput, static_cast<size_t>(plan.bias_input)});
     k->add_step(dnnl::matmul(pd), pd.scratchpad_desc(), args);
     return k;
   });
@@ -158,12 +168,14 @@ std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
   return p;
 }
 
-// A MatMul's Add epilogue as the primitive's bias: Y (M, N) + a float vector of N (any leading
-// dims of 1), Y's rows folded into M (plan_matmul). The bias is run()'s input 2.
+// A product's Add epilogue as the primitive's bias: Y (M, N) + a float vector of N (any leading
+// dims of 1), Y's rows folded into M (plan_matmul). The bias is run()'s input after the node's
+// own. Not where a Gemm has a bias, a C or a scale of its own.
 bool take_bias(const KernelSpec& s, MatmulPlan& plan) {
   const KernelSpec& e = *s.epilogue;
   if (e.node.op_type != "Add" || !e.node.domain.empty() || e.inputs.size() != 2 || plan.y.dims().size() != 2 ||
-      e.inputs[1].dtype != DType::kFloat32 || !(e.outputs[0] == s.outputs[0]))
+      e.inputs[1].dtype != DType::kFloat32 || !(e.outputs[0] == s.outputs[0]) || !plan.bias.is_zero() ||
+      plan.alpha != 1.f || plan.beta != 0.f)
     return false;
   const std::vector<int64_t>& b = e.inputs[1].shape;
   const int64_t n = plan.y.dims()[1];
@@ -171,8 +183,26 @@ bool take_bias(const KernelSpec& s, MatmulPlan& plan) {
       std::any_of(b.begin(), b.end() - 1, [](int64_t d) { return d != 1; }))
     return false;
   plan.bias = plain_desc(DType::kFloat32, {1, n});
+  plan.bias_input = static_cast<int>(s.inputs.size());
   plan.bias_epilogue = true;
   return true;
+}
+
+// An Add epilogue whose other operand has Y's shape and dtype, summed into Y by the primitive
+// (a weight gradient added to its accumulator, W's `grad_acc + g`). It is run()'s input after the
+// node's own. Not with a scaled product or a Gemm C of its own, which the sum would follow.
+bool take_sum(const KernelSpec& s, MatmulPlan& plan) {
+  const KernelSpec& e = *s.epilogue;
+  if (e.node.op_type != "Add" || !e.node.domain.empty() || e.inputs.size() != 2 || plan.alpha != 1.f ||
+      plan.beta != 0.f || !(e.inputs[1] == s.outputs[0]) || !(e.outputs[0] == s.outputs[0]))
+    return false;
+  plan.sum_input = static_cast<int>(s.inputs.size());
+  return true;
+}
+
+// The Add epilogue a product takes: a row bias, or a tensor of its own shape.
+bool take_add(const KernelSpec& s, MatmulPlan& plan) {
+  return !s.epilogue || s.epilogue->node.op_type != "Add" || take_sum(s, plan) || take_bias(s, plan);
 }
 
 }  // namespace
@@ -180,14 +210,13 @@ bool take_bias(const KernelSpec& s, MatmulPlan& plan) {
 std::unique_ptr<Kernel> make_matmul(const KernelSpec& s) {
   if (s.inputs.size() != 2 || s.outputs.size() != 1 || !float_io(s)) return nullptr;
   auto plan = plan_matmul(s.inputs[0].shape, s.inputs[1].shape, s.outputs[0].shape);
-  if (plan && s.epilogue && s.epilogue->node.op_type == "Add" && !take_bias(s, *plan)) return nullptr;
-  return plan ? make_kernel(*plan, s) : nullptr;
+  return plan && take_add(s, *plan) ? make_kernel(*plan, s) : nullptr;
 }
 
 std::unique_ptr<Kernel> make_gemm(const KernelSpec& s) {
   if (s.inputs.size() < 2 || s.outputs.size() != 1 || !float_io(s)) return nullptr;
-  const auto plan = plan_gemm(s);
-  return plan ? make_kernel(*plan, s) : nullptr;
+  auto plan = plan_gemm(s);
+  return plan && take_add(s, *plan) ? make_kernel(*plan, s) : nullptr;
 }
 
 }  // namespace pt::cpu

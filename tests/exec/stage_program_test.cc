@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -243,6 +245,67 @@ TEST(StageProgram, ProductsAddTheirBiasAsTheAddWould) {
       const Buffer got = program.output(0), want = reference.output(0);
       ASSERT_EQ(got.numel(), 3 * 64 * 80);
       EXPECT_EQ(std::memcmp(got.data, want.data, static_cast<size_t>(got.numel()) * 4), 0) << what << ", seed " << seed;
+    }
+  }
+}
+
+// A product whose lone reader is an Add of a tensor of its own shape sums that tensor as it
+// writes (the Add runs nothing), bit for bit what the two kernels give, at one and two threads:
+// W's `grad_acc + g` (a weight gradient X^T dY, Gemm with transA, the accumulator as the Add's
+// input 0) and a MatMul's output plus a residual (input 1). With the output placed on the
+// accumulator's own memory (the pipeline's in-place sum) the result is the same.
+TEST(StageProgram, ProductsAddATensorAsTheAddWould) {
+  struct Case {
+    std::string name;
+    std::vector<int64_t> a, b, y;  // the product's operands and output
+    bool gemm;                     // Gemm with transA (A stored K x M), else MatMul
+  };
+  for (const Case& c : {Case{"weight gradient", {384, 96}, {384, 160}, {96, 160}, true},
+                        Case{"large weight gradient", {1024, 256}, {1024, 512}, {256, 512}, true},
+                        Case{"residual", {3, 64, 96}, {96, 80}, {3, 64, 80}, false}}) {
+    Graph g;
+    const ValueId a = g.add_value("a", {DType::kFloat32, c.a});
+    const ValueId b = g.add_value("b", {DType::kFloat32, c.b});
+    const ValueId acc = g.add_value("acc", {DType::kFloat32, c.y});
+    const ValueId p = g.add_value("p", {DType::kFloat32, c.y});
+    const ValueId y = g.add_value("y", {DType::kFloat32, c.y});
+    if (c.gemm) {
+      g.add_node(Node{"", "Gemm", "", {a, b}, {p}, {{"transA", int64_t{1}}}});
+      g.add_node(Node{"", "Add", "", {acc, p}, {y}, {}});
+    } else {
+      g.add_node(Node{"", "MatMul", "", {a, b}, {p}, {}});
+      g.add_node(Node{"", "Add", "", {p, acc}, {y}, {}});
+    }
+    g.inputs = {a, b, acc};
+    g.outputs = {y};
+    g.name = "summed";
+    g.rebuild_uses();
+    for (const int threads : {1, 2}) {
+      SCOPED_TRACE(c.name + ", " + std::to_string(threads) + " threads");
+      CpuBackend fused(threads);
+      PlainCpuBackend plain(threads);
+      StageProgram program(g, fused), in_place(g, fused), reference(g, plain);
+      EXPECT_TRUE(program.runs_nothing(1));
+      EXPECT_FALSE(reference.runs_nothing(1));
+      ASSERT_TRUE(in_place.placeable(0));
+      for (unsigned seed : {31u, 32u}) {
+        std::vector<Tensor> inputs = {filled({DType::kFloat32, c.a}, seed), filled({DType::kFloat32, c.b}, seed + 1),
+                                      filled({DType::kFloat32, c.y}, seed + 2)};
+        reference.run(buffers(g, inputs));
+        program.run(buffers(g, inputs));
+        const Buffer want = reference.output(0), got = program.output(0);
+        const size_t bytes = static_cast<size_t>(want.numel()) * 4;
+        EXPECT_EQ(std::memcmp(got.data, want.data, bytes), 0) << "seed " << seed;
+        // The sum in the caller's aligned memory, read as the Add's input and written as its output.
+        const std::unique_ptr<float, decltype(&std::free)> sum(
+            static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free);
+        std::memcpy(sum.get(), inputs[2].data.data(), bytes);
+        std::vector<Buffer> feeds = buffers(g, inputs);
+        feeds[2].data = sum.get();
+        in_place.place_output(0, sum.get());
+        in_place.run(feeds);
+        EXPECT_EQ(std::memcmp(sum.get(), want.data, bytes), 0) << "in place, seed " << seed;
+      }
     }
   }
 }

@@ -13,8 +13,9 @@ std::string read_file(const std::string& path, const std::string& todo);
 // Writes the parts, one after the other, to `path` through a temporary file that is flushed to
 // disk (fsync) and renamed into place, then syncs the folder: the name holds the old content or
 // all of the new, even if the process is killed. Writers of one path at the same time each put a
-// whole file there; the last rename wins. The temporary file is named PATH.PID.N.tmp. On failure nothing is left behind and a
-// UserError names the path, ending with `todo` (e.g. "choose another --csv").
+// whole file there; the last rename wins. The temporary file is named PATH.PID.N.tmp. On failure
+// nothing is left behind and a UserError names the path, ending with `todo` (e.g. "choose
+// another --csv").
 void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
                        const std::string& todo);
 void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo);

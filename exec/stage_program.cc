@@ -93,8 +93,8 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
   // A node's lone reader goes to its kernel as an epilogue where the kernel takes it (one pass
   // over the tensor fewer); the reader then runs nothing and its output is the producer's.
   // Inference programs offer any reader; training programs only an Add (a product's bias or a
-  // summed tensor, which the kernel adds to the same bits), so that an activation runs on its own kernel there as in
-  // every program that splits it from its producer.
+  // summed tensor, which the kernel adds to the same bits), so that an activation runs on its own
+  // kernel there as in every program that splits it from its producer.
   const bool fuse = backend.fuses_epilogues();
   std::vector<int> epilogue_of(static_cast<size_t>(n), -1);
   // Per absorbed epilogue, the tensor it read, which its producer now writes in its place.

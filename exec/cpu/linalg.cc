@@ -36,7 +36,7 @@ struct MatmulPlan {
   // the input's rows and columns; {0, 0}: read in place
   std::array<int64_t, 2> a_stored{};
   memory::desc bias;      // {1, N} when Gemm's C or the Add epilogue's bias is the primitive's bias
-  int bias_input = 2;     // its index in run()'s inputs
+  size_t bias_input = 2;  // its index in run()'s inputs
   bool bias_epilogue = false;  // the bias is the Add epilogue's (KernelSpec::epilogue)
   // The Add epilogue's other operand, of Y's shape, summed into Y: run()'s input `sum_input`
   // (after the node's own), copied into Y unless it is Y's memory already; -1: none
@@ -91,14 +91,16 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
                                         std::byte* scratch) {
         if (copy_a) copy_a(in[0].as<const float>(), reinterpret_cast<float*>(scratch + a.at));
         if (plan.beta != 0.f) broadcast_c(plan, in[2].as<const float>(), out[0].as<float>());
-        if (const Buffer& d = plan.sum_input >= 0 ? in[static_cast<size_t>(plan.sum_input)] : Buffer{};
-            d.data != nullptr && d.data != out[0].data)
-          std::memcpy(out[0].data, d.data, static_cast<size_t>(out[0].numel()) * sizeof(float));
+        if (plan.sum_input >= 0) {
+          const Buffer& d = in[static_cast<size_t>(plan.sum_input)];
+          if (d.data != out[0].data)
+            std::memcpy(out[0].data, d.data, static_cast<size_t>(out[0].numel()) * sizeof(float));
+        }
       });
     Args args = {{DNNL_ARG_SRC, plan.a, a},
                  {DNNL_ARG_WEIGHTS, plan.b, Place{Place::kInput, 1}},
                  {DNNL_ARG_DST, plan.y, Place{Place::kOutput, 0}}};
-    if (!plan.bias.is_zero()) args.emplace_back(DNNL_ARG_BIAS, plan.bias, Place{Place::kInput, static_cast<size_t>(plan.bias_input)});
+    if (!plan.bias.is_zero()) args.emplace_back(DNNL_ARG_BIAS, plan.bias, Place{Place::kInput, plan.bias_input});
     k->add_step(dnnl::matmul(pd), pd.scratchpad_desc(), args);
     return k;
   });
@@ -170,12 +172,10 @@ std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {
 
 // A product's Add epilogue as the primitive's bias: Y (M, N) + a float vector of N (any leading
 // dims of 1), Y's rows folded into M (plan_matmul). The bias is run()'s input after the node's
-// own. Not where a Gemm has a bias, a C or a scale of its own.
+// own (take_add has checked the Add). Not where a Gemm has a bias of its own.
 bool take_bias(const KernelSpec& s, MatmulPlan& plan) {
   const KernelSpec& e = *s.epilogue;
-  if (e.node.op_type != "Add" || !e.node.domain.empty() || e.inputs.size() != 2 || plan.y.dims().size() != 2 ||
-      e.inputs[1].dtype != DType::kFloat32 || !(e.outputs[0] == s.outputs[0]) || !plan.bias.is_zero() ||
-      plan.alpha != 1.f || plan.beta != 0.f)
+  if (plan.y.dims().size() != 2 || e.inputs[1].dtype != DType::kFloat32 || !plan.bias.is_zero())
     return false;
   const std::vector<int64_t>& b = e.inputs[1].shape;
   const int64_t n = plan.y.dims()[1];
@@ -183,26 +183,30 @@ bool take_bias(const KernelSpec& s, MatmulPlan& plan) {
       std::any_of(b.begin(), b.end() - 1, [](int64_t d) { return d != 1; }))
     return false;
   plan.bias = plain_desc(DType::kFloat32, {1, n});
-  plan.bias_input = static_cast<int>(s.inputs.size());
+  plan.bias_input = s.inputs.size();
   plan.bias_epilogue = true;
   return true;
 }
 
 // An Add epilogue whose other operand has Y's shape and dtype, summed into Y by the primitive
 // (a weight gradient added to its accumulator, W's `grad_acc + g`). It is run()'s input after the
-// node's own. Not with a scaled product or a Gemm C of its own, which the sum would follow.
+// node's own (take_add has checked the Add).
 bool take_sum(const KernelSpec& s, MatmulPlan& plan) {
-  const KernelSpec& e = *s.epilogue;
-  if (e.node.op_type != "Add" || !e.node.domain.empty() || e.inputs.size() != 2 || plan.alpha != 1.f ||
-      plan.beta != 0.f || !(e.inputs[1] == s.outputs[0]) || !(e.outputs[0] == s.outputs[0]))
-    return false;
+  if (!(s.epilogue->inputs[1] == s.outputs[0])) return false;
   plan.sum_input = static_cast<int>(s.inputs.size());
   return true;
 }
 
-// The Add epilogue a product takes: a row bias, or a tensor of its own shape.
+// The Add epilogue a product takes, if any: a tensor of its own shape or a row bias, where the
+// Add writes the product's type and the product is unscaled with no C of its own (the bias or the
+// sum would follow it). Any other epilogue is append_epilogue's.
 bool take_add(const KernelSpec& s, MatmulPlan& plan) {
-  return !s.epilogue || s.epilogue->node.op_type != "Add" || take_sum(s, plan) || take_bias(s, plan);
+  if (!s.epilogue || s.epilogue->node.op_type != "Add") return true;
+  const KernelSpec& e = *s.epilogue;
+  if (!e.node.domain.empty() || e.inputs.size() != 2 || !(e.outputs[0] == s.outputs[0]) || plan.alpha != 1.f ||
+      plan.beta != 0.f)
+    return false;
+  return take_sum(s, plan) || take_bias(s, plan);
 }
 
 }  // namespace

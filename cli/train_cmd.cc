@@ -952,7 +952,7 @@ void Trainer::print_profile() const {
             << total / steps * 1e3 << " ms\n";
   std::cout << "  pass  op                          nodes        ms  share\n";
   double shown = 0;
-  for (size_t i = 0; i < rows.size() && (i < 12 || shown < 0.95 * total) && i < 30; ++i) {
+  for (size_t i = 0; i < rows.size() && (i < 12 || shown < 0.995 * total) && i < 40; ++i) {
     const auto& r = rows[i];
     shown += r.seconds;
     std::cout << "  " << std::left << std::setw(6) << r.pass << std::setw(28) << r.op << std::right << std::setw(5)

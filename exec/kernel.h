@@ -57,7 +57,23 @@ struct KernelSpec {
   // apply a Relu or Clip (inference programs); MatMul an Add of a row bias, MatMul and Gemm an
   // Add of a tensor of the output's shape (any program: a weight gradient summed into its
   // accumulator).
+  // The reader may read the output at another input (`through`), and may have an epilogue of its
+  // own, the lone reader of its output: a chain, applied in order, each link's other inputs
+  // following the previous link's (SoftmaxGrad applies an attention mask's Where and scale).
   const KernelSpec* epilogue = nullptr;
+  // The other way: the producer of input 0, an element-wise node whose output only this node
+  // reads, applied to the tensor it reads (its input `through`) before the kernel's own math,
+  // and its own `prologue` the node before it. The node that produced input 0 then runs nothing;
+  // the tensor the chain's first node reads comes in input 0's place, and each link's other
+  // inputs follow the node's own and its epilogue's in run()'s inputs, the nearest link first.
+  // On the CPU: Softmax applies an attention's scale and mask (exec/cpu/row_chain.h).
+  const KernelSpec* prologue = nullptr;
+  // In an epilogue or prologue link: the input that carries the chain's tensor.
+  size_t through = 0;
+  // True in training programs: an epilogue or prologue is taken only where the fused kernel
+  // computes the bits the nodes compute on their own kernels, so that a cut or a recompute policy
+  // that splits them changes no bit.
+  bool exact_fusion = false;
 
   bool input_channels_last(size_t i) const { return i < channels_last_in.size() && channels_last_in[i]; }
   bool output_channels_last(size_t i) const { return i < channels_last_out.size() && channels_last_out[i]; }

@@ -31,30 +31,129 @@ struct Location {
   const Tensor* constant = nullptr;
 };
 
-// The node that could run as node i's epilogue (KernelSpec::epilogue): the only reader of i's
-// only output, which is not a graph output, reading it once, as its input 0 or as either operand
-// of an Add. -1 when there is none. Which readers a kernel can apply is the backend's to say.
-int epilogue_candidate(const Graph& g, int i) {
-  const Node& node = g.nodes[static_cast<size_t>(i)];
-  if (node.outputs.size() != 1 || node.outputs[0] == kNoValue) return -1;
-  const ValueId y = node.outputs[0];
-  const Value& val = g.value(y);
-  if (val.consumers.size() != 1 || std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) return -1;
-  const int c = val.consumers[0];
-  const Node& reader = g.nodes[static_cast<size_t>(c)];
-  const bool add = reader.op_type == "Add" && reader.domain.empty() && reader.inputs.size() == 2;
-  if (reader.inputs.empty() || (reader.inputs[0] != y && !(add && reader.inputs[1] == y)) ||
-      std::count(reader.inputs.begin(), reader.inputs.end(), y) != 1)
-    return -1;
-  return c;
+constexpr size_t kMaxLinks = 3;  // the longest chain of neighbours offered to one kernel
+
+// A node fused into a neighbour's kernel (KernelSpec::epilogue or ::prologue), and its input that
+// carries the chain's tensor.
+struct Link {
+  int node;
+  size_t through;
+};
+
+bool is_graph_output(const Graph& g, ValueId v) {
+  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
 }
 
-// Node e, the epilogue of a node whose output is y, as its kernel sees it: reading y as input 0
-// (an Add reading it as input 1 has its operands swapped: they commute, bit for bit).
-Node epilogue_node(const Graph& g, int e, ValueId y) {
-  Node reader = g.nodes[static_cast<size_t>(e)];
-  if (reader.inputs[0] != y) std::swap(reader.inputs[0], reader.inputs[1]);
-  return reader;
+// The chain offered to node i as its epilogue: its output's lone reader, reading it once, of the
+// output's type, with one output of its own and its other inputs made before node i (the fused
+// kernel reads them when node i runs), then that output's lone reader, and so on; no tensor of
+// the chain is a graph output, no link taken by another chain. Which links a kernel applies is
+// the backend's to say.
+std::vector<Link> epilogue_chain(const Graph& g, int i, const std::vector<bool>& taken) {
+  std::vector<Link> links;
+  for (int at = i; links.size() < kMaxLinks;) {
+    const Node& node = g.nodes[static_cast<size_t>(at)];
+    if (node.outputs.size() != 1 || node.outputs[0] == kNoValue) break;
+    const ValueId y = node.outputs[0];
+    const Value& val = g.value(y);
+    if (val.consumers.size() != 1 || is_graph_output(g, y)) break;
+    const int c = val.consumers[0];
+    const Node& reader = g.nodes[static_cast<size_t>(c)];
+    const auto it = std::find(reader.inputs.begin(), reader.inputs.end(), y);
+    const bool made_before = std::all_of(reader.inputs.begin(), reader.inputs.end(), [&](ValueId u) {
+      return u == y || u == kNoValue || g.value(u).producer < i;
+    });
+    if (taken[static_cast<size_t>(c)] || std::count(reader.inputs.begin(), reader.inputs.end(), y) != 1 ||
+        reader.outputs.size() != 1 || reader.outputs[0] == kNoValue || !made_before ||
+        !(g.value(reader.outputs[0]).type == g.value(g.nodes[static_cast<size_t>(i)].outputs[0]).type))
+      break;
+    links.push_back({c, static_cast<size_t>(it - reader.inputs.begin())});
+    at = c;
+  }
+  return links;
+}
+
+// The chain offered to node i as its prologue: the producer of its input 0 where only i reads
+// that tensor once, with one output, read through its first input of that output's type that is
+// no constant; then that input's producer, and so on; no tensor of the chain is a graph output,
+// no link taken by another chain.
+std::vector<Link> prologue_chain(const Graph& g, int i, const std::vector<bool>& taken) {
+  std::vector<Link> links;
+  const Node& node = g.nodes[static_cast<size_t>(i)];
+  if (node.inputs.empty() || node.inputs[0] == kNoValue) return links;
+  int reader = i;
+  for (ValueId v = node.inputs[0]; links.size() < kMaxLinks;) {
+    const Value& val = g.value(v);
+    const Node& r = g.nodes[static_cast<size_t>(reader)];
+    if (val.producer < 0 || taken[static_cast<size_t>(val.producer)] || val.consumers.size() != 1 ||
+        std::count(r.inputs.begin(), r.inputs.end(), v) != 1 || is_graph_output(g, v))
+      break;
+    const Node& p = g.nodes[static_cast<size_t>(val.producer)];
+    if (p.outputs.size() != 1) break;
+    const auto through = std::find_if(p.inputs.begin(), p.inputs.end(), [&](ValueId u) {
+      return u != kNoValue && !g.value(u).init && g.value(u).type == val.type;
+    });
+    if (through == p.inputs.end()) break;
+    links.push_back({val.producer, static_cast<size_t>(through - p.inputs.begin())});
+    reader = val.producer;
+    v = *through;
+  }
+  return links;
+}
+
+// A link's node as its kernel sees it, and the input carrying the chain's tensor: an Add reading
+// it as its input 1 comes with its operands swapped (they commute, bit for bit), reading it as
+// input 0.
+struct LinkView {
+  Node node;
+  size_t through;
+};
+LinkView link_view(const Graph& g, const Link& l) {
+  LinkView v{g.nodes[static_cast<size_t>(l.node)], l.through};
+  if (v.node.op_type == "Add" && v.node.domain.empty() && v.node.inputs.size() == 2 && l.through == 1) {
+    std::swap(v.node.inputs[0], v.node.inputs[1]);
+    v.through = 0;
+  }
+  return v;
+}
+
+// The inputs a chain adds to its kernel's run(): each link's but the chain's tensor, link by
+// link.
+std::vector<ValueId> link_inputs(const Graph& g, const std::vector<Link>& links) {
+  std::vector<ValueId> in;
+  for (const Link& l : links) {
+    const LinkView v = link_view(g, l);
+    for (size_t k = 0; k < v.node.inputs.size(); ++k)
+      if (k != v.through) in.push_back(v.node.inputs[k]);
+  }
+  return in;
+}
+
+// The kernel of `spec` with the longest leading part of `links` the backend takes fused in through
+// `next` (KernelSpec::epilogue or ::prologue); `links` is cut to that part (empty, and nullptr
+// returned, when it takes none). spec_of makes a node's KernelSpec.
+template <class SpecOf>
+std::unique_ptr<Kernel> make_with_links(const Graph& g, const Backend& backend, KernelSpec spec,
+                                        std::vector<Link>& links, const KernelSpec* KernelSpec::*next,
+                                        const SpecOf& spec_of) {
+  std::vector<LinkView> views;
+  for (const Link& l : links) views.push_back(link_view(g, l));
+  std::vector<KernelSpec> specs;
+  specs.reserve(views.size());
+  for (const LinkView& v : views) {
+    specs.push_back(spec_of(v.node));
+    specs.back().through = v.through;
+  }
+  for (size_t len = links.size(); len > 0; --len) {
+    for (size_t k = 0; k < len; ++k) specs[k].*next = k + 1 < len ? &specs[k + 1] : nullptr;
+    spec.*next = &specs[0];
+    if (std::unique_ptr<Kernel> kernel = backend.create_kernel(spec)) {
+      links.resize(len);
+      return kernel;
+    }
+  }
+  links.clear();
+  return nullptr;
 }
 
 }  // namespace
@@ -80,6 +179,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
   };
   const auto spec_of = [&](const Node& node) {
     KernelSpec spec{g, node, {}, {}, backend.cpu_context(), {}, {}, use == ProgramUse::kInference};
+    spec.exact_fusion = use == ProgramUse::kTraining;
     for (ValueId v : node.inputs) {
       spec.inputs.push_back(v == kNoValue ? TensorType{} : g.value(v).type);
       spec.channels_last_in.push_back(stored_channels_last(v));
@@ -90,38 +190,58 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
     }
     return spec;
   };
-  // A node's lone reader goes to its kernel as an epilogue where the kernel takes it (one pass
-  // over the tensor fewer); the reader then runs nothing and its output is the producer's.
-  // Inference programs offer any reader; training programs only an Add (a product's bias or a
-  // summed tensor, which the kernel adds to the same bits), so that an activation runs on its own
-  // kernel there as in every program that splits it from its producer.
+  // Neighbours fused into a kernel where it takes them (one pass over the tensor fewer each):
+  // the lone readers of its output as its epilogue, the producers of its input 0 as its prologue
+  // (KernelSpec::epilogue, ::prologue). A fused node runs nothing, and its output shares the
+  // tensor it read: the one its fusing kernel writes (an epilogue), or the one the chain starts
+  // from (a prologue, a tensor only the chain reads past it). In a training program a kernel
+  // takes only what it computes to the unfused bits (KernelSpec::exact_fusion).
   const bool fuse = backend.fuses_epilogues();
-  std::vector<int> epilogue_of(static_cast<size_t>(n), -1);
-  // Per absorbed epilogue, the tensor it read, which its producer now writes in its place.
+  std::vector<std::vector<Link>> epilogues(static_cast<size_t>(n)), prologues(static_cast<size_t>(n));
+  std::vector<bool> taken(static_cast<size_t>(n), false);  // fused into a chain, or fusing one
+  // Per fused node, the tensor it read, whose memory its output shares.
   std::vector<ValueId> fused_tensor(static_cast<size_t>(n), kNoValue);
+  // Per value, the last node reading it past its consumers: a prologue link's operand, which the
+  // fusing kernel reads when it runs.
+  std::vector<int> read_until(g.values.size(), -1);
+  const auto no_kernel = [&](const Node& node, const KernelSpec& spec) {
+    return UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
+                     std::string("run it on another backend or replace the op; `pipetrain ops` "
+                                 "lists what the ") + backend.name() + " backend takes");
+  };
+  for (int i = 0; fuse && i < n; ++i) {
+    std::vector<Link> links = prologue_chain(g, i, taken);
+    if (links.empty()) continue;
+    const Node& node = g.nodes[static_cast<size_t>(i)];
+    steps_[static_cast<size_t>(i)].kernel =
+        make_with_links(g, backend, spec_of(node), links, &KernelSpec::prologue, spec_of);
+    if (links.empty()) continue;
+    taken[static_cast<size_t>(i)] = true;
+    for (const Link& l : links) {
+      taken[static_cast<size_t>(l.node)] = true;
+      fused_tensor[static_cast<size_t>(l.node)] = g.nodes[static_cast<size_t>(l.node)].inputs[l.through];
+    }
+    for (ValueId u : link_inputs(g, links))
+      if (u != kNoValue) read_until[static_cast<size_t>(u)] = i;
+    prologues[static_cast<size_t>(i)] = std::move(links);
+  }
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[static_cast<size_t>(i)];
     Step& step = steps_[static_cast<size_t>(i)];
     const bool absorbed = fused_tensor[static_cast<size_t>(i)] != kNoValue;
-    if (!absorbed) {
-      KernelSpec spec = spec_of(node);
-      const int e = fuse ? epilogue_candidate(g, i) : -1;
-      if (e >= 0 && (use == ProgramUse::kInference || g.nodes[static_cast<size_t>(e)].op_type == "Add")) {
-        const Node reader = epilogue_node(g, e, node.outputs[0]);
-        const KernelSpec epilogue = spec_of(reader);
-        spec.epilogue = &epilogue;
-        step.kernel = backend.create_kernel(spec);
-        spec.epilogue = nullptr;
-        if (step.kernel) {
-          epilogue_of[static_cast<size_t>(i)] = e;
-          fused_tensor[static_cast<size_t>(e)] = node.outputs[0];
-        }
+    if (!absorbed && !step.kernel) {
+      const KernelSpec spec = spec_of(node);
+      std::vector<Link> links = fuse ? epilogue_chain(g, i, taken) : std::vector<Link>{};
+      if (!links.empty()) step.kernel = make_with_links(g, backend, spec, links, &KernelSpec::epilogue, spec_of);
+      ValueId read = node.outputs.empty() ? kNoValue : node.outputs[0];
+      for (const Link& l : links) {
+        taken[static_cast<size_t>(l.node)] = true;
+        fused_tensor[static_cast<size_t>(l.node)] = read;
+        read = g.nodes[static_cast<size_t>(l.node)].outputs[0];
       }
+      epilogues[static_cast<size_t>(i)] = std::move(links);
       if (!step.kernel) step.kernel = backend.create_kernel(spec);
-      if (!step.kernel)
-        throw UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
-                        std::string("run it on another backend or replace the op; `pipetrain ops` "
-                                    "lists what the ") + backend.name() + " backend takes");
+      if (!step.kernel) throw no_kernel(node, spec);
     }
     // A view of an arena buffer is that buffer, live until the view's last reader too. A view of
     // a graph input is that input, unless it is a graph output itself (outputs stay the
@@ -134,7 +254,7 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
       const ValueId v = node.outputs[k];
       if (v == kNoValue || where[static_cast<size_t>(v)].constant) continue;
       const Value& val = g.value(v);
-      int last = i;
+      int last = std::max(i, read_until[static_cast<size_t>(v)]);
       if (!val.consumers.empty()) last = std::max(last, val.consumers.back());
       for (ValueId o : g.outputs)
         if (o == v) last = n;
@@ -177,13 +297,14 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
     return nullptr;  // a graph input: patched by run()
   };
   input_uses_.resize(g.inputs.size());
-  // A node's arguments: its inputs, then those of the epilogue it applies past the tensor it
-  // fuses (KernelSpec::epilogue).
+  // A node's arguments: its inputs (input 0 the tensor its prologue starts from, which the fused
+  // nodes' outputs share), then those of its epilogue's links and its prologue's past the chain's
+  // tensor (KernelSpec::epilogue, ::prologue).
   const auto arguments = [&](int i) {
     std::vector<ValueId> in = g.nodes[static_cast<size_t>(i)].inputs;
-    if (const int e = epilogue_of[static_cast<size_t>(i)]; e >= 0) {
-      const std::vector<ValueId> more = epilogue_node(g, e, g.nodes[static_cast<size_t>(i)].outputs[0]).inputs;
-      in.insert(in.end(), more.begin() + 1, more.end());
+    for (const auto* chain : {&epilogues[static_cast<size_t>(i)], &prologues[static_cast<size_t>(i)]}) {
+      const std::vector<ValueId> more = link_inputs(g, *chain);
+      in.insert(in.end(), more.begin(), more.end());
     }
     return in;
   };

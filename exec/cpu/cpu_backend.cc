@@ -21,6 +21,19 @@ const KernelRegistry<KernelFactory>& registry() {
   return r;
 }
 
+// Whether the spec's kernel applies the neighbours fused into it (KernelSpec::epilogue and
+// ::prologue); the other kernels would drop them. Conv, MatMul and Gemm take one epilogue reading
+// their output as its input 0; Softmax and LogSoftmax a prologue chain, their gradients an
+// epilogue chain (softmax.cc, which checks the links).
+bool takes_links(const KernelSpec& spec) {
+  const std::string& op = spec.node.op_type;
+  if (spec.node.domain.empty() && (op == "Conv" || op == "MatMul" || op == "Gemm"))
+    return !spec.prologue && spec.epilogue && spec.epilogue->through == 0 && !spec.epilogue->epilogue;
+  if (spec.node.domain.empty() && (op == "Softmax" || op == "LogSoftmax")) return !spec.epilogue;
+  if (spec.node.domain == "pipetrain" && (op == "SoftmaxGrad" || op == "LogSoftmaxGrad")) return !spec.prologue;
+  return false;
+}
+
 }  // namespace
 
 KernelFactory cpu_kernel_factory(const std::string& op_key) { return registry().find(op_key); }
@@ -45,10 +58,7 @@ std::string CpuBackend::supports(const KernelSpec& spec) const {
 }
 
 std::unique_ptr<Kernel> CpuBackend::create_kernel(const KernelSpec& spec) const {
-  // Only the Conv, MatMul and Gemm kernels apply an epilogue; the others would drop it.
-  const std::string& op = spec.node.op_type;
-  if (spec.epilogue && !(spec.node.domain.empty() && (op == "Conv" || op == "MatMul" || op == "Gemm")))
-    return nullptr;
+  if ((spec.epilogue || spec.prologue) && !takes_links(spec)) return nullptr;
   const KernelFactory make = registry().find(spec.node);
   return make ? make(spec) : nullptr;
 }

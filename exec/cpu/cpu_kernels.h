@@ -42,9 +42,10 @@ std::unique_ptr<Kernel> make_dropout(const KernelSpec& s);
 std::unique_ptr<Kernel> make_matmul(const KernelSpec& s);
 std::unique_ptr<Kernel> make_gemm(const KernelSpec& s);
 
-// nn.cc: convolution, pooling, LayerNormalization, softmax on oneDNN primitives;
+// nn.cc: convolution, pooling, LayerNormalization on oneDNN primitives;
 // nn_channel.cc: BatchNormalization and GlobalAveragePool as plain loops (oneDNN 2.6 has only a
-// slow reference path for plain NCHW)
+// slow reference path for plain NCHW); softmax.cc: Softmax and LogSoftmax as row loops along the
+// last axis (with the element-wise nodes fused into them, row_chain.h), on oneDNN along others
 std::unique_ptr<Kernel> make_conv(const KernelSpec& s);
 std::unique_ptr<Kernel> make_max_pool(const KernelSpec& s);
 std::unique_ptr<Kernel> make_average_pool(const KernelSpec& s);
@@ -70,8 +71,8 @@ std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s);
 std::function<void(const float* src, float* dst)> matrix_transpose(int64_t rows, int64_t cols, int threads);
 
 // Backward kernels, pipetrain-domain ops (core/pipetrain_ops.h is their specification).
-// elementwise_grad.cc: activation and softmax gradients on oneDNN's eltwise and softmax_v2
-// backward (ErfGrad a loop)
+// elementwise_grad.cc: activation gradients on oneDNN's eltwise backward (ErfGrad a loop);
+// softmax.cc: SoftmaxGrad and LogSoftmaxGrad, as the forward
 std::unique_ptr<Kernel> make_relu_grad(const KernelSpec& s);
 std::unique_ptr<Kernel> make_clip_grad(const KernelSpec& s);
 std::unique_ptr<Kernel> make_erf_grad(const KernelSpec& s);

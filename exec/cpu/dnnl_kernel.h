@@ -217,9 +217,12 @@ std::optional<EltwiseOp> dnnl_activation(const KernelSpec& s);
 
 // Appends the spec's epilogue (KernelSpec::epilogue: a Relu or Clip, dnnl_activation) to `ops`
 // as an eltwise post-op; false when there is one that oneDNN's eltwise does not compute exactly
-// as the node's own kernel would (the kernel then declines it).
+// as the node's own kernel would, or in a training program (KernelSpec::exact_fusion: the
+// post-op's bits are not checked against the node's own kernel there), and the kernel then
+// declines it.
 inline bool append_epilogue(const KernelSpec& s, dnnl::post_ops& ops) {
   if (!s.epilogue) return true;
+  if (s.exact_fusion) return false;
   const std::optional<EltwiseOp> op = dnnl_activation(*s.epilogue);
   if (op) ops.append_eltwise(1.f, op->alg, op->alpha, op->beta);
   return op.has_value();

@@ -1,9 +1,7 @@
 // exec/cpu/elementwise_grad.cc: the backward half of the element-wise family, pipetrain-domain
 // ops (core/pipetrain_ops.h has their math): ReluGrad, ClipGrad and GeluGrad on oneDNN's eltwise
-// backward, ErfGrad (and ClipGrad with a bound known only at run time) as loops, SoftmaxGrad and
-// LogSoftmaxGrad as a row loop along the last axis and on oneDNN's softmax_v2 backward along any
-// other. dY, the saved tensor (X or Y) and dX share one
-// float32 shape.
+// backward, ErfGrad (and ClipGrad with a bound known only at run time) as loops (softmax.cc has
+// SoftmaxGrad and LogSoftmaxGrad). dY, the saved tensor (X or Y) and dX share one float32 shape.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
@@ -117,80 +115,6 @@ std::optional<ClipGradBound> clip_grad_bound(const KernelSpec& s, size_t k, floa
   return c ? ClipGradBound{c->as<float>()[0]} : ClipGradBound{0.f, static_cast<int>(k)};
 }
 
-// Rows [r0, r1) of SoftmaxGradRows, n elements each.
-PT_VECTOR_CLONES void softmax_grad_rows(const float* dy, const float* y, float* dx, int64_t r0,
-                                        int64_t r1, int64_t n, bool log) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* d = dy + r * n;
-    const float* p = y + r * n;
-    float* g = dx + r * n;
-    if (log) {  // dX = dY - exp(Y) * sum(dY)
-      const float s = static_cast<float>(lane_sum(d, n));
-      for (int64_t k = 0; k < n; ++k) g[k] = d[k] - std::exp(p[k]) * s;
-    } else {  // dX = Y * (dY - sum(dY * Y))
-      const float s = static_cast<float>(lane_dot(d, p, n));
-      for (int64_t k = 0; k < n; ++k) g[k] = p[k] * (d[k] - s);
-    }
-  }
-}
-
-// SoftmaxGrad or LogSoftmaxGrad along the last axis, one row of n at a time: oneDNN 2.6 has
-// no JIT softmax backward below AVX-512, and its reference one took 4% of a transformer's step
-// (the attention probabilities' gradient). Blocks of rows run in parallel; each row's sum in
-// lanes.
-class SoftmaxGradRows final : public Kernel {
- public:
-  SoftmaxGradRows(int64_t rows, int64_t n, bool log, int threads)
-      : rows_(rows), n_(n), log_(log), threads_(threads) {}
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-    const float* dy = in[0].as<const float>();
-    const float* y = in[1].as<const float>();
-    float* dx = out[0].as<float>();
-    const int64_t n = n_, block = std::max<int64_t>(1, kVectorBlock / std::max<int64_t>(n, 1));
-    const int64_t blocks = (rows_ + block - 1) / block;
-#pragma omp parallel for num_threads(threads_) if (rows_ * n >= kParallelMin)
-    for (int64_t b = 0; b < blocks; ++b)
-      softmax_grad_rows(dy, y, dx, b * block, std::min(rows_, (b + 1) * block), n, log_);
-  }
-
- private:
-  int64_t rows_, n_;
-  bool log_;
-  int threads_;
-};
-
-// SoftmaxGrad (softmax_accurate) or LogSoftmaxGrad (softmax_log) along `axis` (default -1):
-// DIFF_DST = dY (input 0), DST = Y (input 1). The last axis runs as SoftmaxGradRows, any other on
-// oneDNN's softmax_v2 backward.
-std::unique_ptr<Kernel> make_softmax_grad_like(const KernelSpec& s, dnnl::algorithm alg) {
-  if (s.inputs.size() != 2 || !same_float_shapes(s)) return nullptr;
-  const int64_t rank = static_cast<int64_t>(s.inputs[0].shape.size());
-  int64_t axis = s.node.attr_int("axis", -1);
-  if (axis < 0) axis += rank;
-  if (rank == 0 || axis < 0 || axis >= rank) return nullptr;
-  if (axis == rank - 1) {
-    const int64_t n = s.inputs[0].shape.back();
-    return std::make_unique<SoftmaxGradRows>(n > 0 ? s.inputs[0].numel() / n : 0, n,
-                                             alg == dnnl::algorithm::softmax_log, s.cpu->threads);
-  }
-  return build_or_null(s, [&]() -> std::unique_ptr<Kernel> {
-    auto k = std::make_unique<DnnlKernel>(*s.cpu);
-    const memory::desc md = plain_desc(s.inputs[0]);
-    const int ax = static_cast<int>(axis);
-    const dnnl::softmax_v2_forward::primitive_desc hint(
-        {dnnl::prop_kind::forward_training, alg, md, md, ax}, k->engine());
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const dnnl::softmax_v2_backward::primitive_desc pd({alg, md, md, md, ax}, attr, k->engine(),
-                                                       hint);
-    k->add_step(dnnl::softmax_v2_backward(pd), pd.scratchpad_desc(),
-                {{DNNL_ARG_DIFF_DST, md, {Place::kInput, 0}},
-                 {DNNL_ARG_DST, md, {Place::kInput, 1}},
-                 {DNNL_ARG_DIFF_SRC, md, {Place::kOutput, 0}}});
-    return k;
-  });
-}
-
 }  // namespace
 
 // ReluGrad(dY, Y): dX = dY where Y > 0, else 0 (relu's backward from its dst, alpha 0).
@@ -229,16 +153,6 @@ std::unique_ptr<Kernel> make_gelu_grad(const KernelSpec& s) {
   if (approximate == "tanh")
     return make_eltwise_grad(s, dnnl::algorithm::eltwise_gelu_tanh, DNNL_ARG_SRC);
   return nullptr;
-}
-
-// SoftmaxGrad(dY, Y): dX = Y * (dY - sum_axis(dY * Y)).
-std::unique_ptr<Kernel> make_softmax_grad(const KernelSpec& s) {
-  return make_softmax_grad_like(s, dnnl::algorithm::softmax_accurate);
-}
-
-// LogSoftmaxGrad(dY, Y): dX = dY - exp(Y) * sum_axis(dY).
-std::unique_ptr<Kernel> make_log_softmax_grad(const KernelSpec& s) {
-  return make_softmax_grad_like(s, dnnl::algorithm::softmax_log);
 }
 
 }  // namespace pt::cpu

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace pt::cpu {
 
@@ -50,6 +51,15 @@ inline double lane_sum(const float* p, int64_t n) {
   for (; i < n; ++i) total += p[i];
   for (float l : lane) total += l;
   return total;
+}
+
+// max_i p[i] over [0, n) (-inf when empty), std::max's order, as an OpenMP SIMD reduction (a
+// running std::max does not vectorise).
+inline float lane_max(const float* p, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = m < p[i] ? p[i] : m;
+  return m;
 }
 
 // sum_i p[i] * q[i] over [0, n), the same way.

@@ -1,7 +1,7 @@
-// exec/cpu/nn.cc: Conv, MaxPool, AveragePool, LayerNormalization, Softmax and LogSoftmax on
-// oneDNN primitives (nn_channel.cc has BatchNormalization and GlobalAveragePool). Geometry,
-// layouts, primitives and reorders are fixed when the kernel is made; run() binds the step's
-// buffers and executes.
+// exec/cpu/nn.cc: Conv, MaxPool, AveragePool and LayerNormalization on oneDNN primitives
+// (nn_channel.cc has BatchNormalization and GlobalAveragePool, softmax.cc Softmax and
+// LogSoftmax). Geometry, layouts, primitives and reorders are fixed when the kernel is made;
+// run() binds the step's buffers and executes.
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -126,7 +126,7 @@ std::unique_ptr<Kernel> make_window_pool(const KernelSpec& s, dnnl::algorithm al
 }
 
 // ---------------------------------------------------------------------------------------------
-// LayerNormalization and softmax
+// LayerNormalization
 
 // LayerNormalization over the dims from `axis` on: X viewed as (outer, inner), Scale and B as
 // (inner). Y = (X - mean) / sqrt(var + epsilon) * Scale + B per row; the optional outputs are
@@ -168,30 +168,6 @@ std::unique_ptr<Kernel> build_layer_norm(const KernelSpec& s, int64_t outer, int
       for (int64_t i = 0; i < outer; ++i) inv_std[i] = 1.f / std::sqrt(v[i] + eps);
     });
   return k;
-}
-
-// Softmax (softmax_accurate) or LogSoftmax (softmax_log) along one axis of X (opset 13).
-std::unique_ptr<Kernel> build_softmax(const KernelSpec& s, dnnl::algorithm alg, int axis) {
-  auto k = std::make_unique<DnnlKernel>(*s.cpu);
-  const memory::desc x_md = plain_desc(s.inputs[0]);
-  const dnnl::softmax_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, x_md, x_md,
-                                         axis);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::softmax_v2_forward::primitive_desc pd(d, attr, k->engine());
-  k->add_step(dnnl::softmax_v2_forward(pd), pd.scratchpad_desc(),
-              {{DNNL_ARG_SRC, x_md, {Place::kInput, 0}}, {DNNL_ARG_DST, x_md, {Place::kOutput, 0}}});
-  return k;
-}
-
-std::unique_ptr<Kernel> make_softmax_like(const KernelSpec& s, dnnl::algorithm alg) {
-  if (s.inputs.size() != 1 || !single_output(s) || !float_only(s) || s.graph.opset() < 13)
-    return nullptr;
-  const int64_t rank = static_cast<int64_t>(s.inputs[0].shape.size());
-  int64_t axis = s.node.attr_int("axis", -1);
-  if (axis < 0) axis += rank;
-  if (rank == 0 || axis < 0 || axis >= rank || s.outputs[0] != s.inputs[0]) return nullptr;
-  return build_or_null(s, [&] { return build_softmax(s, alg, static_cast<int>(axis)); });
 }
 
 }  // namespace
@@ -246,14 +222,6 @@ std::unique_ptr<Kernel> make_layer_norm(const KernelSpec& s) {
       s.outputs[0] != s.inputs[0])
     return nullptr;
   return build_or_null(s, [&] { return build_layer_norm(s, outer, inner); });
-}
-
-std::unique_ptr<Kernel> make_softmax(const KernelSpec& s) {
-  return make_softmax_like(s, dnnl::algorithm::softmax_accurate);
-}
-
-std::unique_ptr<Kernel> make_log_softmax(const KernelSpec& s) {
-  return make_softmax_like(s, dnnl::algorithm::softmax_log);
 }
 
 }  // namespace pt::cpu

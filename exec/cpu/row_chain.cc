@@ -84,7 +84,7 @@ std::optional<RowLink> row_link(const KernelSpec& e, const TensorType& t, size_t
 
 // y[k] = f(x[k], c[k * step]) over [0, n); step 0 or 1.
 template <class F>
-inline void each(const float* x, const float* c, int64_t step, float* y, int64_t n, F f) {
+[[gnu::always_inline]] inline void each(const float* x, const float* c, int64_t step, float* y, int64_t n, F f) {
   if (step == 1) {
 #pragma omp simd
     for (int64_t k = 0; k < n; ++k) y[k] = f(x[k], c[k]);
@@ -99,7 +99,7 @@ inline void each(const float* x, const float* c, int64_t step, float* y, int64_t
 // false). The condition's bytes are read as bytes, and a broadcast operand once, so that the
 // loop vectorises.
 template <bool CS, bool OS>
-inline void select(const float* x, const bool* cond, const float* o, bool second, float* y, int64_t n) {
+[[gnu::always_inline]] inline void select(const float* x, const bool* cond, const float* o, bool second, float* y, int64_t n) {
   const auto* c = reinterpret_cast<const unsigned char*>(cond);
   const unsigned char c0 = c[0], s = second;
   const float o0 = o[0];
@@ -130,8 +130,10 @@ std::optional<std::vector<RowLink>> prologue_links(const KernelSpec& s, size_t& 
   return links;
 }
 
-PT_VECTOR_CLONES void apply_links(std::span<const RowLink> links, std::span<const Buffer> inputs, int64_t row,
-                                  int64_t n, const float* in, float* out) {
+// The links applied to one row: out = links(in), `row` the row's index in the chain's tensor;
+// inlined, so that each clone of apply_links has its own.
+[[gnu::always_inline]] inline void link_row(std::span<const RowLink> links, std::span<const Buffer> inputs,
+                                            int64_t row, int64_t n, const float* in, float* out) {
   for (const RowLink& l : links) {
     const float* c = inputs[l.other.input].as<const float>() + l.other.offset(row);
     const int64_t step = l.other.step;
@@ -157,6 +159,11 @@ PT_VECTOR_CLONES void apply_links(std::span<const RowLink> links, std::span<cons
     }
     in = out;
   }
+}
+
+PT_VECTOR_CLONES void apply_links(std::span<const RowLink> links, std::span<const Buffer> inputs, int64_t r0,
+                                  int64_t r1, int64_t n, const float* in, float* out) {
+  for (int64_t r = r0; r < r1; ++r) link_row(links, inputs, r, n, in + (r - r0) * n, out + (r - r0) * n);
 }
 
 }  // namespace pt::cpu

@@ -50,9 +50,9 @@ std::optional<std::vector<RowLink>> epilogue_links(const KernelSpec& s, size_t& 
 // in the order they apply, the farthest first.
 std::optional<std::vector<RowLink>> prologue_links(const KernelSpec& s, size_t& next_input);
 
-// out[0, n) = the links applied in order to in[0, n), row `row` of the chain's tensor (`in` may
-// be `out`).
-void apply_links(std::span<const RowLink> links, std::span<const Buffer> inputs, int64_t row, int64_t n,
+// Rows [r0, r1) of the chain's tensor, n elements each, in[0, (r1 - r0) n): out = the links
+// applied in order, element by element (`in` may be `out`).
+void apply_links(std::span<const RowLink> links, std::span<const Buffer> inputs, int64_t r0, int64_t r1, int64_t n,
                  const float* in, float* out);
 
 }  // namespace pt::cpu

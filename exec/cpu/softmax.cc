@@ -36,13 +36,13 @@ inline float exp_or_zero(float x) { return x < -87.33f ? 0.f : exp_poly(x); }
 // clone fixes.
 PT_VECTOR_CLONES void softmax_rows(const float* x, float* y, int64_t r0, int64_t r1, int64_t n, bool log,
                                    std::span<const RowLink> links, std::span<const Buffer> inputs) {
+  if (!links.empty()) {
+    apply_links(links, inputs, r0, r1, n, x + r0 * n, y + r0 * n);
+    x = y;
+  }
   for (int64_t r = r0; r < r1; ++r) {
     const float* src = x + r * n;
     float* dst = y + r * n;
-    if (!links.empty()) {
-      apply_links(links, inputs, r, n, src, dst);
-      src = dst;
-    }
     const float m = lane_max(src, n);
     if (log) {
       float sum = 0;
@@ -66,16 +66,16 @@ PT_VECTOR_CLONES void softmax_rows(const float* x, float* y, int64_t r0, int64_t
 }
 
 // Rows [r0, r1) of n elements: dx = y * (dy - sum(dy * y)) (log: dy - exp(y) * sum(dy)), the
-// sums as in softmax_rows; with epilogue links, each row goes through `row` (n floats) and the
-// links write dx from it, so that a link's operand may be dx itself (a gradient summed into its
-// accumulator in place).
+// sums as in softmax_rows; with epilogue links, the rows go to `rows` ((r1 - r0) n floats) and
+// the links write dx from there, so that a link's operand may be dx itself (a gradient summed
+// into its accumulator in place).
 PT_VECTOR_CLONES void softmax_grad_rows(const float* dy, const float* y, float* dx, int64_t r0, int64_t r1,
                                         int64_t n, bool log, std::span<const RowLink> links,
-                                        std::span<const Buffer> inputs, float* row) {
+                                        std::span<const Buffer> inputs, float* rows) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* d = dy + r * n;
     const float* p = y + r * n;
-    float* g = links.empty() ? dx + r * n : row;
+    float* g = links.empty() ? dx + r * n : rows + (r - r0) * n;
     float s = 0;
     if (log) {
 #pragma omp simd reduction(+ : s)
@@ -87,15 +87,18 @@ PT_VECTOR_CLONES void softmax_grad_rows(const float* dy, const float* y, float* 
 #pragma omp simd
       for (int64_t k = 0; k < n; ++k) g[k] = p[k] * (d[k] - s);
     }
-    if (!links.empty()) apply_links(links, inputs, r, n, row, dx + r * n);
   }
+  if (!links.empty()) apply_links(links, inputs, r0, r1, n, rows, dx + r0 * n);
 }
 
-// fn(r0, r1) over blocks of rows of about kVectorBlock elements, in parallel when the tensor is
-// large; each row is done whole by one thread, so its bits do not depend on the count.
+// Rows per block of for_row_blocks: about kVectorBlock elements.
+int64_t rows_per_block(int64_t n) { return std::max<int64_t>(1, kVectorBlock / std::max<int64_t>(n, 1)); }
+
+// fn(r0, r1) over blocks of rows_per_block(n) rows, in parallel when the tensor is large; each row
+// is done whole by one thread, so its bits do not depend on the count.
 template <class Fn>
 void for_row_blocks(int64_t rows, int64_t n, int threads, Fn fn) {
-  const int64_t block = std::max<int64_t>(1, kVectorBlock / std::max<int64_t>(n, 1));
+  const int64_t block = rows_per_block(n);
   const int64_t blocks = (rows + block - 1) / block;
 #pragma omp parallel for num_threads(threads) if (rows * n >= kParallelMin)
   for (int64_t b = 0; b < blocks; ++b) fn(b * block, std::min(rows, (b + 1) * block));
@@ -132,13 +135,14 @@ class SoftmaxGradRows final : public Kernel {
     const float* y = in[1].as<const float>();
     float* dx = out[0].as<float>();
     auto* rows = static_cast<float*>(scratch);
+    const int64_t block = rows_per_block(n_) * n_;
     for_row_blocks(rows_, n_, threads_, [&](int64_t r0, int64_t r1) {
-      softmax_grad_rows(dy, y, dx, r0, r1, n_, log_, links_, in, rows + omp_get_thread_num() * n_);
+      softmax_grad_rows(dy, y, dx, r0, r1, n_, log_, links_, in, rows + omp_get_thread_num() * block);
     });
   }
-  // One row per thread where the links apply.
+  // A block of rows per thread where the links apply.
   size_t scratch_bytes() const override {
-    return links_.empty() ? 0 : static_cast<size_t>(threads_ * n_) * sizeof(float);
+    return links_.empty() ? 0 : static_cast<size_t>(threads_ * rows_per_block(n_) * n_) * sizeof(float);
   }
 
  private:

@@ -35,14 +35,14 @@ inline float exp_poly(float x) {
 
 // erf(x) = sign(x) (1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^{-x^2}), t = 1 / (1 + p|x|)
 // (Abramowitz and Stegun 7.1.26): absolute error below 1.5e-7, branch-free, vectorisable.
-inline float erf_poly(float x) {
-  const float a = std::fabs(x);
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
+// erf_with(x, e) takes e = e^{-x^2} already made (GELU's gradient shares it).
+inline float erf_with(float x, float e) {
+  const float t = 1.0f / (1.0f + 0.3275911f * std::fabs(x));
   const float poly =
       t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  const float y = 1.0f - poly * exp_poly(-a * a);
-  return std::copysign(y, x);
+  return std::copysign(1.0f - poly * e, x);
 }
+inline float erf_poly(float x) { return erf_with(x, exp_poly(-x * x)); }
 
 // tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)): absolute error about 1e-7 (exp_poly's), 1 past
 // |x| = 44, vectorisable.
@@ -56,7 +56,8 @@ inline float tanh_poly(float x) {
 inline constexpr float kSqrtHalf = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
 inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erf_poly(x * kSqrtHalf)); }
 inline float gelu_erf_grad(float x) {
-  return 0.5f * (1.0f + erf_poly(x * kSqrtHalf)) + x * kInvSqrt2Pi * exp_poly(-0.5f * x * x);
+  const float e = exp_poly(-0.5f * x * x);  // e^{-z^2}, z = x / sqrt 2: erf's and phi's
+  return 0.5f * (1.0f + erf_with(x * kSqrtHalf, e)) + x * kInvSqrt2Pi * e;
 }
 
 // GELU, approximate "tanh": 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3); its

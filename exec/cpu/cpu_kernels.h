@@ -38,9 +38,11 @@ std::unique_ptr<Kernel> make_clip(const KernelSpec& s);
 std::unique_ptr<Kernel> make_cast(const KernelSpec& s);
 std::unique_ptr<Kernel> make_dropout(const KernelSpec& s);
 
-// linalg.cc: MatMul and Gemm on oneDNN matmul
+// linalg.cc: MatMul and Gemm on oneDNN matmul; small_product.cc: the small ones of inference
+// programs (a constant B, at most 2^18 multiply-adds) as a loop, nullptr for any other
 std::unique_ptr<Kernel> make_matmul(const KernelSpec& s);
 std::unique_ptr<Kernel> make_gemm(const KernelSpec& s);
+std::unique_ptr<Kernel> make_small_product(const KernelSpec& s);
 
 // nn.cc: convolution, pooling, LayerNormalization on oneDNN primitives;
 // nn_channel.cc: BatchNormalization and GlobalAveragePool as plain loops (oneDNN 2.6 has only a

@@ -1,6 +1,7 @@
-// exec/cpu/linalg.cc: MatMul and Gemm on oneDNN's matmul primitive. Shapes, strides and the
-// primitive are fixed when the kernel is made (a DnnlKernel); run() points the memories at the
-// step's buffers and executes.
+// exec/cpu/linalg.cc: MatMul and Gemm on oneDNN's matmul primitive (the small products of
+// inference programs excepted: small_product.cc). Shapes, strides and the primitive are fixed when
+// the kernel is made (a DnnlKernel); run() points the memories at the step's buffers and
+// executes.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -213,12 +214,14 @@ bool take_add(const KernelSpec& s, MatmulPlan& plan) {
 
 std::unique_ptr<Kernel> make_matmul(const KernelSpec& s) {
   if (s.inputs.size() != 2 || s.outputs.size() != 1 || !float_io(s)) return nullptr;
+  if (auto small = make_small_product(s)) return small;
   auto plan = plan_matmul(s.inputs[0].shape, s.inputs[1].shape, s.outputs[0].shape);
   return plan && take_add(s, *plan) ? make_kernel(*plan, s) : nullptr;
 }
 
 std::unique_ptr<Kernel> make_gemm(const KernelSpec& s) {
   if (s.inputs.size() < 2 || s.outputs.size() != 1 || !float_io(s)) return nullptr;
+  if (auto small = make_small_product(s)) return small;
   auto plan = plan_gemm(s);
   return plan && take_add(s, *plan) ? make_kernel(*plan, s) : nullptr;
 }

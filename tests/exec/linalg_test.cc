@@ -4,7 +4,11 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -209,6 +213,121 @@ TEST(MatMul, DeclinesMismatchedInnerDims) {
   dnnl::stream stream(engine);
   CpuContext ctx{&engine, &stream, 2};
   EXPECT_EQ(cpu::make_matmul(KernelSpec{g, g.nodes[0], {a, b}, {y}, &ctx}), nullptr);
+}
+
+// A small product of an inference program (B constant, laid out once: small_product.cc): Gemm
+// with B transposed and a row bias, and MatMul of a 3-D A, each plain, with a Relu, a Clip, or
+// (MatMul) the Add of a row bias fed at run time, against a plain loop. 7 rows and 70 columns:
+// a group of four rows and three alone, a block of 64 columns and 6 more.
+TEST(SmallProduct, EveryFormMatchesLoop) {
+  using Dims = std::vector<int64_t>;
+  constexpr int64_t m = 7, k = 33, n = 70;
+  const auto ad = testing::wave(m * k, 1.f), bd = testing::wave(k * n, 0.5f), bias = testing::wave(n, 2.f);
+  for (const bool gemm : {true, false})
+    for (const std::string epilogue : {"", "Relu", "Clip", "Add"}) {
+      if (gemm && epilogue == "Add") continue;
+      SCOPED_TRACE(std::string(gemm ? "Gemm" : "MatMul") + (epilogue.empty() ? "" : " + " + epilogue));
+      Graph g;
+      const TensorType at{DType::kFloat32, gemm ? Dims{m, k} : Dims{1, m, k}};
+      const TensorType bt{DType::kFloat32, gemm ? Dims{n, k} : Dims{k, n}};  // Gemm: transB
+      const TensorType yt{DType::kFloat32, gemm ? Dims{m, n} : Dims{1, m, n}};
+      const TensorType rt{DType::kFloat32, {n}};
+      Node node;
+      node.op_type = gemm ? "Gemm" : "MatMul";
+      node.inputs = {g.add_value("a", at), g.add_value("b", bt)};
+      auto w = std::make_shared<Tensor>();
+      w->type = bt;
+      w->data.resize(static_cast<size_t>(bt.bytes()));
+      for (int64_t p = 0; p < k; ++p)  // B (k, n) as the loop reads it; stored (n, k) for Gemm
+        for (int64_t j = 0; j < n; ++j) w->as<float>()[gemm ? j * k + p : p * n + j] = bd[p * n + j];
+      g.values[static_cast<size_t>(node.inputs[1])].init = w;
+      if (gemm) {
+        node.inputs.push_back(g.add_value("c", rt));
+        auto c = std::make_shared<Tensor>();
+        c->type = rt;
+        c->data.resize(static_cast<size_t>(rt.bytes()));
+        std::memcpy(c->data.data(), bias.data(), static_cast<size_t>(rt.bytes()));
+        g.values[static_cast<size_t>(node.inputs[2])].init = c;
+        node.attrs = {{"transB", int64_t{1}}};
+      }
+      node.outputs = {g.add_value("y", yt)};
+      g.add_node(node);
+      Node e;
+      e.op_type = epilogue;
+      e.inputs = {node.outputs[0]};
+      if (epilogue == "Add") e.inputs.push_back(g.add_value("bias", rt));
+      if (epilogue == "Clip") {
+        e.inputs.push_back(g.add_value("lo", {DType::kFloat32, {}}));
+        e.inputs.push_back(g.add_value("hi", {DType::kFloat32, {}}));
+        for (const auto& [v, x] : {std::pair{e.inputs[1], -0.5f}, std::pair{e.inputs[2], 1.5f}}) {
+          auto t = std::make_shared<Tensor>();
+          t->type = {DType::kFloat32, {}};
+          t->data.resize(4);
+          t->as<float>()[0] = x;
+          g.values[static_cast<size_t>(v)].init = t;
+        }
+      }
+      e.outputs = {g.add_value("z", yt)};
+      g.add_node(e);
+      dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      dnnl::stream stream(engine);
+      CpuContext ctx{&engine, &stream, 1};
+      std::vector<TensorType> in = {at, bt};
+      if (gemm) in.push_back(rt);
+      KernelSpec spec{g, g.nodes[0], in, {yt}, &ctx};
+      spec.constants_fixed = true;
+      std::vector<TensorType> e_in = {yt};
+      for (size_t i = 1; i < e.inputs.size(); ++i) e_in.push_back(g.value(e.inputs[i]).type);
+      const KernelSpec epi{g, g.nodes[1], e_in, {yt}, &ctx};
+      if (!epilogue.empty()) spec.epilogue = &epi;
+      const std::unique_ptr<Kernel> kernel = cpu::make_small_product(spec);
+      ASSERT_NE(kernel, nullptr);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      std::vector<Buffer> ins = {{const_cast<float*>(ad.data()), &at}, {w->data.data(), &bt}};
+      if (gemm) ins.push_back({const_cast<float*>(bias.data()), &rt});
+      if (epilogue == "Add") ins.push_back({const_cast<float*>(bias.data()), &rt});
+      if (epilogue == "Clip") ins.insert(ins.end(), {Buffer{}, Buffer{}});  // constants: read when made
+      const Buffer outs[] = {{y.data(), &yt}};
+      kernel->run(ins, outs, nullptr);
+      std::vector<float> want(static_cast<size_t>(m * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float acc = 0;
+          for (int64_t p = 0; p < k; ++p) acc += ad[i * k + p] * bd[p * n + j];
+          if (gemm || epilogue == "Add") acc += bias[j];
+          if (epilogue == "Relu") acc = std::max(acc, 0.f);
+          if (epilogue == "Clip") acc = std::min(std::max(acc, -0.5f), 1.5f);
+          want[i * n + j] = acc;
+        }
+      testing::expect_near_all(y, want);
+    }
+}
+
+// Past 2^18 multiply-adds, or in a training program (B read on every run), the product is
+// oneDNN's.
+TEST(SmallProduct, OnlySmallConstantProductsOfInferencePrograms) {
+  for (const auto& [rows, fixed] : {std::pair{int64_t{8}, false}, std::pair{int64_t{4096}, true}}) {
+    Graph g;
+    const TensorType at{DType::kFloat32, {rows, 64}}, bt{DType::kFloat32, {64, 64}};
+    const TensorType yt{DType::kFloat32, {rows, 64}};
+    Node node;
+    node.op_type = "MatMul";
+    node.inputs = {g.add_value("a", at), g.add_value("b", bt)};
+    auto w = std::make_shared<Tensor>();
+    w->type = bt;
+    w->data.resize(static_cast<size_t>(bt.bytes()));
+    g.values[static_cast<size_t>(node.inputs[1])].init = w;
+    node.outputs = {g.add_value("y", yt)};
+    g.add_node(node);
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::stream stream(engine);
+    CpuContext ctx{&engine, &stream, 1};
+    KernelSpec spec{g, g.nodes[0], {at, bt}, {yt}, &ctx};
+    spec.constants_fixed = fixed;
+    EXPECT_EQ(cpu::make_small_product(spec), nullptr) << rows << " rows, constants fixed " << fixed;
+    spec.constants_fixed = true;
+    if (rows == 8) EXPECT_NE(cpu::make_small_product(spec), nullptr);
+  }
 }
 
 }  // namespace

@@ -30,11 +30,12 @@ constexpr int64_t kParallelMin = 1 << 15;  // elements below which the rows stay
 // exp(x), 0 below the smallest normal float's log (exp_poly clamps there instead).
 inline float exp_or_zero(float x) { return x < -87.33f ? 0.f : exp_poly(x); }
 
-// Rows [r0, r1) of n elements: y = softmax(x') (log: log-softmax), x' the row after the prologue
-// links (run()'s inputs hold their operands): e^(x' - max) times the reciprocal of its sum (log:
-// x' - max - log of that sum). The sums are OpenMP SIMD reductions, whose order the compiled
-// clone fixes.
-PT_VECTOR_CLONES void softmax_rows(const float* x, float* y, int64_t r0, int64_t r1, int64_t n, bool log,
+// Rows [r0, r1) of n elements: y = softmax(x') (Log: log-softmax), x' the row after the prologue
+// links (run()'s inputs hold their operands): e^(x' - max) times the reciprocal of its sum (Log:
+// x' - max - log of that sum). Max and sums by lanes folded by halves (lane_math.h row_max,
+// row_sum): in a fixed order, cheap on rows of 64.
+template <bool Log>
+PT_VECTOR_CLONES void softmax_rows(const float* x, float* y, int64_t r0, int64_t r1, int64_t n,
                                    std::span<const RowLink> links, std::span<const Buffer> inputs) {
   if (!links.empty()) {
     apply_links(links, inputs, r0, r1, n, x + r0 * n, y + r0 * n);
@@ -43,47 +44,40 @@ PT_VECTOR_CLONES void softmax_rows(const float* x, float* y, int64_t r0, int64_t
   for (int64_t r = r0; r < r1; ++r) {
     const float* src = x + r * n;
     float* dst = y + r * n;
-    const float m = lane_max(src, n);
-    if (log) {
-      float sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t k = 0; k < n; ++k) sum += exp_or_zero(src[k] - m);
+    const float m = row_max(src, n);
+#pragma omp simd
+    for (int64_t k = 0; k < n; ++k) dst[k] = exp_or_zero(src[k] - m);
+    const float sum = row_sum(dst, n);
+    if (Log) {
       const float log_sum = std::log(sum);
 #pragma omp simd
       for (int64_t k = 0; k < n; ++k) dst[k] = (src[k] - m) - log_sum;
-      continue;
-    }
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t k = 0; k < n; ++k) {
-      dst[k] = exp_or_zero(src[k] - m);
-      sum += dst[k];
-    }
-    const float inv = 1.f / sum;
+    } else {
+      const float inv = 1.f / sum;
 #pragma omp simd
-    for (int64_t k = 0; k < n; ++k) dst[k] *= inv;
+      for (int64_t k = 0; k < n; ++k) dst[k] *= inv;
+    }
   }
 }
 
-// Rows [r0, r1) of n elements: dx = y * (dy - sum(dy * y)) (log: dy - exp(y) * sum(dy)), the
+// Rows [r0, r1) of n elements: dx = y * (dy - sum(dy * y)) (Log: dy - exp(y) * sum(dy)), the
 // sums as in softmax_rows; with epilogue links, the rows go to `rows` ((r1 - r0) n floats) and
 // the links write dx from there, so that a link's operand may be dx itself (a gradient summed
 // into its accumulator in place).
+template <bool Log>
 PT_VECTOR_CLONES void softmax_grad_rows(const float* dy, const float* y, float* dx, int64_t r0, int64_t r1,
-                                        int64_t n, bool log, std::span<const RowLink> links,
-                                        std::span<const Buffer> inputs, float* rows) {
+                                        int64_t n, std::span<const RowLink> links, std::span<const Buffer> inputs,
+                                        float* rows) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* d = dy + r * n;
     const float* p = y + r * n;
     float* g = links.empty() ? dx + r * n : rows + (r - r0) * n;
-    float s = 0;
-    if (log) {
-#pragma omp simd reduction(+ : s)
-      for (int64_t k = 0; k < n; ++k) s += d[k];
+    if (Log) {
+      const float s = row_sum(d, n);
+#pragma omp simd
       for (int64_t k = 0; k < n; ++k) g[k] = d[k] - exp_poly(p[k]) * s;
     } else {
-#pragma omp simd reduction(+ : s)
-      for (int64_t k = 0; k < n; ++k) s += d[k] * p[k];
+      const float s = row_dot(d, p, n);
 #pragma omp simd
       for (int64_t k = 0; k < n; ++k) g[k] = p[k] * (d[k] - s);
     }
@@ -113,8 +107,10 @@ class SoftmaxRows final : public Kernel {
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const float* x = in[0].as<const float>();
     float* y = out[0].as<float>();
-    for_row_blocks(rows_, n_, threads_,
-                   [&](int64_t r0, int64_t r1) { softmax_rows(x, y, r0, r1, n_, log_, links_, in); });
+    for_row_blocks(rows_, n_, threads_, [&](int64_t r0, int64_t r1) {
+      if (log_) softmax_rows<true>(x, y, r0, r1, n_, links_, in);
+      else softmax_rows<false>(x, y, r0, r1, n_, links_, in);
+    });
   }
 
  private:
@@ -137,7 +133,9 @@ class SoftmaxGradRows final : public Kernel {
     auto* rows = static_cast<float*>(scratch);
     const int64_t block = rows_per_block(n_) * n_;
     for_row_blocks(rows_, n_, threads_, [&](int64_t r0, int64_t r1) {
-      softmax_grad_rows(dy, y, dx, r0, r1, n_, log_, links_, in, rows + omp_get_thread_num() * block);
+      float* mine = rows + omp_get_thread_num() * block;
+      if (log_) softmax_grad_rows<true>(dy, y, dx, r0, r1, n_, links_, in, mine);
+      else softmax_grad_rows<false>(dy, y, dx, r0, r1, n_, links_, in, mine);
     });
   }
   // A block of rows per thread where the links apply.

@@ -13,6 +13,7 @@
 #include "onnx_import/cast_like.h"
 #include "onnx_import/fold.h"
 #include "onnx_import/gather_rewrite.h"
+#include "onnx_import/gelu_fusion.h"
 #include "onnx_import/random_rewrite.h"
 #include "onnx_import/infer.h"
 #include "onnx_import/load.h"
@@ -368,6 +369,7 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   check_sequences_folded(m.graph(), path, default_opset(m));
   check_folded(m.graph(), path, default_opset(m));
   Graph g = convert(m, known, declared, source_opset, path);
+  fuse_gelu(g);
   g.parameter_notes = std::move(restored.notes);
   g.module_names = std::move(restored.module_names);
   return g;

@@ -143,16 +143,17 @@ TEST(Planner, EverySamplesTightPlanKeepsWhatItPlannedWhenTrained) {
   EXPECT_EQ(trained, 20);  // mlp has too few nodes for 8 devices x 2 chunks
 }
 
-// Under a cap the partitioner's cuts fitted to it are searched beside the balanced ones: for ViT
-// at 2 devices under 16 MiB they win, the written plan cuts there (partition: manual), and
-// train keeps what the plan counted.
+// Under a cap the partitioner's cuts fitted to it are searched beside the balanced ones: for
+// MobileNet at 2 devices under 4 MiB they win, the written plan cuts there (partition: manual),
+// and train keeps what the plan counted. (ViT under 16 MiB was the case until its GELUs became
+// one node each: its balanced cuts fit every cap since.)
 TEST(Planner, CutsFittedToTheCapAreSearchedAndTrainCutsThere) {
   const fs::path dir = fresh_dir("pt_plan_cuts");
-  const std::string yaml = (dir / "vit.yaml").string();
-  Result p = run("plan samples/vit/vit.onnx --devices 2 --memory 16MiB -b 4 --json --write " + yaml);
+  const std::string yaml = (dir / "mobilenet.yaml").string();
+  Result p = run("plan samples/mobilenet/mobilenet.onnx --devices 2 --memory 4MiB -b 4 --json --write " + yaml);
   ASSERT_EQ(p.code, 0) << p.err;
   const nlohmann::json best = nlohmann::json::parse(p.out)["best"];
-  ASSERT_EQ(best["cut_after"].size(), 3u) << best.dump();
+  ASSERT_GE(best["cut_after"].size(), 1u) << best.dump();
   std::ifstream in(yaml);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("  partition: manual\n  cut_after: [\"" + best["cut_after"][0].get<std::string>()),
@@ -161,7 +162,8 @@ TEST(Planner, CutsFittedToTheCapAreSearchedAndTrainCutsThere) {
   Result cuts = run("partition --plan " + yaml + " --json");
   ASSERT_EQ(cuts.code, 0) << cuts.err;
   const nlohmann::json shown = nlohmann::json::parse(cuts.out);
-  for (size_t c = 0; c < 3; ++c) EXPECT_EQ(shown["stages"][c]["last_node"], best["cut_after"][c]);
+  for (size_t c = 0; c < best["cut_after"].size(); ++c)
+    EXPECT_EQ(shown["stages"][c]["last_node"], best["cut_after"][c]);
   const std::string metrics = (dir / "m.jsonl").string();
   Result t = run("train " + yaml + " -q --set steps=1 --set output.model= --set output.metrics=" + metrics);
   ASSERT_EQ(t.code, 0) << t.err;

@@ -164,6 +164,14 @@ ValueId Graph::find(const std::string& value_name) const {
   return it == by_name_.end() ? kNoValue : it->second;
 }
 
+void Graph::remove_nodes(const std::vector<bool>& gone) {
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (i >= gone.size() || !gone[i]) kept.push_back(std::move(nodes[i]));
+  nodes = std::move(kept);
+  rebuild_uses();
+}
+
 void Graph::rebuild_uses() {
   by_name_.clear();
   for (size_t i = 0; i < values.size(); ++i) {

@@ -175,6 +175,9 @@ class Graph {
   Value& value(ValueId id) { return values.at(static_cast<size_t>(id)); }
   // Recomputes producer/consumers and the name index from nodes. O(nodes + values).
   void rebuild_uses();
+  // Drops node i where gone[i] (a rewrite's replaced nodes; their values stay, read by no one),
+  // keeping the others' order, then rebuild_uses().
+  void remove_nodes(const std::vector<bool>& gone);
   // Total bytes of float initializers (the trainable parameters).
   int64_t parameter_bytes() const;
   int64_t parameter_count() const;

@@ -90,12 +90,7 @@ int fold_batch_norms(Graph& g) {
     gone[i] = true;
     ++folded;
   }
-  if (folded == 0) return 0;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!gone[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
-  g.rebuild_uses();
+  if (folded > 0) g.remove_nodes(gone);
   return folded;
 }
 

@@ -21,13 +21,14 @@ namespace pt {
 
 // What a program is for. kTraining: every intermediate tensor plain, so that where a tensor is
 // computed (a recompute policy, a cut between stages) never changes a bit; its constants may
-// change between runs (the optimizer updates the weights in place). A MatMul adds its bias Add
-// as it writes in both (KernelSpec::epilogue; the same bits as the Add's own kernel, so a cut
-// between the two changes none). kInference: forward only,
-// its constants fixed once it is built (`pipetrain run`): the tensors between neighbouring convs
-// stay channels-last where the backend's convs take them (exec/channels_last.h), kernels may
-// lay constants out once (KernelSpec::constants_fixed: a conv's weights in oneDNN's blocked
-// layout), and a Conv, MatMul or Gemm applies its lone Relu or Clip reader as it writes
+// change between runs (the optimizer updates the weights in place). Kernels take fused
+// neighbours there only where they compute the unfused bits (KernelSpec::exact_fusion): a
+// MatMul its bias Add, Softmax and SoftmaxGrad an attention's scale and mask, so a cut between
+// them changes none. kInference: forward only, its constants fixed once it is built (`pipetrain
+// run`): the tensors between neighbouring convs stay channels-last where the backend's convs
+// take them (exec/channels_last.h), kernels may lay constants out once
+// (KernelSpec::constants_fixed: a conv's weights in oneDNN's blocked layout, a small product's B),
+// and a Conv, MatMul or Gemm applies its lone Relu or Clip reader as it writes
 // (KernelSpec::epilogue). Faster, and equal to the training program within float rounding.
 enum class ProgramUse { kTraining, kInference };
 

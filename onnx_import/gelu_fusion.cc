@@ -80,11 +80,7 @@ int fuse_gelu(Graph& g) {
     ++fused;
   }
   if (fused == 0) return 0;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!gone[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
-  g.rebuild_uses();
+  g.remove_nodes(gone);
   // The scalars only the five read leave the initializers (and the buffers `inspect` lists).
   std::vector<ValueId> initializers;
   for (ValueId v : g.initializers) {

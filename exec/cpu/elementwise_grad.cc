@@ -58,24 +58,6 @@ PT_VECTOR_CLONES void erf_grad_loop(const float* dy, const float* x, float* dx, 
   for (int64_t i = begin; i < end; ++i) dx[i] = dy[i] * k2OverSqrtPi * exp_poly(-x[i] * x[i]);
 }
 
-// ErfGrad: dX = dY * 2/sqrt(pi) * exp(-X^2), exp by the vectorisable exp_poly (relative error
-// below 2e-7; it returns about 1e-38 instead of underflowing for |X| > 9.3).
-class ErfGrad final : public Kernel {
- public:
-  ErfGrad(int64_t n, int threads) : n_(n), threads_(threads) {}
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
-    const float* dy = in[0].as<const float>();
-    const float* x = in[1].as<const float>();
-    float* dx = out[0].as<float>();
-    for_blocks(n_, threads_, kParallelMin,
-               [&](int64_t begin, int64_t end) { erf_grad_loop(dy, x, dx, begin, end); });
-  }
-
- private:
-  int64_t n_;
-  int threads_;
-};
-
 // dx[i] = dy[i] * gelu'(x[i]) over [begin, end), gelu the erf or the tanh form (lane_math.h).
 template <bool Tanh>
 PT_VECTOR_CLONES void gelu_grad_loop(const float* dy, const float* x, float* dx, int64_t begin, int64_t end) {
@@ -83,20 +65,23 @@ PT_VECTOR_CLONES void gelu_grad_loop(const float* dy, const float* x, float* dx,
   for (int64_t i = begin; i < end; ++i) dx[i] = dy[i] * (Tanh ? gelu_tanh_grad(x[i]) : gelu_erf_grad(x[i]));
 }
 
-// GeluGrad as a loop, the forward's own math (oneDNN 2.6's gelu backward took twice its time).
-template <bool Tanh>
-class GeluGrad final : public Kernel {
+// dX = dY * f'(X) by a loop over blocks of elements (erf_grad_loop, gelu_grad_loop): ErfGrad,
+// exp by the vectorisable exp_poly (relative error below 2e-7; it returns about 1e-38 instead of
+// underflowing for |X| > 9.3), and GeluGrad, the forward's own math (oneDNN 2.6's gelu backward
+// took twice its time).
+class GradLoop final : public Kernel {
  public:
-  GeluGrad(int64_t n, int threads) : n_(n), threads_(threads) {}
+  using Loop = void (*)(const float*, const float*, float*, int64_t, int64_t);
+  GradLoop(Loop loop, int64_t n, int threads) : loop_(loop), n_(n), threads_(threads) {}
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const float* dy = in[0].as<const float>();
     const float* x = in[1].as<const float>();
     float* dx = out[0].as<float>();
-    for_blocks(n_, threads_, kParallelMin,
-               [&](int64_t begin, int64_t end) { gelu_grad_loop<Tanh>(dy, x, dx, begin, end); });
+    for_blocks(n_, threads_, kParallelMin, [&](int64_t begin, int64_t end) { loop_(dy, x, dx, begin, end); });
   }
 
  private:
+  Loop loop_;
   int64_t n_;
   int threads_;
 };
@@ -165,17 +150,17 @@ std::unique_ptr<Kernel> make_clip_grad(const KernelSpec& s) {
 // ErfGrad(dY, X): dX = dY * 2/sqrt(pi) * exp(-X^2).
 std::unique_ptr<Kernel> make_erf_grad(const KernelSpec& s) {
   if (s.inputs.size() != 2 || !same_float_shapes(s)) return nullptr;
-  return std::make_unique<ErfGrad>(s.inputs[0].numel(), s.cpu->threads);
+  return std::make_unique<GradLoop>(erf_grad_loop, s.inputs[0].numel(), s.cpu->threads);
 }
 
 // GeluGrad(dY, X): dX = dY * gelu'(X), approximate "none" (gelu_erf) or "tanh" (gelu_tanh), from
-// the forward's src, as a loop (GeluGrad above).
+// the forward's src, as a loop (GradLoop above).
 std::unique_ptr<Kernel> make_gelu_grad(const KernelSpec& s) {
   if (s.inputs.size() != 2 || !same_float_shapes(s)) return nullptr;
   const std::string approximate = s.node.attr_string("approximate", "none");
   const int64_t n = s.inputs[0].numel();
-  if (approximate == "none") return std::make_unique<GeluGrad<false>>(n, s.cpu->threads);
-  if (approximate == "tanh") return std::make_unique<GeluGrad<true>>(n, s.cpu->threads);
+  if (approximate == "none") return std::make_unique<GradLoop>(gelu_grad_loop<false>, n, s.cpu->threads);
+  if (approximate == "tanh") return std::make_unique<GradLoop>(gelu_grad_loop<true>, n, s.cpu->threads);
   return nullptr;
 }
 

@@ -326,7 +326,9 @@ TEST(SmallProduct, OnlySmallConstantProductsOfInferencePrograms) {
     spec.constants_fixed = fixed;
     EXPECT_EQ(cpu::make_small_product(spec), nullptr) << rows << " rows, constants fixed " << fixed;
     spec.constants_fixed = true;
-    if (rows == 8) EXPECT_NE(cpu::make_small_product(spec), nullptr);
+    if (rows == 8) {
+      EXPECT_NE(cpu::make_small_product(spec), nullptr);
+    }
   }
 }
 

@@ -148,7 +148,9 @@ TEST(RowChain, MaskedPositionsGetNoProbability) {
     double sum = 0;
     for (int64_t j = 0; j < kT; ++j) {
       const float v = p[row * kT + j];
-      if (j > i) ASSERT_EQ(v, 0.f) << "row " << row << ", key " << j;
+      if (j > i) {
+        ASSERT_EQ(v, 0.f) << "row " << row << ", key " << j;
+      }
       sum += v;
     }
     EXPECT_NEAR(sum, 1.0, 1e-6) << "row " << row;

@@ -57,6 +57,17 @@ void broadcast_c(const MatmulPlan& plan, const float* c, float* y) {
     for (int64_t j = 0; j < n; ++j) y[i * n + j] = c[i * sm + j * sn];
 }
 
+// Whether oneDNN runs the product on a brgemm kernel (the fastest on AVX-512 machines).
+bool is_brgemm(const dnnl::matmul::primitive_desc& pd) {
+  return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+}
+
+// A (rows, cols) matrix stored row-major, or its transpose stored row-major when `trans`.
+memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans) {
+  return memory::desc({rows, cols}, memory::data_type::f32,
+                      trans ? memory::dims{1, rows} : memory::dims{cols, 1});
+}
+
 // Y = A @ B (+ C) on oneDNN matmul (DnnlKernel). Inputs: A, B, optional C (Gemm); output Y.
 // The prologue copies A row-major where the plan asks (matrix_transpose into scratch: 2.5-3.5x
 // faster than oneDNN 2.6's reorder on a 1024 x 512 weight gradient's X) and broadcasts C; then
@@ -72,18 +83,35 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
     if (plan.sum_input >= 0) ops.append_sum(1.f);
     if (!plan.bias_epilogue && plan.sum_input < 0 && !append_epilogue(s, ops)) return nullptr;
     attr.set_post_ops(ops);
-    const dnnl::matmul::desc d = plan.bias.is_zero()
-                                     ? dnnl::matmul::desc(plan.a, plan.b, plan.y)
-                                     : dnnl::matmul::desc(plan.a, plan.b, plan.bias, plan.y);
-    const dnnl::matmul::primitive_desc pd(d, attr, k->engine());
+    const auto describe = [&](const memory::desc& a) {
+      const dnnl::matmul::desc d = plan.bias.is_zero() ? dnnl::matmul::desc(a, plan.b, plan.y)
+                                                       : dnnl::matmul::desc(a, plan.b, plan.bias, plan.y);
+      return dnnl::matmul::primitive_desc(d, attr, k->engine());
+    };
+    // An A stored transposed is read in place where a brgemm kernel takes it (it packs A's
+    // blocks itself), and otherwise copied row-major first (a_stored).
+    memory::desc a_desc = plan.a;
+    bool copy = plan.a_stored[0] != 0;
+    std::optional<dnnl::matmul::primitive_desc> in_place;
+    if (copy) {
+      try {
+        in_place = describe(matrix_desc(plan.m, plan.a_stored[0], true));
+      } catch (const dnnl::error&) {
+        // no implementation reads it in place: copied
+      }
+      if (in_place && is_brgemm(*in_place)) {
+        a_desc = in_place->src_desc();
+        copy = false;
+      }
+    }
+    const dnnl::matmul::primitive_desc pd = copy || !in_place ? describe(plan.a) : *in_place;
     // The brgemm kernels add the bias, and then the summed tensor, to the finished fp32 sum, as
     // the Add kernel would (checked bit for bit: StageProgram.ProductsAddTheirBiasAsTheAddWould,
     // .ProductsAddATensorAsTheAddWould); other implementations leave the Add on its own.
-    if ((plan.bias_epilogue || plan.sum_input >= 0) && std::string(pd.impl_info_str()).rfind("brg", 0) != 0)
-      return nullptr;
+    if ((plan.bias_epilogue || plan.sum_input >= 0) && !is_brgemm(pd)) return nullptr;
     Place a{Place::kInput, 0};  // A as the primitive reads it: in place, or its copy
     std::function<void(const float*, float*)> copy_a;
-    if (plan.a_stored[0] != 0) {
+    if (copy) {
       a = k->reserve(static_cast<size_t>(plan.a_stored[0] * plan.a_stored[1]) * sizeof(float));
       copy_a = matrix_transpose(plan.a_stored[0], plan.a_stored[1], s.cpu->threads);
     }
@@ -98,7 +126,7 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
             std::memcpy(out[0].data, d.data, static_cast<size_t>(out[0].numel()) * sizeof(float));
         }
       });
-    Args args = {{DNNL_ARG_SRC, plan.a, a},
+    Args args = {{DNNL_ARG_SRC, a_desc, a},
                  {DNNL_ARG_WEIGHTS, plan.b, Place{Place::kInput, 1}},
                  {DNNL_ARG_DST, plan.y, Place{Place::kOutput, 0}}};
     if (!plan.bias.is_zero()) args.emplace_back(DNNL_ARG_BIAS, plan.bias, Place{Place::kInput, plan.bias_input});
@@ -132,20 +160,18 @@ std::optional<MatmulPlan> plan_matmul(const Dims& a0, const Dims& b0, const Dims
   return p;
 }
 
-// A (rows, cols) matrix stored row-major, or its transpose stored row-major when `trans`.
-memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans) {
-  return memory::desc({rows, cols}, memory::data_type::f32,
-                      trans ? memory::dims{1, rows} : memory::dims{cols, 1});
-}
-
-// oneDNN 2.6's matmul runs an A stored transposed (a weight gradient X^T @ dY, contracted
-// over the rows of both) at half the rate of the other layouts, so Gemm copies such an A
-// row-major first (matrix_transpose) and reads B as it is stored. A fixed rule on the shapes,
-// so a node computes the same bits on every run, stage and schedule. (One thread, m x k x n:
-// 1024 x 1024 x 256 with A read in place at 35 GFLOP/s, copied 74 to 83. Copying B transposed
-// as well, which the primitive reads up to 6% faster, costs more than it saves: one Gemm in
-// forward_bench, 512 x 1024 x 2048 took 34-37 ms so against 28-30 without, 256 x 1024 x 1024
-// 9-12 ms against 7.5-9.5.)
+// An A stored transposed (a weight gradient X^T @ dY, contracted over the rows of both):
+// oneDNN 2.6's brgemm kernels read it in place, packing its blocks as they go, and Gemm lets
+// them (make_kernel). Where oneDNN picks another implementation for it (on the AMD Zen 4 of
+// earlier sessions, an AVX2 sgemm at half the rate of the other layouts), Gemm copies A
+// row-major first (matrix_transpose) and reads B as it is stored. Either way a fixed rule on the
+// shapes and the machine, so a node computes the same bits on every run, stage and schedule.
+// (Zen 4, one thread, m x k x n: 1024 x 1024 x 256 with A read in place at 35 GFLOP/s, copied
+// 74 to 83. On an AVX-512 Xeon, forward_bench of the one Gemm at 2 threads, the copy against
+// brgemm in place: 2048 x 1024 x 512 9.1-10.5 -> 8.2-9.3 ms, 1024 x 1024 x 256 3.35 -> 2.8.
+// Copying B transposed as well, which the primitive reads up to 6% faster, costs more than it
+// saves: 512 x 1024 x 2048 took 34-37 ms so against 28-30 without, 256 x 1024 x 1024 9-12 ms
+// against 7.5-9.5.)
 // Gemm (gemm_geometry): a row bias with alpha = beta = 1 (torch's Linear) goes to the
 // primitive's bias; any other C is copied into Y and summed with scale beta.
 std::optional<MatmulPlan> plan_gemm(const KernelSpec& s) {

@@ -7,9 +7,9 @@
 // Create once, run many: the constructor validates the schedule, compiles F, B and W of every
 // chunk once on its device's backend, and sizes every per-(micro-batch, chunk) slot pool from
 // the schedule's order (how many micro-batches of a chunk are in flight at once). run_step()
-// runs one worker thread per device; each walks its action list, looking every action up in a
-// table of handlers (one per Op). A slot's tensors are released after the last action that
-// reads them, which the schedule fixes:
+// runs one worker per device (the first on the calling thread, the others on a thread each);
+// each walks its action list, looking every action up in a table of handlers (one per Op). A
+// slot's tensors are released after the last action that reads them, which the schedule fixes:
 //   chunk outputs      F(m,c) .. F(m,c+1) on the same device, or SEND_F(m,c)
 //   received inputs    RECV_F(m,c) .. F(m,c)
 //   kept for B only    F(m,c) .. B(m,c)          kept for W too   F(m,c) .. W(m,c)

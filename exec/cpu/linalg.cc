@@ -69,9 +69,9 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans) {
 }
 
 // Y = A @ B (+ C) on oneDNN matmul (DnnlKernel). Inputs: A, B, optional C (Gemm); output Y.
-// The prologue copies A row-major where the plan asks (matrix_transpose into scratch: 2.5-3.5x
-// faster than oneDNN 2.6's reorder on a 1024 x 512 weight gradient's X) and broadcasts C; then
-// the product.
+// The prologue copies an A stored transposed row-major where no brgemm kernel reads it in place
+// (matrix_transpose into scratch: 2.5-3.5x faster than oneDNN 2.6's reorder on a 1024 x 512
+// weight gradient's X) and broadcasts C; then the product.
 std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s) {
   return build_or_null(s, [&]() -> std::unique_ptr<Kernel> {
     auto k = std::make_unique<DnnlKernel>(*s.cpu);

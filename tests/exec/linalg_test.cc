@@ -163,10 +163,10 @@ TEST(Gemm, TransposedWithColumnBias) {
   testing::expect_near_all(run_node(node, cpu::make_gemm, {a, b, c}, {ad, bd, cd}, y), want);
 }
 
-// A stored transposed (a weight gradient, X^T @ dY) is copied row-major before the product, and
-// B handed over transposed too when Y is wider than tall (gemm_relayout in exec/cpu/linalg.cc):
-// every branch of that rule, with the row bias torch's Linear uses and with a scaled full C,
-// against a plain loop.
+// A stored transposed (a weight gradient, X^T @ dY): read in place where oneDNN runs it on a
+// brgemm kernel, copied row-major first elsewhere (make_kernel in exec/cpu/linalg.cc), with B as
+// stored and transposed, the row bias torch's Linear uses and a scaled full C, against a plain
+// loop (on an AVX-512 machine every case takes the in-place path).
 TEST(Gemm, TransposedALayoutsMatchLoop) {
   using Dims = std::vector<int64_t>;
   struct Shape {

@@ -192,6 +192,11 @@ TEST(BadInput, NpyInputsGetOneLine) {
   expect_one_line_error(run_on(negative),
                         negative.string() + ": has shape entry '-1', not a size from 0 to 2^63; save it again with "
                                             "numpy.save");
+  // A long suffix with no digits (found by fuzz_npy: the parser read before the entry).
+  const fs::path suffix = npy("l.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (L, 64), }", floats);
+  expect_one_line_error(run_on(suffix),
+                        suffix.string() + ": has shape entry 'L', not a size from 0 to 2^63; save it again with "
+                                          "numpy.save");
   const fs::path cut = npy("cut.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 64), }",
                            floats.substr(0, 100));
   expect_one_line_error(run_on(cut), cut.string() + ": holds 100 bytes of data, fewer than its shape [1,64] "

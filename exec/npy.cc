@@ -41,7 +41,7 @@ std::vector<int64_t> parse_shape(const std::string& tuple, const std::string& pa
     if (first == std::string::npos) continue;  // after the trailing comma of "(4,)"
     // Python 2's long suffix "4L" is dropped; an entry of nothing else ("L") has no digits.
     const size_t last = entry.find_last_not_of(" \tL");
-    const size_t stop = last == std::string::npos || last < first ? first : last + 1;
+    const size_t stop = last == std::string::npos ? first : last + 1;
     int64_t d = -1;
     const auto [end, ec] = std::from_chars(entry.data() + first, entry.data() + stop, d);
     if (ec != std::errc() || end != entry.data() + stop || d < 0)

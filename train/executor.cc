@@ -258,8 +258,8 @@ void PipelineExecutor::run_step(const std::vector<std::map<std::string, Tensor>>
   // the one that lives from step to step and runs the optimizer, so its OpenMP team is the one
   // the step's kernels reuse: with a fresh thread per device per step, that thread's team and
   // this one's together outnumbered the cores, and libgomp then puts its workers to sleep after
-  // every parallel region instead of spinning (11000 context switches in 4 steps of the d 256
-  // step at 2 threads, against 176 this way; bench/ab_step.sh: 1154 -> 1008 ms).
+  // every parallel region instead of spinning (10999 context switches in 4 steps of the d 256
+  // step at 2 threads, against 129 this way; bench/ab_step.sh: 1154 -> 1008 ms).
   std::vector<std::thread> workers;
   Device* first = nullptr;
   for (auto& d : devices_) {

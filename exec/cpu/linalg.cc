@@ -33,8 +33,8 @@ bool any_zero(const Dims& d) {
 // once Gemm's C has been broadcast into Y (c_rows x c_cols, a dim of 1 broadcast).
 struct MatmulPlan {
   memory::desc a, b, y;   // as the primitive reads and writes them
-  // Gemm's A where the input holds it transposed and the primitive reads a row-major copy:
-  // the input's rows and columns; {0, 0}: read in place
+  // Gemm's A where the input holds it transposed (read in place by brgemm, else copied
+  // row-major: make_kernel): the input's rows and columns; {0, 0}: stored as `a`
   std::array<int64_t, 2> a_stored{};
   memory::desc bias;      // {1, N} when Gemm's C or the Add epilogue's bias is the primitive's bias
   size_t bias_input = 2;  // its index in run()'s inputs
@@ -90,21 +90,18 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
     };
     // An A stored transposed is read in place where a brgemm kernel takes it (it packs A's
     // blocks itself), and otherwise copied row-major first (a_stored).
-    memory::desc a_desc = plan.a;
-    bool copy = plan.a_stored[0] != 0;
     std::optional<dnnl::matmul::primitive_desc> in_place;
-    if (copy) {
+    if (plan.a_stored[0] != 0) {
       try {
         in_place = describe(matrix_desc(plan.m, plan.a_stored[0], true));
       } catch (const dnnl::error&) {
         // no implementation reads it in place: copied
       }
-      if (in_place && is_brgemm(*in_place)) {
-        a_desc = in_place->src_desc();
-        copy = false;
-      }
+      if (in_place && !is_brgemm(*in_place)) in_place.reset();
     }
-    const dnnl::matmul::primitive_desc pd = copy || !in_place ? describe(plan.a) : *in_place;
+    const bool copy = plan.a_stored[0] != 0 && !in_place;
+    const dnnl::matmul::primitive_desc pd = in_place ? *in_place : describe(plan.a);
+    const memory::desc a_desc = pd.src_desc();
     // The brgemm kernels add the bias, and then the summed tensor, to the finished fp32 sum, as
     // the Add kernel would (checked bit for bit: StageProgram.ProductsAddTheirBiasAsTheAddWould,
     // .ProductsAddATensorAsTheAddWould); other implementations leave the Add on its own.

@@ -49,14 +49,18 @@ PT_VECTOR_CLONES void add_rows(const float* x, float* y, int64_t rows, int64_t n
 // One reduced block: x viewed as [M, K, N] with the reduced dims merged into K,
 //   y[m, n] = scale * sum_k x[m, k, n],   scale = 1/K for the mean, else 1.
 // N = 1: one contiguous sum per m, parallel over m. N > 1: whole rows added into y[m, :], parallel
-// over m, or over column blocks of N when M is smaller than the thread count.
+// over m, or over column blocks of N (at least kMinBlockColumns each) when M is smaller than the
+// thread count. Each column is summed in k order whatever the blocks, so the bits are the same at
+// any thread count.
+constexpr int64_t kMinBlockColumns = 64;  // 256 bytes of y per thread: a bias gradient of 256
+                                          // columns (charlm d 256) splits over 2 threads
 class BlockReduce : public Kernel {
  public:
   BlockReduce(int64_t m, int64_t k, int64_t n, bool mean, int threads)
       : m_(m), k_(k), n_(n), threads_(threads) {
     scale_ = mean ? 1.f / static_cast<float>(k) : 1.f;  // k = 0: 0 * inf gives NaN
     const bool big = m * k * n * static_cast<int64_t>(sizeof(float)) >= (1 << 16);
-    col_blocks_ = n > 1 && m < threads ? std::clamp<int64_t>(n / 256, 1, threads) : 1;
+    col_blocks_ = n > 1 && m < threads ? std::clamp<int64_t>(n / kMinBlockColumns, 1, threads) : 1;
     units_ = m * col_blocks_;
     parallel_ = big && units_ > 1 && threads > 1;
   }

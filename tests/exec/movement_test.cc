@@ -108,8 +108,8 @@ struct OneNode {
   void output(const TensorType& t) {
     node.outputs.push_back(g.add_value("out" + std::to_string(node.outputs.size()), t));
   }
-  std::unique_ptr<Kernel> make(KernelFactory factory) {
-    ctx = {&engine, &stream, 2};  // this object may have moved since construction
+  std::unique_ptr<Kernel> make(KernelFactory factory, int threads = 2) {
+    ctx = {&engine, &stream, threads};  // this object may have moved since construction
     if (g.nodes.empty()) {
       g.add_node(node);
       g.outputs = node.outputs;
@@ -329,6 +329,29 @@ TEST(Reduce, LeadingAxes) { check_reduce({0, 1}, false); }
 TEST(Reduce, MiddleAxis) { check_reduce({1}, true); }
 TEST(Reduce, SeparateAxes) { check_reduce({0, 2}, false); }
 TEST(Reduce, AllAxes) { check_reduce({}, false); }
+
+// A bias gradient, dY [1024, 256] summed over its rows: both threads take a block of columns,
+// and the bits are those of one thread.
+TEST(Reduce, RowSumsSameBitsOnOneAndTwoThreads) {
+  std::vector<float> x(1024 * 256);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1009) / 97.f - 5.f;
+  std::vector<std::vector<float>> sums;
+  for (const int threads : {1, 2}) {
+    OneNode n("ReduceSum", "db");
+    n.input({DType::kFloat32, {1024, 256}}, bytes_of(x));
+    n.input(i64_type(1), bytes_of(std::vector<int64_t>{0}), true);
+    n.output({DType::kFloat32, {256}});
+    n.node.attrs["keepdims"] = int64_t{0};
+    std::unique_ptr<Kernel> k = n.make(make_reduce_sum, threads);
+    ASSERT_NE(k, nullptr);
+    sums.push_back(values_of<float>(n.run(*k)[0]));
+  }
+  ASSERT_EQ(sums[0].size(), 256u);
+  EXPECT_EQ(std::memcmp(sums[0].data(), sums[1].data(), 256 * sizeof(float)), 0);
+  double want = 0;
+  for (int64_t r = 0; r < 1024; ++r) want += x[static_cast<size_t>(r * 256 + 3)];
+  EXPECT_NEAR(sums[1][3], want, 1e-3);
+}
 
 // noop_with_empty_axes = 1 with no axes: a copy.
 TEST(Reduce, NoopWithEmptyAxes) {

@@ -46,7 +46,8 @@ bool products_on_brgemm() {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   using tag = dnnl::memory::format_tag;
   const auto f32 = dnnl::memory::data_type::f32;
-  const dnnl::memory::desc a({64, 96}, f32, tag::ab), b({96, 80}, f32, tag::ab), y({64, 80}, f32, tag::ab);
+  const dnnl::memory::desc a({64, 96}, f32, tag::ab), b({96, 80}, f32, tag::ab),
+      y({64, 80}, f32, tag::ab);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, y), engine);
   return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
 }
@@ -266,9 +267,10 @@ TEST(StageProgram, ProductsAddTheirBiasAsTheAddWould) {
 
 // A product whose lone reader is an Add of a tensor of its own shape sums that tensor as it
 // writes (the Add runs nothing, where products run on brgemm), bit for bit what the two kernels
-// give, at one and two threads: W's `grad_acc + g` (a weight gradient X^T dY, Gemm with transA, the accumulator as the Add's
-// input 0) and a MatMul's output plus a residual (input 1). With the output placed on the
-// accumulator's own memory (the pipeline's in-place sum) the result is the same.
+// give, at one and two threads: W's `grad_acc + g` (a weight gradient X^T dY, Gemm with transA,
+// the accumulator as the Add's input 0) and a MatMul's output plus a residual (input 1). With the
+// output placed on the accumulator's own memory (the pipeline's in-place sum) the result is the
+// same.
 TEST(StageProgram, ProductsAddATensorAsTheAddWould) {
   struct Case {
     std::string name;

@@ -127,6 +127,15 @@ bool Node::is_view() const {
           op_type == "Unsqueeze" || op_type == "Identity");
 }
 
+bool Graph::moves_no_bytes(const Node& n) const {
+  if (n.is_view()) return true;
+  if (!(n.domain.empty() || n.domain == "ai.onnx") ||
+      n.op_type != "GlobalAveragePool" || n.inputs.size() != 1 ||
+      n.outputs.size() != 1 || n.inputs[0] == kNoValue || n.outputs[0] == kNoValue)
+    return false;
+  return value(n.inputs[0]).type == value(n.outputs[0]).type;
+}
+
 int64_t Graph::opset() const {
   auto it = opsets.find("");
   if (it == opsets.end()) it = opsets.find("ai.onnx");

@@ -181,6 +181,10 @@ class Graph {
   // Total bytes of float initializers (the trainable parameters).
   int64_t parameter_bytes() const;
   int64_t parameter_count() const;
+  // A view (Node::is_view), or a node that gives back its input as it is at these shapes: a
+  // GlobalAveragePool whose input has a spatial extent of 1 (the mean of one element is that
+  // element). Its output 0 holds input 0's bytes.
+  bool moves_no_bytes(const Node& n) const;
 
  private:
   std::map<std::string, ValueId> by_name_;

@@ -243,12 +243,13 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
       if (!step.kernel) step.kernel = backend.create_kernel(spec);
       if (!step.kernel) throw no_kernel(node, spec);
     }
-    // A view of an arena buffer is that buffer, live until the view's last reader too. A view of
-    // a graph input is that input, unless it is a graph output itself (outputs stay the
-    // program's own memory, valid until the next run, whatever the caller does with its inputs).
+    // A view (Graph::moves_no_bytes: also a global average pool over one pixel) of an arena
+    // buffer is that buffer, live until the view's last reader too. A view of a graph input is
+    // that input, unless it is a graph output itself (outputs stay the program's own memory,
+    // valid until the next run, whatever the caller does with its inputs).
     // An absorbed epilogue's output is the tensor it fused, which its producer wrote already.
     ValueId shared = fused_tensor[static_cast<size_t>(i)];
-    if (node.is_view() && !node.inputs.empty()) shared = node.inputs[0];
+    if (g.moves_no_bytes(node) && !node.inputs.empty()) shared = node.inputs[0];
     const Location* viewed = shared != kNoValue ? &where[static_cast<size_t>(shared)] : nullptr;
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       const ValueId v = node.outputs[k];

@@ -229,7 +229,7 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
     for (ValueId v : n.inputs)
       if (v != kNoValue && g.value(v).is_parameter()) params.insert(v);
     for (ValueId v : params) c.param_bytes += nbytes(g, v);
-    if (!n.is_view()) {
+    if (!g.moves_no_bytes(n)) {
       for (ValueId v : n.inputs) c.bytes_read += nbytes(g, v);
       for (ValueId v : n.outputs) c.bytes_written += nbytes(g, v);
     }

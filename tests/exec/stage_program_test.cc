@@ -163,6 +163,48 @@ TEST(StageProgram, AViewOfAnInputIsThatInputUnlessItIsAnOutput) {
   }
 }
 
+// x -> Neg -> a -> GlobalAveragePool -> p -> Neg -> y. Over a spatial extent of 1 (MobileNet's
+// last map) the pool gives a back as it is: p is a's memory and the pool runs nothing. Over 2 x 3
+// it runs and p has a buffer of its own.
+TEST(StageProgram, AGlobalAveragePoolOverOneElementIsAView) {
+  for (const std::vector<int64_t>& spatial : {std::vector<int64_t>{1, 1}, std::vector<int64_t>{2, 3}}) {
+    const std::vector<int64_t> in = {2, 5, spatial[0], spatial[1]}, pooled = {2, 5, 1, 1};
+    Graph g;
+    const ValueId x = g.add_value("x", {DType::kFloat32, in});
+    const ValueId a = g.add_value("a", {DType::kFloat32, in});
+    const ValueId p = g.add_value("p", {DType::kFloat32, pooled});
+    const ValueId y = g.add_value("y", {DType::kFloat32, pooled});
+    g.add_node(Node{"neg_a", "Neg", "", {x}, {a}, {}});
+    g.add_node(Node{"pool", "GlobalAveragePool", "", {a}, {p}, {}});
+    g.add_node(Node{"neg_y", "Neg", "", {p}, {y}, {}});
+    g.inputs = {x};
+    g.outputs = {y};
+    g.name = "pool";
+    g.rebuild_uses();
+    const int64_t n = spatial[0] * spatial[1];
+    const std::string what = n == 1 ? "over 1 x 1" : "over 2 x 3";
+    EXPECT_EQ(g.moves_no_bytes(g.nodes[1]), n == 1) << what;
+    CpuBackend backend(2);
+    StageProgram program(g, backend, ProgramUse::kInference);
+    EXPECT_EQ(program.runs_nothing(1), n == 1) << what;
+    std::vector<std::string> planned;
+    for (const BufferLife& b : program.memory_plan().buffers) planned.push_back(b.name);
+    EXPECT_EQ(std::count(planned.begin(), planned.end(), "p"), n == 1 ? 0 : 1) << what;
+    std::vector<Tensor> inputs = {filled({DType::kFloat32, in}, 9)};
+    program.run(buffers(g, inputs));
+    const float* xs = inputs[0].as<float>();
+    for (int64_t c = 0; c < 10; ++c) {
+      double sum = 0;
+      for (int64_t s = 0; s < n; ++s) sum += xs[c * n + s];
+      if (n == 1) {
+        EXPECT_EQ(program.output(0).as<float>()[c], xs[c]) << what << " " << c;  // x's bits
+      } else {
+        EXPECT_NEAR(program.output(0).as<float>()[c], sum / static_cast<double>(n), 1e-6) << what << " " << c;
+      }
+    }
+  }
+}
+
 // x -> Relu -> a -> Flatten -> f -> Neg -> y; x -> Sigmoid -> p -> Flatten -> q. Outputs a, y, x,
 // p and q. a and y can be placed in the caller's memory (the pipeline's slots): the Relu writes a
 // there and the Neg reads it there, through the view. x is the caller's input; p and q share one

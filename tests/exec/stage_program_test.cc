@@ -472,7 +472,9 @@ TEST(ChannelsLast, TheTensorsBetweenConvsOnly) {
 }
 
 // The program with channels-last tensors gives what the plain one gives (onnxruntime checks the
-// plain one: oracle.forward_onnxruntime), on the chain and on MobileNetV2.
+// plain one: oracle.forward_onnxruntime), on the chain and on MobileNetV2, whose 1x1 convs
+// between channels-last tensors the channels-last program runs as products (exec/cpu/nn.cc,
+// build_pixel_product) where the plain one runs convs.
 TEST(ChannelsLast, ProgramsEqualThePlainOnes) {
   ConvChain ch;
   CpuBackend cpu(2);
@@ -504,6 +506,41 @@ ValueId add_variance(Graph& g, const std::string& name, int64_t channels) {
   Tensor& t = const_cast<Tensor&>(*g.values[static_cast<size_t>(v)].init);
   for (int64_t c = 0; c < channels; ++c) t.as<float>()[c] = 0.25f + 0.1f * static_cast<float>(c);
   return v;
+}
+
+// x (3, 6, 1, 1) -> Conv with a 1x1 W of 5 x 6 (and B) -> Clip(0, 1) -> y: a conv over one pixel,
+// which an inference program runs as a product (exec/cpu/nn.cc, build_pixel_product), with or
+// without its bias, gives the sums of the channels, clipped.
+TEST(StageProgram, A1x1ConvOverOnePixelGivesTheChannelSums) {
+  for (const bool bias : {true, false}) {
+    Graph g;
+    const ValueId x = g.add_value("x", {DType::kFloat32, {3, 6, 1, 1}});
+    const ValueId w = add_constant(g, "w", {DType::kFloat32, {5, 6, 1, 1}}, 11, 0);
+    const ValueId b = bias ? add_constant(g, "b", {DType::kFloat32, {5}}, 12, 0) : kNoValue;
+    const ValueId lo = add_constant(g, "lo", {DType::kFloat32, {}}, 0, 0.f);
+    const ValueId hi = add_constant(g, "hi", {DType::kFloat32, {}}, 0, 1.f);
+    const ValueId c = g.add_value("c", {DType::kFloat32, {3, 5, 1, 1}});
+    const ValueId y = g.add_value("y", {DType::kFloat32, {3, 5, 1, 1}});
+    Node conv{"conv", "Conv", "", {x, w}, {c}, {{"kernel_shape", std::vector<int64_t>{1, 1}}}};
+    if (bias) conv.inputs.push_back(b);
+    g.add_node(conv);
+    g.add_node(Node{"clip", "Clip", "", {c, lo, hi}, {y}, {}});
+    g.inputs = {x};
+    g.outputs = {y};
+    g.name = "pixel";
+    g.rebuild_uses();
+    CpuBackend backend(2);
+    std::vector<Tensor> inputs = {filled({DType::kFloat32, {3, 6, 1, 1}}, 13)};
+    const std::vector<float> got = run_once(g, backend, inputs);
+    const float* xs = inputs[0].as<float>();
+    const float* ws = g.value(w).init->as<float>();
+    for (int64_t n = 0; n < 3; ++n)
+      for (int64_t m = 0; m < 5; ++m) {
+        double sum = bias ? g.value(b).init->as<float>()[m] : 0.0;
+        for (int64_t k = 0; k < 6; ++k) sum += static_cast<double>(xs[n * 6 + k]) * ws[m * 6 + k];
+        EXPECT_NEAR(got[static_cast<size_t>(n * 5 + m)], std::clamp(sum, 0.0, 1.0), 1e-5) << n << " " << m << " " << bias;
+      }
+  }
 }
 
 // x -> Conv(+bias) -> a -> BatchNormalization -> b -> Relu -> c -> Conv -> d ->

@@ -44,6 +44,13 @@ inline dnnl::memory::desc plain_desc(DType dtype, std::vector<int64_t> dims) {
 
 inline dnnl::memory::desc plain_desc(const TensorType& t) { return plain_desc(t.dtype, t.shape); }
 
+// Whether oneDNN picked an implementation whose name starts with `prefix` for a primitive: "brg"
+// (a brgemm kernel, the fastest on AVX-512 machines), "ref" (its slow reference kernel).
+template <class PrimitiveDesc>
+bool implementation_is(const PrimitiveDesc& pd, const char* prefix) {
+  return std::string(pd.impl_info_str()).rfind(prefix, 0) == 0;
+}
+
 // oneDNN runs on the stage's thread count (CpuContext::threads): primitives are created and
 // executed under the same count, as their scratchpad sizes depend on it.
 class ThreadScope {

@@ -57,11 +57,6 @@ void broadcast_c(const MatmulPlan& plan, const float* c, float* y) {
     for (int64_t j = 0; j < n; ++j) y[i * n + j] = c[i * sm + j * sn];
 }
 
-// Whether oneDNN runs the product on a brgemm kernel (the fastest on AVX-512 machines).
-bool is_brgemm(const dnnl::matmul::primitive_desc& pd) {
-  return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
-}
-
 // A (rows, cols) matrix stored row-major, or its transpose stored row-major when `trans`.
 memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans) {
   return memory::desc({rows, cols}, memory::data_type::f32,
@@ -97,7 +92,7 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
       } catch (const dnnl::error&) {
         // no implementation reads it in place: copied
       }
-      if (in_place && !is_brgemm(*in_place)) in_place.reset();
+      if (in_place && !implementation_is(*in_place, "brg")) in_place.reset();
     }
     const bool copy = plan.a_stored[0] != 0 && !in_place;
     const dnnl::matmul::primitive_desc pd = in_place ? *in_place : describe(plan.a);
@@ -105,7 +100,7 @@ std::unique_ptr<Kernel> make_kernel(const MatmulPlan& plan, const KernelSpec& s)
     // The brgemm kernels add the bias, and then the summed tensor, to the finished fp32 sum, as
     // the Add kernel would (checked bit for bit: StageProgram.ProductsAddTheirBiasAsTheAddWould,
     // .ProductsAddATensorAsTheAddWould); other implementations leave the Add on its own.
-    if ((plan.bias_epilogue || plan.sum_input >= 0) && !is_brgemm(pd)) return nullptr;
+    if ((plan.bias_epilogue || plan.sum_input >= 0) && !implementation_is(pd, "brg")) return nullptr;
     Place a{Place::kInput, 0};  // A as the primitive reads it: in place, or its copy
     std::function<void(const float*, float*)> copy_a;
     if (copy) {

@@ -37,8 +37,7 @@ std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w
   const auto all = [](const Dims& d, int64_t v) {
     return std::all_of(d.begin(), d.end(), [v](int64_t e) { return e == v; });
   };
-  int64_t pixels = 1;
-  for (size_t i = 2; i < x.size(); ++i) pixels *= x[i];
+  const int64_t pixels = product(x, 2, x.size());
   const bool last = s.input_channels_last(0) && s.output_channels_last(0);
   if (!fixed_w || group != 1 || !all(w.kernel, 1) || !all(w.strides, 1) || !all(w.pad_l, 0) ||
       !all(w.pad_r, 0) || (!last && pixels != 1))
@@ -50,14 +49,13 @@ std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w
   dnnl::post_ops post;
   if (!append_epilogue(s, post)) return nullptr;
   attr.set_post_ops(post);
-  const auto f32 = memory::data_type::f32;
-  const memory::desc x_md({rows, c}, f32, memory::format_tag::ab), y_md({rows, m}, f32, memory::format_tag::ab);
-  const memory::desc w_md({c, m}, f32, memory::format_tag::ba);  // W (M, C) read as W^T
-  const memory::desc b_md = s.has_input(2) ? memory::desc({1, m}, f32, memory::format_tag::ab) : memory::desc();
+  const memory::desc x_md = plain_desc(DType::kFloat32, {rows, c}), y_md = plain_desc(DType::kFloat32, {rows, m});
+  const memory::desc w_md({c, m}, memory::data_type::f32, memory::format_tag::ba);  // W (M, C) read as W^T
+  const memory::desc b_md = s.has_input(2) ? plain_desc(DType::kFloat32, {1, m}) : memory::desc();
   const dnnl::matmul::desc d = s.has_input(2) ? dnnl::matmul::desc(x_md, any_layout({c, m}), b_md, y_md)
                                               : dnnl::matmul::desc(x_md, any_layout({c, m}), y_md);
   const dnnl::matmul::primitive_desc pd(d, attr, k->engine());
-  if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;  // else the conv's kernels
+  if (!implementation_is(pd, "brg")) return nullptr;  // else the conv's kernels
   const Place wp = k->held({Place::kInput, 1}, fixed_w->data.data(), w_md, pd.weights_desc());
   std::vector<std::tuple<int, memory::desc, Place>> args = {
       {DNNL_ARG_SRC, x_md, {Place::kInput, 0}},
@@ -112,10 +110,10 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
       primitive(side(x_md, x_last, x), plain_gemm ? w_md : any_layout(wd), side(y_md, y_last, y));
   // Where oneDNN has no fast kernel for a channels-last side (3 input channels, say), the layouts
   // it picks itself, with reorders from and to the stored ones, beat its reference kernel.
-  if ((x_last || y_last) && std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
+  if ((x_last || y_last) && implementation_is(pd, "ref"))
     pd = primitive(any_layout(x), any_layout(wd), any_layout(y));
   // An epilogue is worth taking only on a fast kernel: else the node runs on its own.
-  if (s.epilogue && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return nullptr;
+  if (s.epilogue && implementation_is(pd, "ref")) return nullptr;
 
   const Place xp = k->reordered({Place::kInput, 0}, x_md, pd.src_desc());
   const Tensor* fixed_w = s.constants_fixed ? s.constant(1) : nullptr;  // laid out once if fixed
@@ -223,10 +221,9 @@ std::unique_ptr<Kernel> make_conv(const KernelSpec& s) {
   const auto w = conv_window(s.node, x, wt, s.outputs[0].shape, false);
   if (!w || (s.has_input(2) && s.inputs[2].shape != Dims{wt[0]})) return nullptr;
   const int64_t group = s.node.attr_int("group", 1);
-  return build_or_null(s, [&] {
-    std::unique_ptr<Kernel> k = build_pixel_product(s, *w, group);
-    return k ? std::move(k) : build_conv(s, *w, group);
-  });
+  // Apart, so that a product oneDNN declines (a dnnl::error) still leaves the conv to try.
+  if (std::unique_ptr<Kernel> k = build_or_null(s, [&] { return build_pixel_product(s, *w, group); })) return k;
+  return build_or_null(s, [&] { return build_conv(s, *w, group); });
 }
 
 // MaxPool with 1 to 3 spatial dims (dilations through pooling_v2); the Indices output is not

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "exec/channels_last.h"
 #include "exec/cpu/cpu_backend.h"
+#include "exec/cpu/dnnl_util.h"
 #include "exec/fold_batch_norm.h"
 #include "onnx_import/import.h"
 
@@ -49,7 +50,7 @@ bool products_on_brgemm() {
   const dnnl::memory::desc a({64, 96}, f32, tag::ab), b({96, 80}, f32, tag::ab),
       y({64, 80}, f32, tag::ab);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, y), engine);
-  return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+  return cpu::implementation_is(pd, "brg");
 }
 
 std::vector<Buffer> buffers(const Graph& g, std::vector<Tensor>& inputs) {

@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
 """Fixtures from today's exporter: small random-init models as PyTorch 2.9+ exports them.
 
-Run once, in a separate venv with PyTorch and transformers from PyPI (CI does not need them; the
-files it makes are committed):
+Run once, in .venv-export, a separate venv with PyTorch and transformers from PyPI that
+scripts/export_venv.sh makes (CI does not need them; the files it makes are committed):
 
-    python3 -m venv .venv-export
-    .venv-export/bin/pip install torch transformers onnx onnxscript onnxruntime numpy
+    bash scripts/export_venv.sh
     .venv-export/bin/python samples/exports/make_exports.py [names...] --out samples/exports
 
 For each model NAME it writes, under --out:

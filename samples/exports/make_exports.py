@@ -42,9 +42,36 @@ holds in some form (by name, transposed under a generated name, or named by a no
 metadata); the ones folded away (GPT-2's position table) are frozen in the reference as they are
 in the file. NAME_noopt.onnx (`optimize=False`) holds every parameter. GPT-2 keeps its tied
 token embedding and LM head. Dropout is 0.
+
+NAME[_VARIANT].grads.npz (also for make_noopt_min.py's tiny_noopt_min; `--grads` writes only
+these, from the committed files, without exporting again): one gradient per initializer
+`pipetrain grad` trains in the file, for tests/oracle/grads_vs_torch.py. Each `grad.<initializer>`
+is, in float64 (stored as float32), d loss / d initializer at the file's initial values, where
+loss = mean cross-entropy over every target of the first micro-batch: x[:BATCH] (`x`), y[:BATCH]
+(`y`; each token's target for the language models), i.e. `pipetrain grad FILE -i input=x.npy
+--target y.npy` with one micro-batch; `loss` is that loss. The module runs as `pipetrain train`
+trains the file: BatchNorm on the batch's statistics (in an eval-mode export too), Dropout 0.
+What each initializer is:
+  - a parameter the file holds by name, transposed under a generated name, or given back by
+    pipetrain (merged equal values, a dropped zero bias): that module parameter's gradient
+    (file_parameters; transposed where the file stores it so). A merged initializer becomes one
+    copy per parameter, so each copy gets its own parameter's gradient;
+  - a tied parameter (GPT-2's token embedding and LM head): one tensor, the sum of both uses;
+  - a convolution with a BatchNorm folded into it (the default exporter on MobileNetV3, ResNet and
+    the BatchNorm convnet; the legacy one on MobileNetV3): the exporter folded the BatchNorm at
+    its start statistics as in eval mode (W' = W s, b' = (b - mean) s + beta, s = gamma /
+    sqrt(var + eps)), so the file computes that folded module, with no BatchNorm, and the
+    gradient is the folded module's, by W' and b' (torch's fuse_conv_bn_eval; a zero b' the
+    exporter dropped comes back in pipetrain under the BatchNorm's bias name);
+  - a parameter folded into a constant (GPT-2's position table, BatchNorm's scale): no gradient.
+Also `noise`, for each initializer in `names`, max|float32 - float64 PyTorch gradient|, the
+rounding float32 leaves in it (the whole gradient where it is zero in exact arithmetic), and
+`start.<initializer>` for each initializer pipetrain makes that the file holds under no name of
+its own (merged or dropped), its initial value, so that tests can measure training's updates.
 """
 
 import argparse
+import copy
 import os
 import re
 import sys
@@ -301,6 +328,140 @@ def reference(model, held, file_inits, x, y, probe, dtype=torch.float64, train_m
     return losses, params, buffers, state, probe_out
 
 
+def fold_batchnorms(wrapped):
+    """A copy of the module in eval mode with every BatchNorm folded into the convolution
+    registered just before it in the same parent (a Sequential, ResNet's conv layer and
+    shortcut), as the exporters fold an eval-mode graph; the BatchNorm becomes an Identity and
+    the convolution always has a bias. Returns (the copy, {folded bias name: BatchNorm bias name})."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+    folded = copy.deepcopy(wrapped).eval()
+    bias_names = {}
+    for parent_name, parent in list(folded.named_modules()):
+        children = list(parent.named_children())
+        for (conv_name, conv), (bn_name, bn) in zip(children, children[1:]):
+            if isinstance(conv, nn.Conv2d) and isinstance(bn, nn.modules.batchnorm._BatchNorm):
+                setattr(parent, conv_name, fuse_conv_bn_eval(conv, bn))
+                setattr(parent, bn_name, nn.Identity())
+                prefix = f"{parent_name}." if parent_name else ""
+                bias_names[f"{prefix}{conv_name}.bias"] = f"{prefix}{bn_name}.bias"
+    return folded, bias_names
+
+
+def folds_batchnorm(path, wrapped):
+    """Whether the file holds the module's BatchNorms folded into its convolutions (none left)."""
+    import onnx
+    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in wrapped.modules())
+    return has_bn and not any(n.op_type == "BatchNormalization" for n in onnx.load(path, load_external_data=False).graph.node)
+
+
+def folded_parameters(path, folded, bias_names):
+    """file_parameters for a file whose convolutions read folded weights: each Conv's weight is
+    matched to the folded module's by value (the default exporter keeps the convolution's name,
+    the legacy one writes onnx::Conv_N) and its bias input is that convolution's bias; a
+    convolution with no bias input (the exporter dropped a zero b') gets it back in pipetrain
+    under the BatchNorm's bias name. Other parameters as file_parameters finds them."""
+    import onnx
+    from onnx import numpy_helper
+    g = onnx.load(path).graph
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    convs = {n: m for n, m in folded.named_modules() if isinstance(m, nn.Conv2d)}
+    held = {k: v for k, v in file_parameters(path, folded).items() if v[0].rsplit(".", 1)[0] not in convs}
+    for node in g.node:
+        if node.op_type != "Conv" or node.input[1] not in inits:
+            continue
+        w = inits[node.input[1]]
+        match = [n for n, m in convs.items() if m.weight.shape == w.shape
+                 and np.allclose(m.weight.detach().numpy(), w, rtol=1e-5, atol=1e-7)]
+        if len(match) != 1:
+            raise SystemExit(f"{path}: Conv weight '{node.input[1]}' matches {len(match)} folded convolutions")
+        held[node.input[1]] = (f"{match[0]}.weight", False)
+        if len(node.input) > 2 and node.input[2]:
+            held[node.input[2]] = (f"{match[0]}.bias", False)
+        else:
+            bias = f"{match[0]}.bias"  # a convolution with no BatchNorm keeps its own name
+            held[bias_names.get(bias, bias)] = (bias, False)
+    return held
+
+
+def gradients(module, held, x, y, dtype, train_mode):
+    """({initializer: d loss / d initializer}, loss): the mean cross-entropy over every target
+    of (x, y), one forward and backward of the module in `dtype`."""
+    m = copy.deepcopy(module).to(dtype).train(train_mode)
+    named = dict(m.named_parameters(remove_duplicate=False))
+    for p in named.values():
+        p.requires_grad_(True)
+    xm = torch.from_numpy(x)
+    logits = m(xm.to(dtype) if xm.is_floating_point() else xm)
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.from_numpy(y).reshape(-1))
+    wanted = sorted({param for param, _ in held.values()})
+    grads = dict(zip(wanted, torch.autograd.grad(loss, [named[p] for p in wanted], allow_unused=True)))
+    out = {}
+    for init, (param, transposed) in held.items():
+        g = grads[param]
+        g = np.zeros(named[param].shape) if g is None else g.detach().to(torch.float64).numpy()
+        out[init] = g.T.copy() if transposed else g
+    return out, float(loss)
+
+
+def write_grads(wrapped, path, x, y):
+    """NAME[_VARIANT].grads.npz beside `path` (see the module's docstring); `wrapped` at its start."""
+    import onnx
+    from onnx import numpy_helper
+    module, train_mode = wrapped, True
+    if folds_batchnorm(path, wrapped):
+        module, bias_names = fold_batchnorms(wrapped)
+        held, train_mode = folded_parameters(path, module, bias_names), False
+    else:
+        held = file_parameters(path, wrapped)
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+    named = dict(module.named_parameters(remove_duplicate=False))
+    start = {}
+    for init, (param, transposed) in held.items():
+        v = named[param].detach().numpy()
+        v = v.T if transposed else v
+        if init not in inits:
+            start[init] = v.astype(np.float32)
+        elif not np.allclose(inits[init], v, rtol=1e-5, atol=1e-7):  # the module starts where the file does
+            raise SystemExit(f"{path}: '{init}' is not the module's '{param}' (max |diff| "
+                             f"{float(np.max(np.abs(inits[init] - v))):.3g})")
+    xb, yb = x[:BATCH], y[:BATCH]
+    g64, loss = gradients(module, held, xb, yb, torch.float64, train_mode)
+    g32, _ = gradients(module, held, xb, yb, torch.float32, train_mode)
+    noise = {k: float(np.max(np.abs(g32[k] - g))) for k, g in g64.items()}
+    # Zero in exact arithmetic: float64 leaves less than float32's rounding noise (an attention
+    # key bias; a bias before a training-mode BatchNorm, which subtracts the batch's mean).
+    zero = sorted(k for k, g in g64.items() if float(np.max(np.abs(g))) < noise[k])
+    spread, where = max((noise[k] / float(np.max(np.abs(g))), k) for k, g in g64.items() if k not in zero)
+    arrays = {"x": xb, "y": yb, "loss": np.array(loss)}
+    arrays.update({f"grad.{k}": g.astype(np.float32) for k, g in g64.items()})
+    arrays["names"] = np.array(sorted(noise))
+    arrays["noise"] = np.array([noise[k] for k in sorted(noise)])
+    arrays.update({f"start.{k}": v for k, v in start.items()})
+    out = os.path.splitext(path)[0] + ".grads.npz"
+    np.savez_compressed(out, **arrays)
+    print(f"  {os.path.basename(out)}: {len(g64)} gradients{' (BatchNorm folded)' if not train_mode else ''}, "
+          f"loss {loss:.6f}; float32 against float64 PyTorch: worst {spread:.2g} of the gradient's scale ({where}), "
+          f"{len(zero)} zero in exact arithmetic; {os.path.getsize(out)} bytes")
+
+
+def grads_for_committed(name, out):
+    """write_grads for every committed file of `name`, from the module at its start."""
+    torch.manual_seed(0)
+    if name == "tiny_noopt_min":
+        from make_noopt_min import Tiny
+        model = Tiny()
+    else:
+        model, _ = build(name)
+    wrapped = Logits(model)
+    start = {k: v.detach().clone() for k, v in wrapped.state_dict().items()}
+    for variant in ("", "_noopt", "_legacy", "_opset23"):
+        path = os.path.join(out, f"{name}{variant}.onnx")
+        if os.path.exists(path):
+            ref = np.load(os.path.join(out, f"{name}{variant}.npz"))
+            wrapped.load_state_dict(start)
+            write_grads(wrapped, path, ref["x"], ref["y"])
+
+
 def make(name, out):
     torch.manual_seed(0)
     model, kind = build(name)
@@ -360,6 +521,9 @@ def make(name, out):
         arrays["probe_trained"] = probe_trained
         arrays.update({f"twins.{k}": np.array(v) for k, v in twins.items() if len(v) > 1})
         np.savez_compressed(os.path.join(out, f"{name}{variant}.npz"), **arrays)
+        model.float()
+        wrapped.load_state_dict(start)
+        write_grads(wrapped, path, x, y)
         frozen = [k for k in module_params if k not in {param for param, _ in held.values()}]
         print(f"{name}{variant}: {len(params)} parameters trained, {len(frozen)} frozen (not in the file "
               f"by name); losses {', '.join(f'{v:.4f}' for v in losses)}")
@@ -367,12 +531,18 @@ def make(name, out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("names", nargs="*", default=NAMES)
+    ap.add_argument("names", nargs="*")
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--grads", action="store_true",
+                    help="write only NAME[_VARIANT].grads.npz for the files in --out (tiny_noopt_min too)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     print(f"torch {torch.__version__}")
-    for name in args.names:
+    if args.grads:
+        for name in args.names or NAMES + ["tiny_noopt_min"]:
+            grads_for_committed(name, args.out)
+        return
+    for name in args.names or NAMES:
         make(name, args.out)
 
 

@@ -10,16 +10,20 @@ Checks, each a failure of the run that breaks it:
   (a) every run's trained initializers are bit-identical (np.array_equal, same names, dtypes
       and shapes) to those of the 1-stage 1f1b run;
   (b) the 1-stage 1f1b run equals torch_train.py's float64 reference: for every float
-      initializer, max|ours - torch| / max(max|torch|, 1e-30) <= --tol (1e-4); and its metrics
-      lines give every step's loss and gradient norm (before clipping) within --tol relative and
-      the learning rate within 1e-9 relative.
+      initializer, its update (trained minus the file's value) equals torch's within --tol
+      (1e-4) relative to max|torch's update|, plus float32's rounding at the tensor's magnitude
+      (export_model_vs_torch.update_error: a parameter that training barely moves would pass any
+      bound relative to its value with a zero gradient); and its metrics lines give every step's
+      loss and gradient norm (before clipping) within --tol relative and the learning rate within
+      1e-9 relative.
 float32 against float64 is only meaningful where float32's rounding cannot change the path the
 computation takes. A ReLU input nearer zero than that rounding (about 1e-6 after a BatchNorm)
 takes the other branch in one of the two, and in resnet that one element moves the next step's
 conv weight gradients by a few percent. So the driver also checks the data itself: the reference
 records the smallest |ReLU input| it saw, which must stay above KINK_MARGIN, and torch run in
-float32 must be within tol/10 of float64. Each sample's data seed was chosen so (resnet's is the
-seed of 0..39 with the widest margin); a failure there is the test's data, not pipetrain.
+float32 must be within tol/10 of float64 on the same update check (tol/2 for the AdamW sample:
+see SAMPLES). Each sample's data seed was chosen so (resnet's is the seed of 0..39 with the
+widest margin); a failure there is the test's data, not pipetrain.
 
 Prints one table per sample ('ref' the 1-stage 1f1b run, '=' bit-identical to it, 'DIFF',
 'ERR' pipetrain failed, '-' not cut that way) and the torch comparison; exits 1 on a failure.
@@ -43,6 +47,7 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.dirname(__file__))
 import onnx_torch  # noqa: E402
 import torch_train  # noqa: E402
+from export_model_vs_torch import update_error  # noqa: E402
 
 STEPS = 3
 STAGES = [1, 2, 4]
@@ -59,8 +64,16 @@ IGNORE = -100
 # parameter by up to lr, and a 1e-4 check would measure that instead of pipetrain. resnet has
 # B = 2 so that BatchNorm's statistics span samples, and a small lr: at 0.05 its 3 steps already
 # amplify float32 rounding past 1e-4.
+# `guard` is the float32-against-float64 check's share of --tol (default 1/10). The MLP's is 1/2:
+# Adam scales every element's update to about lr whatever its gradient, so an element whose
+# gradient is small carries that gradient's relative float32 rounding into an lr-sized update.
+# In net.2.weight, element (119, 44) has a step-2 gradient 3e-4 of the tensor's largest, rounded
+# by 1e-4 of itself in float32, and its update (4.8e-3, against the tensor's largest 1.1e-2)
+# moves 2.5e-7 between float32 and float64 PyTorch: 0.23 of the 1e-4 bound on the update. That
+# is Adam's amplification of ordinary rounding, not data near a kink; pipetrain's float32 run
+# stays within 0.2 of the full bound.
 SAMPLES = {
-    "mlp": dict(batch=2, micro_batches=4, seed=0, loss="cross_entropy",
+    "mlp": dict(batch=2, micro_batches=4, seed=0, loss="cross_entropy", guard=0.5,
                 optimizer=dict(kind="adamw", lr=0.01, betas=[0.9, 0.999], eps=1e-8,
                                weight_decay=0.1, clip_grad_norm=0.5, warmup_steps=1,
                                schedule="cosine", min_lr=0.001)),
@@ -214,19 +227,28 @@ def metrics_against_torch(steps, history, tol):
     return None
 
 
-def against_torch(trained, ref, tol):
-    """(error or None, worst relative error, where)."""
-    worst, where = 0.0, ""
+def against_torch(trained, ref, start, updates, tol):
+    """(error or None, worst error / bound, where): each tensor's update from `start` (the file's
+    initializers) against the reference's (update_error), `updates[name]` roundings deep."""
+    worst, where, detail = 0.0, "", ""
     for name, want in ref.items():
         if name not in trained:
             return f"{name} missing from the trained model", worst, where
         have = trained[name].astype(np.float64)
         if have.shape != want.shape:
             return f"{name}: shape {have.shape} != {want.shape}", worst, where
-        err = float(np.max(np.abs(have - want))) / max(float(np.max(np.abs(want))), 1e-30)
-        if err > worst:
-            worst, where = err, name
-    return (None if worst <= tol else f"{where}: relative error {worst:.3g} > {tol}"), worst, where
+        err, bound, scale = update_error(have, want, start[name], updates[name], tol)
+        if err / bound > worst:
+            worst, where = err / bound, name
+            detail = f"differs by {err:.3g} > {bound:.3g} (tol {tol:g} of its update {scale:.3g} + float32 rounding)"
+    return (None if worst <= 1 else f"{where}: {detail}"), worst, where
+
+
+def update_counts(model, ref, sample):
+    """How many times training rounds each tensor: once per step, and a BatchNorm running
+    statistic once per micro-batch of every step."""
+    stats = torch_train.running_stats(model)
+    return {name: STEPS * (sample["micro_batches"] if name in stats else 1) for name in ref}
 
 
 def describe(sample):
@@ -263,7 +285,10 @@ def check_sample(args, name, sample):
         if margin < KINK_MARGIN:
             failures.append(f"{name}: test data puts a ReLU input {margin:.2g} from the kink "
                             f"(< {KINK_MARGIN:g}); choose another seed in SAMPLES")
-        noise = against_torch(ref32, ref, args.tol / 10)
+        start = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        updates = update_counts(model, ref, sample)
+        guard = sample.get("guard", 0.1)
+        noise = against_torch(ref32, ref, start, updates, args.tol * guard)
         if noise[0]:
             failures.append(f"{name}: test data too sensitive to rounding: torch float32 against "
                             f"float64: {noise[0]}; choose another seed in SAMPLES")
@@ -302,11 +327,11 @@ def check_sample(args, name, sample):
             cells.append(cell)
         print(f"  {stages:>6} " + " ".join(f"{c:>11}" for c in cells))
     margin_text = f"; min |ReLU input| {margin:.2g}" if np.isfinite(margin) else ""
-    print(f"  torch float32 vs float64: worst relative {noise[1]:.2e} ({noise[2]}){margin_text}")
+    print(f"  torch float32 vs float64 (bound at {guard:g} tol): worst error / bound {noise[1]:.2f} ({noise[2]}){margin_text}")
     if isinstance(base, dict):
-        err, worst, where = against_torch(base, ref, args.tol)
-        print(f"  torch float64 vs 1 stage: worst relative {worst:.2e} ({where}), tol {args.tol:g}: "
-              f"{'FAIL' if err else 'ok'}")
+        err, worst, where = against_torch(base, ref, start, updates, args.tol)
+        print(f"  torch float64 vs 1 stage: worst error / bound {worst:.2f} ({where}), tol {args.tol:g} of "
+              f"each update: {'FAIL' if err else 'ok'}")
         if err:
             failures.append(f"{name} against torch: {err}")
         err = metrics_against_torch(base_steps, history, args.tol)

@@ -115,13 +115,15 @@ void rewrite_dropout(Graph& g, Node& n, bool train, ValueId* key) {
   n.attrs = {{"ratio", static_cast<float>(ratio)}, {"stream", dropout_stream(n.name)}};
 }
 
-// Bernoulli(P) {dtype} -> SeededBernoulli(P, key) when `train`, else its expected value
-// Cast(P) {to: dtype} (Identity where P already has that dtype): a stochastic-depth branch
-// x * M / p then gives x * (p / p) = x exactly, as PyTorch's eval() does.
+// Bernoulli(P) {dtype} -> SeededBernoulli(P, key) when `train` or when the file holds the node
+// (Graph::file_draws: torch.bernoulli draws in eval() too), else, for stochastic depth's mask,
+// its expected value Cast(P) {to: dtype} (Identity where P already has that dtype): a
+// stochastic-depth branch x * M / p then gives x * (p / p) = x exactly, as PyTorch's eval() does.
 void rewrite_bernoulli(Graph& g, Node& n, bool train, ValueId* key) {
   const TensorType p = g.value(n.inputs[0]).type;
   const TensorType y = g.value(n.outputs[0]).type;
-  if (!train) {
+  const bool file_draw = g.file_draws.count(n.name) != 0;
+  if (!train && !file_draw) {
     n.attrs.clear();
     if (y.dtype == p.dtype) {
       n.op_type = "Identity";
@@ -133,8 +135,9 @@ void rewrite_bernoulli(Graph& g, Node& n, bool train, ValueId* key) {
   }
   if (p.dtype != DType::kFloat32 || y.dtype != DType::kFloat32)
     throw UserError(n.label(), "draws " + y.str() + " from " + p.str() +
-                                   "; training draws take float32",
-                    "turn training-mode dropout off (dropout: off)");
+                                   (file_draw ? "; draws take float32" : "; training draws take float32"),
+                    file_draw ? "export the Bernoulli draw in float32"
+                              : "turn training-mode dropout off (dropout: off)");
   if (*key == kNoValue) {
     *key = add_named(g, n, kDropoutKey, TensorType{DType::kInt64, {}});
     g.inputs.push_back(*key);
@@ -153,6 +156,7 @@ void dropout_as_identity(Graph& g) {
     if (is_onnx_op(n, "Dropout")) rewrite_dropout(g, n, false, &key);
     if (is_onnx_op(n, "Bernoulli")) rewrite_bernoulli(g, n, false, &key);
   }
+  if (key != kNoValue) g.opsets[kPipetrainDomain] = 1;
   g.rebuild_uses();
 }
 

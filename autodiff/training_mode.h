@@ -17,10 +17,11 @@
 //          is added once as a graph input.
 //   Dropout otherwise
 //       -> inference Dropout (the identity): ratio and training_mode inputs dropped.
-//   Bernoulli(P) (the stochastic-depth mask, onnx_import/random_rewrite.h), options.dropout on
+//   Bernoulli(P) the file holds (Graph::file_draws), in every form, and the stochastic-depth
+//   mask (onnx_import/random_rewrite.h) with options.dropout on
 //       -> pipetrain::SeededBernoulli(P, dropout_key) -> Y, attribute stream as for Dropout:
 //          the same pure function of (key, stream, element). float32 only.
-//   Bernoulli otherwise
+//   the stochastic-depth mask otherwise
 //       -> its expected value: Cast(P) to its dtype (Identity when P has it already), so that
 //          a branch x * mask / p is x exactly, as PyTorch's eval() computes it.
 // Node names and every other value stay as they were.
@@ -73,9 +74,10 @@ struct TrainingForm {
 TrainingForm to_training_mode(Graph& g, const TrainingModeOptions& options);
 
 // The inference form of g, as PyTorch's eval() runs the module: every Dropout the identity, whatever
-// its training_mode says (an export made in training mode writes training_mode true), and every
-// Bernoulli its expected value. For `run` and evaluation. UserError as to_training_mode for a
-// ratio or training_mode that is not constant.
+// its training_mode says (an export made in training mode writes training_mode true), every
+// stochastic-depth mask its expected value, and every Bernoulli the file holds a seeded draw (the
+// graph then takes kDropoutKey, as in training). For `run` and evaluation. UserError as
+// to_training_mode for a ratio or training_mode that is not constant, or a draw not float32.
 void dropout_as_identity(Graph& g);
 
 // The key of micro-batch `micro_batch` of step `step`: a hash of the three, the same on every

@@ -173,7 +173,9 @@ class Evaluator {
     double sum = 0;
     int64_t counted = 0, right = 0;
     for (int64_t i = 0; i < data.eval_batches(); ++i) {
-      const FeedMap feeds = data.eval_batch(i);
+      FeedMap feeds = data.eval_batch(i);
+      // A Bernoulli draw of the file (training_mode.h): the same draws at every evaluation.
+      if (graph_.find(kDropoutKey) != kNoValue) feeds[kDropoutKey] = scalar_tensor(dropout_key_for(0, -1, i));
       std::vector<Buffer> in;
       for (ValueId v : graph_.inputs) {
         const Tensor& t = feeds.at(graph_.value(v).name);

@@ -220,6 +220,7 @@ Graph extract_subgraph(const Graph& src, const std::string& name, const std::vec
   out.opsets = src.opsets;
   out.ir_version = src.ir_version;
   out.producer_name = src.producer_name;
+  out.file_draws = src.file_draws;
   std::map<ValueId, ValueId> remap;  // id in src -> id in out
   auto map_value = [&](ValueId v) -> ValueId {
     if (v == kNoValue) return kNoValue;

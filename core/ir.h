@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -156,6 +157,10 @@ class Graph {
   std::map<std::string, std::string> buffers;
   std::vector<ParameterNote> parameter_notes;
   std::map<std::string, ModuleName> module_names;  // initializer -> module parameter
+  // Bernoulli nodes the file itself holds, by name: they draw in every mode (run, training,
+  // evaluation), where stochastic depth's mask (onnx_import/random_rewrite.h) draws only in
+  // training (autodiff/training_mode.h).
+  std::set<std::string> file_draws;
 
   std::vector<Value> values;
   std::vector<Node> nodes;          // topological order

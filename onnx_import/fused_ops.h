@@ -3,11 +3,13 @@
 // of ops pipetrain runs and differentiates. In: one node and what the model states about its
 // inputs. Out: the nodes that compute it (and the constants they read, added to the graph).
 //   RMSNormalization(X, scale; axis, epsilon):  Y = X * Reciprocal(Sqrt(ReduceMean(X*X) + eps)) * scale
-//   Attention(Q, K, V, mask?; scale, is_causal), 4-D (batch, heads, seq, head size):
-//     Y = Softmax(Q @ K^T * scale + mask + causal) @ V, K and V repeated over head groups when they
-//     have fewer heads than Q (grouped-query attention); a bool mask adds -inf where false.
-// Refused in one line (node, op, opset): the 3-D Attention form, a KV cache (past/present inputs
-// or outputs), softcap, the qk output; RotaryEmbedding (not yet decomposed).
+//   Attention(Q, K, V, mask?, past_key?, past_value?; scale, is_causal, softcap, windows,
+//     qk_matmul_output_mode), 4-D (batch, heads, seq, head size) or 3-D (batch, seq, hidden):
+//     Y = Softmax(softcap(Q @ K^T * scale) + mask + causal + window) @ V as ONNX's reference
+//     computes it (fused_ops.cc says how): K and V concatenated after the cache and repeated
+//     over head groups, a bool mask -inf where false, a row with no key to attend all zeros.
+// Refused in one line (node, op, opset): Attention's nonpad_kv_seqlen (input 6), masks of other
+// dtypes than bool and float32, the raw-product output (mode 0) with softcap.
 #pragma once
 
 #include <onnx/onnx_pb.h>

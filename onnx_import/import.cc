@@ -348,6 +348,9 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   if (!declared.empty()) declared.insert(restored.parameters.begin(), restored.parameters.end());
   for (const std::string& w : restored.warnings) std::cerr << "warning: " << path << ": " << w << "\n";
   name_unnamed_nodes(m.mutable_graph());
+  std::set<std::string> file_draws;
+  for (const auto& n : m.graph().node())
+    if (n.op_type() == "Bernoulli" && (n.domain().empty() || n.domain() == "ai.onnx")) file_draws.insert(n.name());
   bind_dims(&m, opts, path);
   Known known;
   for (const auto& t : m.graph().initializer())
@@ -372,6 +375,7 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   fuse_gelu(g);
   g.parameter_notes = std::move(restored.notes);
   g.module_names = std::move(restored.module_names);
+  g.file_draws = std::move(file_draws);
   return g;
 }
 

@@ -59,13 +59,14 @@ const std::vector<OpEntry>& op_table() {
       {"", "Expand", S::kRun, "shape constant"},
       {"", "Identity", S::kRun, ""},
       {"", "Dropout", S::kRun, "ratio and training_mode constant"},
-      {"", "Bernoulli", S::kRun, "float32; training: a seeded draw; run, evaluation: its expected value",
+      {"", "Bernoulli", S::kRun, "float32; a seeded 0/1 draw in run, training and evaluation",
        15},
       {"", "ReduceMean", S::kRun, "axes constant (18+: an input)"},
       {"", "ReduceSum", S::kRun, "axes constant"},
       // Fused ops of opset 23, rewritten at import as ops above
       {"", "RMSNormalization", S::kRewritten, "as Mul, ReduceMean, Add, Sqrt, Reciprocal", 23},
-      {"", "Attention", S::kRewritten, "4-D, no KV cache, no softcap; as MatMul, Softmax, masks", 23},
+      {"", "Attention", S::kRewritten, "3-D and 4-D, masks, causal, windows, softcap, past_key/value; "
+                                        "not nonpad_kv_seqlen; as MatMul, Softmax, masks", 23},
       // Training-mode exports: stochastic depth's draw, rewritten at import (random_rewrite.h)
       {"", "RandomUniformLike", S::kRewritten, "compared with a constant and cast to float "
                                                 "(stochastic depth): rewritten as Bernoulli"},

@@ -479,6 +479,20 @@ TEST(TrainingMode, BernoulliBecomesSeededBernoulliOnTheDropoutKey) {
             1);
 }
 
+// A Bernoulli the file holds (torch.bernoulli) draws in every form: run and evaluation
+// (dropout_as_identity) and training with dropout off, as PyTorch's eval() does.
+TEST(TrainingMode, FileBernoulliDrawsInEveryForm) {
+  for (int form = 0; form < 3; ++form) {
+    Graph g = stochastic_depth_mlp();
+    g.file_draws.insert(g.nodes[2].name);
+    if (form == 0) dropout_as_identity(g);
+    else EXPECT_EQ(to_training_mode(g, {.dropout = form == 2}).draws, 1);
+    EXPECT_NE(g.find(kDropoutKey), kNoValue);
+    EXPECT_EQ(g.nodes[2].op_type, "SeededBernoulli");
+    EXPECT_EQ(g.nodes[2].domain, kPipetrainDomain);
+  }
+}
+
 // Dropout off and run/evaluation: the draw is its expected value, P itself (Cast where the dtype
 // differs), so the branch is h * (0.75 / 0.75) = h exactly.
 TEST(TrainingMode, BernoulliOffIsItsExpectedValue) {

@@ -361,16 +361,24 @@ TEST(ImportErrors, ShapesThatContradictTheOpNameTheNode) {
                          "the bound dimensions (--micro-batch, --dim) against the model");
 }
 
-TEST(ImportErrors, FusedAttentionWithACacheIsRefused) {
+TEST(ImportErrors, FusedAttentionWithAnExternalCacheIsRefused) {
   fs::path p = scratch("attention.onnx");
-  onnx::ModelProto m = tiny_model("Attention", "", 23);
+  onnx::ModelProto m = tiny_model("Attention", "", 24);
   m.set_ir_version(10);
   auto* n = m.mutable_graph()->mutable_node(0);
-  for (const char* in : {"x", "x", "", "", "x"}) n->add_input(in);  // q k v (no mask) past_key
+  n->clear_input();
+  for (const char* in : {"x", "x", "x", "", "", "", "x"}) n->add_input(in);  // q k v nonpad_kv_seqlen
   save_model(m, p.string());
   EXPECT_EQ(import_error(p.string()),
-            p.string() + ": node 'the_node' (Attention, opset 23): a KV cache (past_key, past_value) "
-                         "is not supported; export without a cache (use_cache=False)");
+            p.string() + ": node 'the_node' (Attention, opset 24): input 6 (nonpad_kv_seqlen, the lengths "
+                         "of an external KV cache) is not supported; export without a static KV cache");
+  n->mutable_input()->RemoveLast();
+  n->add_input("");
+  n->mutable_input(4)->assign("x");  // past_key without past_value
+  save_model(m, p.string());
+  EXPECT_EQ(import_error(p.string()),
+            p.string() + ": node 'the_node' (Attention, opset 24): past_key and past_value must be given "
+                         "together; export the model again");
 }
 
 TEST(ImportErrors, RotaryEmbeddingSaysWhy) {

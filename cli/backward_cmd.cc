@@ -12,6 +12,7 @@
 
 #include "autodiff/chunk_backward.h"
 #include "autodiff/portable.h"
+#include "autodiff/training_mode.h"
 #include "cli/driver.h"
 #include "cli/model_inputs.h"
 #include "cli/npy_files.h"
@@ -184,6 +185,9 @@ int run_grad(const GradArgs& a) {
   io.batch = rows;
   io.dims = model_dims(a.model, a.dims);
   Graph g = import_model(a.model, io);
+  // The form train differentiates: BatchNorm on the micro-batch's statistics, Dropout the
+  // identity, a file's Bernoulli a seeded draw (autodiff/training_mode.h).
+  const TrainingForm form = to_training_mode(g, TrainingModeOptions{false});
   PartitionOptions po;
   po.stages = a.stages;
   const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
@@ -202,6 +206,13 @@ int run_grad(const GradArgs& a) {
     for (const auto& [name, t] : inputs) feeds[name] = slice_rows(t, m, rows);
     feeds[kLossTarget] = targets[static_cast<size_t>(m)];
     feeds[kLossScale] = scalar_f32(scale);
+    if (form.dropout_key) {
+      Tensor& key = feeds[kDropoutKey];
+      const int64_t k = dropout_key_for(0, 0, m);
+      key.type = TensorType{DType::kInt64, {}};
+      key.data.resize(sizeof k);
+      std::memcpy(key.data.data(), &k, sizeof k);
+    }
     for (ValueId v : chunks.front().forward.inputs) {
       const Value& val = chunks.front().forward.value(v);
       if (val.name == kLossTarget || val.name == kLossScale) continue;  // checked below

@@ -64,8 +64,8 @@ What each initializer is:
     gradient is the folded module's, by W' and b' (torch's fuse_conv_bn_eval; a zero b' the
     exporter dropped comes back in pipetrain under the BatchNorm's bias name);
   - a parameter folded into a constant (GPT-2's position table, BatchNorm's scale): no gradient.
-Also `noise`, for each initializer in `names`, max|float32 - float64 PyTorch gradient|, the
-rounding float32 leaves in it (the whole gradient where it is zero in exact arithmetic), and
+Also `loss_noise`, |float32 - float64 PyTorch loss|, and `noise`, for each initializer in
+`names`, max|float32 - float64 PyTorch gradient|, the rounding float32 leaves in it (the whole gradient where it is zero in exact arithmetic), and
 `start.<initializer>` for each initializer pipetrain makes that the file holds under no name of
 its own (merged or dropped), its initial value, so that tests can measure training's updates.
 """
@@ -426,13 +426,13 @@ def write_grads(wrapped, path, x, y):
                              f"{float(np.max(np.abs(inits[init] - v))):.3g})")
     xb, yb = x[:BATCH], y[:BATCH]
     g64, loss = gradients(module, held, xb, yb, torch.float64, train_mode)
-    g32, _ = gradients(module, held, xb, yb, torch.float32, train_mode)
+    g32, loss32 = gradients(module, held, xb, yb, torch.float32, train_mode)
     noise = {k: float(np.max(np.abs(g32[k] - g))) for k, g in g64.items()}
     # Zero in exact arithmetic: float64 leaves less than float32's rounding noise (an attention
     # key bias; a bias before a training-mode BatchNorm, which subtracts the batch's mean).
     zero = sorted(k for k, g in g64.items() if float(np.max(np.abs(g))) < noise[k])
     spread, where = max((noise[k] / float(np.max(np.abs(g))), k) for k, g in g64.items() if k not in zero)
-    arrays = {"x": xb, "y": yb, "loss": np.array(loss)}
+    arrays = {"x": xb, "y": yb, "loss": np.array(loss), "loss_noise": np.array(abs(loss32 - loss))}
     arrays.update({f"grad.{k}": g.astype(np.float32) for k, g in g64.items()})
     arrays["names"] = np.array(sorted(noise))
     arrays["noise"] = np.array([noise[k] for k in sorted(noise)])

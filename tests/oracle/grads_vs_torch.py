@@ -75,7 +75,9 @@ def check(args, path, ref, stages, compare):
     with tempfile.TemporaryDirectory() as tmp:
         grads, loss = pipetrain_grad(args, path, ref, tmp, stages)
     want_loss = float(ref["loss"])
-    if abs(loss - want_loss) > args.tol * max(1.0, abs(want_loss)):
+    # float32 PyTorch's own loss error (loss_noise) where float32 cannot resolve the loss to tol.
+    loss_noise = float(ref["loss_noise"]) if "loss_noise" in ref.files else 0.0
+    if abs(loss - want_loss) > args.tol * max(1.0, abs(want_loss)) + NOISE_FACTOR * loss_noise:
         return f"loss {loss:.7f}, PyTorch {want_loss:.7f}", ""
     files = {npy_file_name(name): name for name in ref["names"]}
     if set(grads) != set(files):

@@ -259,6 +259,32 @@ void check_folded(const onnx::GraphProto& g, const std::string& path, int64_t op
   }
 }
 
+// The float initializers the torch.export-based exporter's optimizer computed from no module
+// parameter or buffer (a ones matrix a causal mask is cut from, folded from the attention's
+// shapes): constants, which folding may compute with. Each is unmarked in the graph signature, a
+// buffer by find_buffers (no weight or bias input reads it), and the record of what it was folded
+// from names no declared parameter. Empty for a file that declares no parameters.
+std::set<std::string> exporter_constants(const onnx::GraphProto& g, const std::set<std::string>& declared) {
+  std::set<std::string> out;
+  if (declared.empty()) return out;
+  std::map<std::string, std::map<std::string, std::string>> props;
+  for (const auto& v : g.input()) props[v.name()] = metadata_props(v);
+  for (const auto& v : g.value_info()) props[v.name()] = metadata_props(v);
+  const std::map<std::string, std::string> buffers = find_buffers(g, declared);
+  for (const auto& t : g.initializer()) {
+    if (!is_floating(static_cast<DType>(t.data_type())) || !buffers.count(t.name())) continue;
+    const auto& p = props[t.name()];
+    if (p.count("pkg.torch.export.graph_signature.InputSpec.kind")) continue;  // a module buffer
+    auto from = p.find("pkg.onnxscript.optimizer.folded_from");
+    const bool from_parameter =
+        from != p.end() && std::any_of(declared.begin(), declared.end(), [&](const std::string& d) {
+          return from->second.find("'" + d + "'") != std::string::npos;
+        });
+    if (!from_parameter) out.insert(t.name());
+  }
+  return out;
+}
+
 // The module parameters the file declares (torch.export-based exports mark each one); empty when
 // it declares none.
 std::set<std::string> declared_parameters(const onnx::GraphProto& g) {
@@ -353,8 +379,9 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
     if (n.op_type() == "Bernoulli" && (n.domain().empty() || n.domain() == "ai.onnx")) file_draws.insert(n.name());
   bind_dims(&m, opts, path);
   Known known;
+  const std::set<std::string> constants = exporter_constants(m.graph(), declared);
   for (const auto& t : m.graph().initializer())
-    if (!is_floating(static_cast<DType>(t.data_type())))
+    if (!is_floating(static_cast<DType>(t.data_type())) || constants.count(t.name()))
       known.constants[t.name()] = tensor_from_proto(t, path);
   m.mutable_graph()->clear_value_info();  // stale: every type is inferred from the bound inputs
   known.read(m.graph());

@@ -85,6 +85,7 @@ warnings.filterwarnings("ignore")
 
 STEPS, MICRO, BATCH, LR, MOMENTUM = 3, 2, 2, 0.1, 0.9
 SEQ, VOCAB = 8, 64
+LONG_SEQ = 128  # nanogpt's context: its 128 x 128 mask is past what the exporter's optimizer folds
 
 
 def lm(cls, config_cls, tie=False, **kw):
@@ -140,7 +141,39 @@ def build(name):
             layer_type="basic", num_labels=5)), "image"
     if name == "bnconv":
         return BnConv(), "image"
+    if name == "nanogpt":
+        return NanoGPT(), "long_tokens"
     raise SystemExit(f"unknown model {name}")
+
+
+class NanoGPT(nn.Module):
+    """nanoGPT's model as its users write it: token and position embeddings, pre-LayerNorm
+    blocks with F.scaled_dot_product_attention(is_causal=True) and a GELU MLP, the LM head tied
+    to the token embedding. Its context (LONG_SEQ) is long enough that the default exporter's
+    optimizer leaves the causal mask as Trilu over a ones matrix instead of folding it."""
+
+    def __init__(self, d=32, heads=2, layers=2):
+        super().__init__()
+        self.heads = heads
+        self.wte, self.wpe = nn.Embedding(VOCAB, d), nn.Embedding(LONG_SEQ, d)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "ln_1": nn.LayerNorm(d), "c_attn": nn.Linear(d, 3 * d), "c_proj": nn.Linear(d, d),
+            "ln_2": nn.LayerNorm(d), "c_fc": nn.Linear(d, 4 * d), "mlp_proj": nn.Linear(4 * d, d)})
+            for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, VOCAB, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx):
+        b, t = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        for blk in self.blocks:
+            q, k, v = blk["c_attn"](blk["ln_1"](x)).split(x.shape[-1], dim=2)
+            q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + blk["c_proj"](y.transpose(1, 2).reshape(b, t, -1))
+            x = x + blk["mlp_proj"](nn.functional.gelu(blk["c_fc"](blk["ln_2"](x))))
+        return self.lm_head(self.ln_f(x))
 
 
 class BnConv(nn.Module):
@@ -157,7 +190,7 @@ class BnConv(nn.Module):
         return self.body(x)
 
 
-NAMES = ["gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "bert", "vit", "convnext", "mobilenetv3",
+NAMES = ["nanogpt", "gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "bert", "vit", "convnext", "mobilenetv3",
          "resnet", "bnconv"]
 TRAINING_MODE_EXPORT = {"resnet", "bnconv"}
 # The reference trains these in eval mode (BatchNorm on running statistics) so that float32 and
@@ -184,12 +217,12 @@ def data(kind, n, seed):
     rng = np.random.default_rng(seed)
     if kind == "image":
         return rng.standard_normal((n, 3, 16, 16)).astype(np.float32)
-    return rng.integers(0, VOCAB, (n, SEQ)).astype(np.int64)
+    return rng.integers(0, VOCAB, (n, LONG_SEQ if kind == "long_tokens" else SEQ)).astype(np.int64)
 
 
 def targets(kind, logits_shape, n, seed):
     rng = np.random.default_rng(seed + 1)
-    shape = (n, SEQ) if kind == "tokens" else (n,)
+    shape = (n, SEQ) if kind == "tokens" else (n, LONG_SEQ) if kind == "long_tokens" else (n,)
     return rng.integers(0, logits_shape[-1], shape).astype(np.int64)
 
 

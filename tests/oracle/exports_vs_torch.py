@@ -35,7 +35,7 @@ from onnx import numpy_helper
 from export_model_vs_torch import read_safetensors, update_error  # noqa: E402
 from stage_chain import report  # one line per case, then 'N passed, M failed'
 
-NAMES = ["gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "bert", "vit", "convnext", "mobilenetv3",
+NAMES = ["nanogpt", "gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "bert", "vit", "convnext", "mobilenetv3",
          "resnet", "bnconv"]
 TRAINING_MODE_EXPORTS = {"resnet", "bnconv"}
 # Trained, and compared across schedules, but not with PyTorch: the default exporter's optimizer

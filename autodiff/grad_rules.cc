@@ -93,6 +93,19 @@ void grad_sqrt(GradContext& c) {
 // Y = -X  =>  dX = -dY
 void grad_neg(GradContext& c) { c.give(0, c.neg(c.dy())); }
 
+// Y = exp(X)  =>  dX = dY * Y
+void grad_exp(GradContext& c) { c.give(0, c.mul(c.dy(), c.y(0))); }
+
+// Y = |X|  =>  dX = dY * sign(X), sign(0) = 0 (PyTorch's): (X > 0) - (X < 0) as floats
+void grad_abs(GradContext& c) {
+  const TensorType t = c.type(c.x(0));
+  const TensorType mask_t{DType::kBool, t.shape};
+  const Attrs to_float{{"to", static_cast<int64_t>(DType::kFloat32)}};
+  const ValueId pos = c.emit("Cast", {c.emit("Greater", {c.x(0), c.scalar(0.0f)}, mask_t)}, t, to_float);
+  const ValueId neg = c.emit("Cast", {c.emit("Less", {c.x(0), c.scalar(0.0f)}, mask_t)}, t, to_float);
+  c.give(0, c.mul(c.dy(), c.sub(pos, neg)));
+}
+
 // Y = 1 / X  =>  dX = -dY * Y^2
 void grad_reciprocal(GradContext& c) { c.give(0, c.neg(c.mul(c.dy(), c.mul(c.y(0), c.y(0))))); }
 
@@ -490,6 +503,27 @@ void grad_pad(GradContext& c) {
   c.give(0, c.emit("Slice", {c.dy(), c.ints(starts), c.ints(ends)}, c.type(c.x(0))));
 }
 
+// Y = Trilu(X, k) {upper}  =>  dX = Trilu(dY, k) {upper}: the kept elements pass dY through
+void grad_trilu(GradContext& c) {
+  std::vector<ValueId> in = {c.dy()};
+  if (c.x(1) != kNoValue) in.push_back(c.x(1));
+  c.give(0, c.emit("Trilu", in, c.type(c.x(0)), {{"upper", c.node().attr_int("upper", 1)}}));
+}
+
+// Y = Tile(X, r), Y viewed as [r_0, d_0, r_1, d_1, ...]  =>  dX = sum of dY over the r axes
+void grad_tile(GradContext& c) {
+  const Shape xs = c.shape(c.x(0));
+  const Shape r = *const_ints(c, 1);
+  Shape view, axes;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    axes.push_back(static_cast<int64_t>(view.size()));
+    view.push_back(r[k]);
+    view.push_back(xs[k]);
+  }
+  const ValueId g = c.reshape(c.dy(), view);
+  c.give(0, c.emit("ReduceSum", {g, c.ints(axes)}, c.type(c.x(0)), {{"keepdims", int64_t{0}}}));
+}
+
 // ---- reductions and loss --------------------------------------------------------------------
 
 // Y = sum/mean of X over axes  =>  dX = expand(dY with the reduced axes kept, X's shape) (/ n)
@@ -510,6 +544,50 @@ void grad_reduce(GradContext& c) {
   ValueId g = c.reshape(c.dy(), kept);
   if (n.op_type == "ReduceMean") g = c.mul(g, c.scalar(1.0f / static_cast<float>(count)));
   c.give(0, c.emit("Expand", {g, c.ints(xs)}, c.type(c.x(0))));
+}
+
+// Y = max (min) of X over axes  =>  dX = where(X == Y, dY / count, 0), Y and dY with the reduced
+// axes kept and broadcast, count the elements of each reduced group equal to its Y: tied
+// extremes share the gradient evenly, as PyTorch's amax and amin give it.
+void grad_reduce_extreme(GradContext& c) {
+  const Node& n = c.node();
+  const Shape xs = c.shape(c.x(0));
+  Shape axes = n.has_attr("axes") ? n.attr_ints("axes") : const_ints(c, 1).value_or(Shape{});
+  if (axes.empty() && n.attr_int("noop_with_empty_axes", 0) != 0) return c.give(0, c.dy());
+  if (axes.empty())
+    for (size_t a = 0; a < xs.size(); ++a) axes.push_back(static_cast<int64_t>(a));
+  Shape kept = xs, normalized;
+  for (int64_t a : axes) {
+    normalized.push_back(norm_axis(a, xs.size()));
+    kept[static_cast<size_t>(normalized.back())] = 1;
+  }
+  const TensorType xt = c.type(c.x(0));
+  const TensorType mask_t{DType::kBool, xs};
+  const ValueId hit = c.emit("Equal", {c.x(0), c.reshape(c.y(0), kept)}, mask_t);
+  const ValueId ones = c.emit("Cast", {hit}, xt, {{"to", static_cast<int64_t>(DType::kFloat32)}});
+  const ValueId count = c.emit("ReduceSum", {ones, c.ints(normalized)}, TensorType{DType::kFloat32, kept},
+                               {{"keepdims", int64_t{1}}});
+  const ValueId share = c.div(c.reshape(c.dy(), kept), count);
+  c.give(0, c.emit("Where", {hit, share, c.scalar(0.0f)}, xt));
+}
+
+// Y = max(A, B) (min(A, B))  =>  dA = sum_to(where(A == B, dY / 2, where(A wins, dY, 0))), and dB
+// alike: a tie splits the gradient in half, as PyTorch's maximum and minimum give it.
+void grad_extreme2(GradContext& c) {
+  if (c.node().inputs.size() != 2) unsupported(c, "Min and Max differentiate with two inputs");
+  const bool max = c.node().op_type == "Max";
+  const TensorType t = c.type(c.dy());
+  const TensorType mask_t{DType::kBool, t.shape};
+  const ValueId tie = c.emit("Equal", {c.x(0), c.x(1)}, mask_t);
+  const ValueId half = c.mul(c.dy(), c.scalar(0.5f));
+  for (size_t i = 0; i < 2; ++i) {
+    if (!c.wants(i)) continue;
+    // input i wins where it is the greater (max) or the smaller (min) of the two
+    const bool greater = max == (i == 0);
+    const ValueId wins = c.emit(greater ? "Greater" : "Less", {c.x(0), c.x(1)}, mask_t);
+    const ValueId mine = c.emit("Where", {wins, c.dy(), c.scalar(0.0f)}, t);
+    c.give(i, c.sum_to(c.emit("Where", {tie, half, mine}, t), c.shape(c.x(i))));
+  }
 }
 
 // L = SoftmaxCrossEntropy(Z, T, s)  =>  dZ = SoftmaxCrossEntropyGrad(dL, Z, T, s)
@@ -574,6 +652,14 @@ const RuleEntry kRules[] = {
     {"", "Pad", grad_pad},
     {"", "ReduceSum", grad_reduce},
     {"", "ReduceMean", grad_reduce},
+    {"", "ReduceMax", grad_reduce_extreme},
+    {"", "ReduceMin", grad_reduce_extreme},
+    {"", "Max", grad_extreme2},
+    {"", "Min", grad_extreme2},
+    {"", "Exp", grad_exp},
+    {"", "Abs", grad_abs},
+    {"", "Trilu", grad_trilu},
+    {"", "Tile", grad_tile},
     {kPipetrainDomain, "SoftmaxCrossEntropy", grad_softmax_cross_entropy},
     {kPipetrainDomain, "BatchNormTraining", grad_batch_norm_training},
     {kPipetrainDomain, "SeededDropout", grad_seeded_dropout},

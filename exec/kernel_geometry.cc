@@ -115,9 +115,7 @@ std::optional<BroadcastGeometry> broadcast_geometry(const KernelSpec& s, int n) 
 }
 
 std::optional<std::vector<bool>> reduce_geometry(const KernelSpec& s) {
-  if (!s.has_input(0) || !wanted(s, 0) || s.inputs[0].dtype != DType::kFloat32 ||
-      s.outputs[0].dtype != DType::kFloat32)
-    return std::nullopt;
+  if (!s.has_input(0) || !wanted(s, 0) || s.outputs[0].dtype != s.inputs[0].dtype) return std::nullopt;
   const auto axes = reduce_axes(s);
   if (!axes) return std::nullopt;
   const Dims& shape = s.inputs[0].shape;

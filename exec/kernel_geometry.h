@@ -70,12 +70,13 @@ struct BroadcastGeometry {
 // output or the output's rank exceeds kMaxBroadcastRank.
 std::optional<BroadcastGeometry> broadcast_geometry(const KernelSpec& s, int n);
 
-// ---- ReduceSum, ReduceMean ------------------------------------------------------------------
+// ---- ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd --------------------------------
 
-// Which input dims a float32 ReduceSum/ReduceMean folds (opset 13: axes as constant int64 input 1
-// or the `axes` attribute; empty axes fold every dim, or none with noop_with_empty_axes = 1);
-// nullopt when the spec is outside that (dtypes, axes not constant, out of range or repeated, or
-// an output shape other than keepdims asks for).
+// Which input dims a reduction folds (opset 13: axes as constant int64 input 1 or the `axes`
+// attribute; empty axes fold every dim, or none with noop_with_empty_axes = 1); nullopt when the
+// spec is outside that (an output dtype other than the input's, axes not constant, out of range
+// or repeated, or an output shape other than keepdims asks for). The factories check the dtypes
+// they take.
 std::optional<std::vector<bool>> reduce_geometry(const KernelSpec& s);
 
 // ---- MatMul, Gemm ---------------------------------------------------------------------------

@@ -69,6 +69,27 @@
   X("ReduceMean", reduce_mean)                                                             \
   X("ReduceSum", reduce_sum)                                                               \
   X("Pad", pad)                                                                            \
+  /* Masks, comparisons and shape arithmetic computed at run time. */                      \
+  X("Less", less)                                                                          \
+  X("Greater", greater)                                                                    \
+  X("LessOrEqual", less_or_equal)                                                          \
+  X("GreaterOrEqual", greater_or_equal)                                                    \
+  X("And", logical_and)                                                                    \
+  X("Or", logical_or)                                                                      \
+  X("Xor", logical_xor)                                                                    \
+  X("Not", logical_not)                                                                    \
+  X("Min", min)                                                                            \
+  X("Max", max)                                                                            \
+  X("Mod", mod)                                                                            \
+  X("Abs", abs)                                                                            \
+  X("Floor", floor)                                                                        \
+  X("Ceil", ceil)                                                                          \
+  X("Exp", exp)                                                                            \
+  X("Trilu", trilu)                                                                        \
+  X("Tile", tile)                                                                          \
+  X("ReduceMax", reduce_max)                                                               \
+  X("ReduceMin", reduce_min)                                                               \
+  X("ReduceProd", reduce_prod)                                                             \
   /* Training forward ops of the pipetrain domain (autodiff/training_mode.h). */           \
   X("pipetrain::BatchNormTraining", batch_norm_training)                                   \
   X("pipetrain::SeededDropout", seeded_dropout)                                            \

@@ -154,6 +154,25 @@ std::optional<CopyGeometry> expand_geometry(const KernelSpec& s) {
   return CopyGeometry{out_shape, stride, strides_of(out_shape)};
 }
 
+std::optional<CopyGeometry> tile_geometry(const KernelSpec& s) {
+  const Dims& in_shape = s.inputs[0].shape;
+  const Dims& out_shape = s.outputs[0].shape;
+  const auto repeats = constant_ints(s, 1);
+  if (!repeats || repeats->size() != in_shape.size() || out_shape.size() != in_shape.size())
+    return std::nullopt;
+  const Dims in_stride = strides_of(in_shape);
+  Dims shape, in, out;
+  int64_t below = 1;  // the output's elements below dim k
+  for (size_t k = in_shape.size(); k-- > 0;) {
+    if ((*repeats)[k] < 0 || out_shape[k] != (*repeats)[k] * in_shape[k]) return std::nullopt;
+    shape.insert(shape.begin(), {(*repeats)[k], in_shape[k]});
+    in.insert(in.begin(), {0, in_stride[k]});
+    out.insert(out.begin(), {below * in_shape[k], below});
+    below *= out_shape[k];
+  }
+  return CopyGeometry{shape, in, out};
+}
+
 std::optional<std::vector<CopyGeometry>> concat_geometry(const KernelSpec& s) {
   const TensorType& out = s.outputs[0];
   if (!s.node.has_attr("axis")) return std::nullopt;  // required

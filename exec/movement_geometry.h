@@ -45,6 +45,10 @@ std::optional<CopyGeometry> transpose_geometry(const KernelSpec& s);
 // to [0, d-1] and end to [-1, d-1]; count = ceil((end - start) / step), >= 0.
 std::optional<CopyGeometry> slice_geometry(const KernelSpec& s);
 
+// Tile(repeats): out has dims r_k * d_k; viewed as [r_0, d_0, r_1, d_1, ...] it reads the input
+// at strides [0, s_0, 0, s_1, ...]. repeats must be a constant giving the output's shape.
+std::optional<CopyGeometry> tile_geometry(const KernelSpec& s);
+
 // Expand(input, shape): numpy broadcast of input to the output shape (= broadcast(input.shape,
 // shape) when the shape is constant); a size-1 input dim is read with stride 0.
 std::optional<CopyGeometry> expand_geometry(const KernelSpec& s);

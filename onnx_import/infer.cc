@@ -433,6 +433,23 @@ Result like_input(const Args& a) {
              a.shape(0));
 }
 
+// Tile(x, repeats): dim k is x's times repeats[k], repeats a constant.
+Result tile(const Args& a) {
+  if (!a.has(0)) return std::nullopt;
+  const std::optional<Dims> repeats = a.ints(1);
+  if (!repeats) return std::nullopt;
+  const Dims& s = a.shape(0);
+  if (repeats->size() != s.size())
+    a.fail("its repeats have " + std::to_string(repeats->size()) + " entries for an input of rank " +
+           std::to_string(s.size()));
+  Dims out;
+  for (size_t k = 0; k < s.size(); ++k) {
+    if ((*repeats)[k] < 0) a.fail("repeats hold a negative count");
+    out.push_back(s[k] * (*repeats)[k]);
+  }
+  return one(a.type(0).dtype, out);
+}
+
 using Rule = std::function<Result(const Args&)>;
 
 // Every op the backends run, and its rule.
@@ -478,6 +495,22 @@ const std::map<std::string, Rule>& rules() {
       {"RandomUniformLike", like_input},
       {"ReduceMean", reduce},
       {"ReduceSum", reduce},
+      {"ReduceMax", reduce},
+      {"ReduceMin", reduce},
+      {"ReduceProd", reduce},
+      {"Less", [](const Args& a) { return elementwise(a, 2, 0, DType::kBool); }},
+      {"Greater", [](const Args& a) { return elementwise(a, 2, 0, DType::kBool); }},
+      {"LessOrEqual", [](const Args& a) { return elementwise(a, 2, 0, DType::kBool); }},
+      {"GreaterOrEqual", [](const Args& a) { return elementwise(a, 2, 0, DType::kBool); }},
+      {"And", [](const Args& a) { return elementwise(a, 2, 0, DType::kBool); }},
+      {"Or", [](const Args& a) { return elementwise(a, 2, 0, DType::kBool); }},
+      {"Xor", [](const Args& a) { return elementwise(a, 2, 0, DType::kBool); }},
+      {"Mod", [](const Args& a) { return elementwise(a, 2, 0, std::nullopt); }},
+      {"Min", [](const Args& a) { return elementwise(a, a.node.inputs.size(), 0, std::nullopt); }},
+      {"Max", [](const Args& a) { return elementwise(a, a.node.inputs.size(), 0, std::nullopt); }},
+      {"Not", same_as_input},        {"Abs", same_as_input},     {"Floor", same_as_input},
+      {"Ceil", same_as_input},       {"Exp", same_as_input},     {"Trilu", same_as_input},
+      {"Tile", tile},
   };
   return table;
 }

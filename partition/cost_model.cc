@@ -24,6 +24,10 @@ const std::map<std::string, Elementwise>& elementwise_table() {
       {"CumSum", {1, 1}}, {"HardSigmoid", {3, 4}}, {"HardSwish", {5, 9}},
       {"SeededDropout", {12, 2}},  // a 64-bit hash per element
       {"SeededBernoulli", {12, 0}}, {"Bernoulli", {12, 0}},  // the same hash; no gradient
+      {"Less", {1, 0}}, {"Greater", {1, 0}}, {"LessOrEqual", {1, 0}}, {"GreaterOrEqual", {1, 0}},
+      {"And", {1, 0}}, {"Or", {1, 0}}, {"Xor", {1, 0}}, {"Not", {1, 0}},
+      {"Floor", {1, 0}}, {"Ceil", {1, 0}}, {"Mod", {4, 0}},
+      {"Min", {1, 6}}, {"Max", {1, 6}}, {"Abs", {1, 5}}, {"Exp", {8, 1}}, {"Trilu", {1, 1}},
   };
   return t;
 }
@@ -144,8 +148,12 @@ std::vector<int> saved_for_backward(const Node& n) {
 
 // Ops through which no gradient flows to any input.
 static bool is_non_differentiable(const std::string& op) {
-  return op == "Equal" || op == "IsNaN" || op == "Shape" || op == "Size" || op == "Bernoulli" ||
-         op == "SeededBernoulli";  // a draw is piecewise constant in its probabilities
+  static const std::set<std::string> ops = {
+      "Equal", "IsNaN", "Shape", "Size", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+      "And", "Or", "Xor", "Not",
+      "Floor", "Ceil",                  // piecewise constant: a zero gradient, as PyTorch's
+      "Bernoulli", "SeededBernoulli"};  // a draw is piecewise constant in its probabilities
+  return ops.count(op) != 0;
 }
 
 // Inputs (by index) that carry a gradient when their value needs one. Index inputs, masks,
@@ -157,7 +165,8 @@ bool input_differentiable(const Node& n, size_t i) {
   if (op == "Gather") return i == 0;
   if (op == "Reshape" || op == "Expand" || op == "Squeeze" || op == "Unsqueeze" ||
       op == "Dropout" || op == "SeededDropout" || op == "Split" || op == "ReduceSum" ||
-      op == "ReduceMean" || op == "Pad" || op == "SoftmaxCrossEntropy")
+      op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd" ||
+      op == "Pad" || op == "SoftmaxCrossEntropy" || op == "Trilu" || op == "Tile")
     return i == 0;
   if (op == "Slice" || op == "CumSum") return i == 0;
   if (op == "Clip") return i == 0;

@@ -72,6 +72,30 @@ std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s);
 // kernel's tiled copy, on `threads` threads. Gemm copies an operand stored transposed with it.
 std::function<void(const float* src, float* dst)> matrix_transpose(int64_t rows, int64_t cols, int threads);
 
+// Masks, comparisons and shape arithmetic computed at run time: elementwise.cc (comparisons,
+// And/Or/Xor, Min/Max, Mod under broadcasting), elementwise_ops.cc (Not, Abs, Floor, Ceil, Exp),
+// movement.cc (Trilu, Tile), reduce.cc (ReduceMax, ReduceMin, ReduceProd)
+std::unique_ptr<Kernel> make_less(const KernelSpec& s);
+std::unique_ptr<Kernel> make_greater(const KernelSpec& s);
+std::unique_ptr<Kernel> make_less_or_equal(const KernelSpec& s);
+std::unique_ptr<Kernel> make_greater_or_equal(const KernelSpec& s);
+std::unique_ptr<Kernel> make_logical_and(const KernelSpec& s);
+std::unique_ptr<Kernel> make_logical_or(const KernelSpec& s);
+std::unique_ptr<Kernel> make_logical_xor(const KernelSpec& s);
+std::unique_ptr<Kernel> make_logical_not(const KernelSpec& s);
+std::unique_ptr<Kernel> make_min(const KernelSpec& s);
+std::unique_ptr<Kernel> make_max(const KernelSpec& s);
+std::unique_ptr<Kernel> make_mod(const KernelSpec& s);
+std::unique_ptr<Kernel> make_abs(const KernelSpec& s);
+std::unique_ptr<Kernel> make_floor(const KernelSpec& s);
+std::unique_ptr<Kernel> make_ceil(const KernelSpec& s);
+std::unique_ptr<Kernel> make_exp(const KernelSpec& s);
+std::unique_ptr<Kernel> make_trilu(const KernelSpec& s);
+std::unique_ptr<Kernel> make_tile(const KernelSpec& s);
+std::unique_ptr<Kernel> make_reduce_max(const KernelSpec& s);
+std::unique_ptr<Kernel> make_reduce_min(const KernelSpec& s);
+std::unique_ptr<Kernel> make_reduce_prod(const KernelSpec& s);
+
 // Backward kernels, pipetrain-domain ops (core/pipetrain_ops.h is their specification).
 // elementwise_grad.cc: activation gradients on oneDNN's eltwise backward (ErfGrad a loop);
 // softmax.cc: SoftmaxGrad and LogSoftmaxGrad, as the forward

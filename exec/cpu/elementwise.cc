@@ -1,5 +1,6 @@
 // exec/cpu/elementwise.cc: the broadcasting half of the element-wise family (see cpu_kernels.h):
-// Add, Sub, Mul, Div, Pow, Equal and Where under numpy broadcasting (shapes right-aligned, rank
+// Add, Sub, Mul, Div, Pow, Mod, Min, Max, the comparisons (Equal, Less, Greater, LessOrEqual,
+// GreaterOrEqual), And, Or, Xor and Where under numpy broadcasting (shapes right-aligned, rank
 // <= 6). fp32 Add/Sub/Mul/Div run on oneDNN's binary primitive when the output has the shape of
 // an operand (the first, for Div); the rest are plain loops over broadcast strides computed once.
 // The unary half (activations, Clip, Cast, Dropout) is in elementwise_ops.cc.
@@ -27,6 +28,7 @@ constexpr int64_t kChunk = 1 << 12;        // elements of one row handled by one
 using ArithTypes = TypeList<float, double, int32_t, int64_t, int8_t, uint8_t>;  // Add..Div
 using PowTypes = TypeList<float, double, int32_t, int64_t>;  // Pow's base and exponent
 using ValueTypes = TypeList<float, double, int32_t, int64_t, bool>;  // Equal, Where
+using OrderedTypes = TypeList<float, double, int32_t, int64_t>;     // Less, Greater, ..., Mod
 
 // ---- broadcasting ---------------------------------------------------------------------------
 
@@ -98,6 +100,71 @@ struct PowOp {
 };
 struct EqualOp {
   template <class T> bool operator()(T a, T b) const { return a == b; }
+};
+struct LessOp {
+  template <class T> bool operator()(T a, T b) const { return a < b; }
+};
+struct GreaterOp {
+  template <class T> bool operator()(T a, T b) const { return a > b; }
+};
+struct LessOrEqualOp {
+  template <class T> bool operator()(T a, T b) const { return a <= b; }
+};
+struct GreaterOrEqualOp {
+  template <class T> bool operator()(T a, T b) const { return a >= b; }
+};
+struct AndOp {
+  bool operator()(bool a, bool b) const { return a && b; }
+};
+struct OrOp {
+  bool operator()(bool a, bool b) const { return a || b; }
+};
+struct XorOp {
+  bool operator()(bool a, bool b) const { return a != b; }
+};
+// NaN wins, as numpy's maximum and minimum (and PyTorch's) give it.
+struct MaxOp {
+  template <class T> T operator()(T a, T b) const { return a != a || a > b ? a : b; }
+};
+struct MinOp {
+  template <class T> T operator()(T a, T b) const { return a != a || a < b ? a : b; }
+};
+// fmod = 1: the remainder of truncated division, the dividend's sign (C's fmod and %); x mod 0
+// gives NaN for floats and 0 for integers (no trap).
+struct FmodOp {
+  template <class T> T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : T(a % b);
+    else return std::fmod(a, b);
+  }
+};
+// fmod = 0 (integers only): the remainder of floored division, the divisor's sign (Python's %).
+struct FloorModOp {
+  template <class T> T operator()(T a, T b) const {
+    if (b == 0) return T(0);
+    const T r = T(a % b);
+    return r != 0 && ((r < 0) != (b < 0)) ? T(r + b) : r;
+  }
+};
+
+// y[i] = Op(Op(a[ia], b[ib]), c[ic]) under numpy broadcasting of three operands (Min and Max of
+// three inputs).
+template <class T, class Op>
+class BroadcastTernary final : public Kernel {
+ public:
+  BroadcastTernary(const Broadcast& bc, int threads) : bc_(bc), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const T* a = in[0].as<const T>();
+    const T* b = in[1].as<const T>();
+    const T* c = in[2].as<const T>();
+    T* y = out[0].as<T>();
+    bc_.for_each(threads_, [=](int64_t i, int64_t ia, int64_t ib, int64_t ic) {
+      y[i] = Op{}(Op{}(a[ia], b[ib]), c[ic]);
+    });
+  }
+
+ private:
+  Broadcast bc_;
+  int threads_;
 };
 
 // y[i] = Op(a[ia], b[ib]) under numpy broadcasting. a: A, b: B, y: Y.
@@ -236,6 +303,74 @@ std::unique_ptr<Kernel> make_equal(const KernelSpec& s) {
   if (!bc) return nullptr;
   return visit(ValueTypes{}, s.inputs[0].dtype, [&]<class T>() {
     return plain_binary<T, T, bool, EqualOp>(*bc, s);
+  });
+}
+
+namespace {
+
+// A comparison (a: T, b: T) -> y: bool, T in OrderedTypes.
+template <class Op>
+std::unique_ptr<Kernel> make_compare(const KernelSpec& s) {
+  if (!has_io(s, 2) || s.inputs[1].dtype != s.inputs[0].dtype || s.outputs[0].dtype != DType::kBool)
+    return nullptr;
+  const auto bc = make_broadcast(s, 2);
+  if (!bc) return nullptr;
+  return visit(OrderedTypes{}, s.inputs[0].dtype, [&]<class T>() { return plain_binary<T, T, bool, Op>(*bc, s); });
+}
+
+// And, Or, Xor: bool, bool -> bool.
+template <class Op>
+std::unique_ptr<Kernel> make_logic(const KernelSpec& s) {
+  if (!has_io(s, 2) || s.inputs[0].dtype != DType::kBool || s.inputs[1].dtype != DType::kBool ||
+      s.outputs[0].dtype != DType::kBool)
+    return nullptr;
+  const auto bc = make_broadcast(s, 2);
+  return bc ? plain_binary<bool, bool, bool, Op>(*bc, s) : nullptr;
+}
+
+// Min and Max of one to three inputs of one dtype (ArithTypes); one input is a copy.
+template <class Op>
+std::unique_ptr<Kernel> make_extreme(const KernelSpec& s) {
+  const int n = static_cast<int>(s.inputs.size());
+  if (n < 1 || n > 3 || !has_io(s, n)) return nullptr;
+  const DType t = s.outputs[0].dtype;
+  for (const TensorType& in : s.inputs)
+    if (in.dtype != t) return nullptr;
+  if (n == 1) return s.outputs[0] == s.inputs[0] ? make_reshape(s) : nullptr;
+  const auto bc = make_broadcast(s, n);
+  if (!bc) return nullptr;
+  return visit(ArithTypes{}, t, [&]<class T>() -> std::unique_ptr<Kernel> {
+    if (n == 2) return plain_binary<T, T, T, Op>(*bc, s);
+    return std::make_unique<BroadcastTernary<T, Op>>(*bc, s.cpu->threads);
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_less(const KernelSpec& s) { return make_compare<LessOp>(s); }
+std::unique_ptr<Kernel> make_greater(const KernelSpec& s) { return make_compare<GreaterOp>(s); }
+std::unique_ptr<Kernel> make_less_or_equal(const KernelSpec& s) { return make_compare<LessOrEqualOp>(s); }
+std::unique_ptr<Kernel> make_greater_or_equal(const KernelSpec& s) { return make_compare<GreaterOrEqualOp>(s); }
+std::unique_ptr<Kernel> make_logical_and(const KernelSpec& s) { return make_logic<AndOp>(s); }
+std::unique_ptr<Kernel> make_logical_or(const KernelSpec& s) { return make_logic<OrOp>(s); }
+std::unique_ptr<Kernel> make_logical_xor(const KernelSpec& s) { return make_logic<XorOp>(s); }
+std::unique_ptr<Kernel> make_min(const KernelSpec& s) { return make_extreme<MinOp>(s); }
+std::unique_ptr<Kernel> make_max(const KernelSpec& s) { return make_extreme<MaxOp>(s); }
+
+// Mod(a: T, b: T) -> y: T, T in OrderedTypes: fmod = 1 truncated (any T), fmod = 0 floored
+// (integers only, as the spec requires).
+std::unique_ptr<Kernel> make_mod(const KernelSpec& s) {
+  if (!has_io(s, 2)) return nullptr;
+  const DType t = s.inputs[0].dtype;
+  if (s.inputs[1].dtype != t || s.outputs[0].dtype != t) return nullptr;
+  const bool fmod = s.node.attr_int("fmod", 0) != 0;
+  if (!fmod && (t == DType::kFloat32 || t == DType::kFloat64)) return nullptr;
+  const auto bc = make_broadcast(s, 2);
+  if (!bc) return nullptr;
+  return visit(OrderedTypes{}, t, [&]<class T>() -> std::unique_ptr<Kernel> {
+    if (fmod) return plain_binary<T, T, T, FmodOp>(*bc, s);
+    if constexpr (std::is_integral_v<T>) return plain_binary<T, T, T, FloorModOp>(*bc, s);
+    return nullptr;
   });
 }
 

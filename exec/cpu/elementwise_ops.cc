@@ -28,6 +28,8 @@ constexpr int64_t kParallelMin = 1 << 15;  // elements below which a loop stays 
 using ClipTypes = TypeList<float, double, int32_t, int64_t, int8_t, uint8_t>;
 using NegTypes = TypeList<double, int32_t, int64_t, int8_t>;  // fp32 goes to oneDNN
 using CastTypes = TypeList<float, double, int32_t, int64_t, bool>;
+using AbsTypes = TypeList<float, double, int32_t, int64_t, int8_t>;
+using FloatTypes = TypeList<float, double>;  // Floor, Ceil, Exp
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -51,6 +53,21 @@ struct SinOp {
 };
 struct CosOp {
   float operator()(float x) const { return std::cos(x); }
+};
+struct AbsOp {
+  template <class T> T operator()(T x) const { return x < T(0) ? T(-x) : x; }
+};
+struct FloorOp {
+  template <class T> T operator()(T x) const { return std::floor(x); }
+};
+struct CeilOp {
+  template <class T> T operator()(T x) const { return std::ceil(x); }
+};
+struct ExpOp {
+  template <class T> T operator()(T x) const { return std::exp(x); }
+};
+struct NotOp {
+  bool operator()(bool x) const { return !x; }
 };
 
 // y[i] = Op(x[i]) over [begin, end); y may be x itself.
@@ -299,6 +316,23 @@ std::unique_ptr<Kernel> make_sin(const KernelSpec& s) {
 std::unique_ptr<Kernel> make_cos(const KernelSpec& s) {
   if (!has_io(s, 1) || s.inputs[0].dtype != DType::kFloat32 || !(s.outputs[0] == s.inputs[0])) return nullptr;
   return std::make_unique<PlainUnary<float, CosOp>>(s.inputs[0].numel(), s.cpu->threads);
+}
+
+// y = Op(x) of x's type and shape, for the dtypes of `Types`.
+template <class Op, class Types>
+std::unique_ptr<Kernel> make_plain_unary(const KernelSpec& s, Types types) {
+  if (!has_io(s, 1) || !(s.outputs[0] == s.inputs[0])) return nullptr;
+  return visit(types, s.inputs[0].dtype, [&]<class T>() -> std::unique_ptr<Kernel> {
+    return std::make_unique<PlainUnary<T, Op>>(s.inputs[0].numel(), s.cpu->threads);
+  });
+}
+
+std::unique_ptr<Kernel> make_abs(const KernelSpec& s) { return make_plain_unary<AbsOp>(s, AbsTypes{}); }
+std::unique_ptr<Kernel> make_floor(const KernelSpec& s) { return make_plain_unary<FloorOp>(s, FloatTypes{}); }
+std::unique_ptr<Kernel> make_ceil(const KernelSpec& s) { return make_plain_unary<CeilOp>(s, FloatTypes{}); }
+std::unique_ptr<Kernel> make_exp(const KernelSpec& s) { return make_plain_unary<ExpOp>(s, FloatTypes{}); }
+std::unique_ptr<Kernel> make_logical_not(const KernelSpec& s) {
+  return make_plain_unary<NotOp>(s, TypeList<bool>{});
 }
 
 // Clip(x, min?, max?) on ClipTypes; min and max are scalars, constant or read in run(). fp32

@@ -390,6 +390,62 @@ std::unique_ptr<Kernel> make_split(const KernelSpec& s) {
   return same_movable_type(s) ? make_copy_kernel(s, split_geometry(s)) : nullptr;
 }
 
+std::unique_ptr<Kernel> make_tile(const KernelSpec& s) {
+  return same_movable_type(s) ? make_copy_kernel(s, tile_geometry(s)) : nullptr;
+}
+
+namespace {
+
+// Trilu(x, k?) {upper}: over the last two dims (rows n, columns m) of x, element (i, j) is kept
+// where j - i >= k (upper) or j - i <= k (lower), else zero: the same bytes or all-zero bytes
+// (0, 0.0 or false in every dtype). k: a constant, or read from input 1 each run.
+class TriluKernel final : public Kernel {
+ public:
+  TriluKernel(int64_t matrices, int64_t n, int64_t m, size_t esize, bool upper, std::optional<int64_t> k)
+      : matrices_(matrices), n_(n), m_(m), esize_(esize), upper_(upper), k_(k) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const int64_t k = k_ ? *k_ : in[1].as<const int64_t>()[0];
+    const auto* x = in[0].as<const std::byte>();
+    auto* y = out[0].as<std::byte>();
+    for (int64_t b = 0; b < matrices_; ++b)
+      for (int64_t i = 0; i < n_; ++i) {
+        // Row i keeps columns [lo, hi): upper j >= i + k, lower j <= i + k.
+        const int64_t lo = upper_ ? std::clamp<int64_t>(i + k, 0, m_) : 0;
+        const int64_t hi = upper_ ? m_ : std::clamp<int64_t>(i + k + 1, 0, m_);
+        const size_t row = static_cast<size_t>((b * n_ + i) * m_) * esize_;
+        std::memset(y + row, 0, static_cast<size_t>(m_) * esize_);
+        if (hi > lo)
+          std::memcpy(y + row + static_cast<size_t>(lo) * esize_, x + row + static_cast<size_t>(lo) * esize_,
+                      static_cast<size_t>(hi - lo) * esize_);
+      }
+  }
+
+ private:
+  int64_t matrices_, n_, m_;
+  size_t esize_;
+  bool upper_;
+  std::optional<int64_t> k_;
+};
+
+}  // namespace
+
+// Trilu(x: T, k?: int64 scalar) -> y: T, x of rank >= 2, any movable T.
+std::unique_ptr<Kernel> make_trilu(const KernelSpec& s) {
+  if (!same_movable_type(s) || s.outputs[0].shape != s.inputs[0].shape || s.inputs[0].shape.size() < 2)
+    return nullptr;
+  std::optional<int64_t> k = 0;
+  if (s.has_input(1)) {
+    if (s.inputs[1].dtype != DType::kInt64 || s.inputs[1].numel() != 1) return nullptr;
+    const Tensor* c = s.constant(1);
+    k = c ? std::optional<int64_t>(c->as<int64_t>()[0]) : std::nullopt;
+  }
+  const Dims& d = s.inputs[0].shape;
+  const int64_t n = d[d.size() - 2], m = d.back();
+  const int64_t matrices = n * m == 0 ? 0 : s.inputs[0].numel() / (n * m);
+  return std::make_unique<TriluKernel>(matrices, n, m, dtype_size(s.inputs[0].dtype),
+                                       s.node.attr_int("upper", 1) != 0, k);
+}
+
 // Gather(data, indices, axis): output = data.shape[:axis] + indices.shape + data.shape[axis+1:].
 // Embeddings are data [V, D], indices [B, S] -> [B, S, D].
 std::unique_ptr<Kernel> make_gather(const KernelSpec& s) {

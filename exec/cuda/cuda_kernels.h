@@ -69,6 +69,30 @@ std::unique_ptr<Kernel> make_pad(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s, CudaContext& ctx);
 
+// Masks, comparisons and shape arithmetic computed at run time: elementwise.cc/.cu (comparisons,
+// And/Or/Xor, Min/Max, Mod under broadcasting), Not, Abs, Floor, Ceil, Exp,
+// movement.cc/.cu (Trilu, Tile), reduce.cc/.cu (ReduceMax, ReduceMin, ReduceProd)
+std::unique_ptr<Kernel> make_less(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_greater(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_less_or_equal(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_greater_or_equal(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_logical_and(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_logical_or(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_logical_xor(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_logical_not(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_min(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_max(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_mod(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_abs(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_floor(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_ceil(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_exp(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_trilu(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_tile(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_reduce_max(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_reduce_min(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_reduce_prod(const KernelSpec& s, CudaContext& ctx);
+
 // Training forward ops of the pipetrain domain (autodiff/training_mode.h): elementwise.cc
 // SeededDropout and SeededBernoulli (custom kernels, the CPU's generator), norm.cc
 // BatchNormTraining (cuDNN)

@@ -17,7 +17,7 @@ namespace {
 std::unique_ptr<Kernel> binary(const KernelSpec& s, CudaContext& ctx, BinaryOp op) {
   if (!has_io(s, 2)) return nullptr;
   const DType a = s.inputs[0].dtype, b = s.inputs[1].dtype;
-  const DType y = op == BinaryOp::kEqual ? DType::kBool : a;
+  const DType y = binary_gives_bool(op) ? DType::kBool : a;
   if (!binary_supported(op, a, b) || s.outputs[0].dtype != y) return nullptr;
   const auto bc = make_broadcast(s, 2);
   if (!bc) return nullptr;
@@ -100,6 +100,48 @@ std::unique_ptr<Kernel> make_mul(const KernelSpec& s, CudaContext& c) { return b
 std::unique_ptr<Kernel> make_div(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kDiv); }
 std::unique_ptr<Kernel> make_pow(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kPow); }
 std::unique_ptr<Kernel> make_equal(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kEqual); }
+std::unique_ptr<Kernel> make_less(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kLess); }
+std::unique_ptr<Kernel> make_greater(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kGreater); }
+std::unique_ptr<Kernel> make_less_or_equal(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kLessEqual); }
+std::unique_ptr<Kernel> make_greater_or_equal(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kGreaterEqual); }
+std::unique_ptr<Kernel> make_logical_and(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kAnd); }
+std::unique_ptr<Kernel> make_logical_or(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kOr); }
+std::unique_ptr<Kernel> make_logical_xor(const KernelSpec& s, CudaContext& c) { return binary(s, c, BinaryOp::kXor); }
+std::unique_ptr<Kernel> make_logical_not(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kNot); }
+std::unique_ptr<Kernel> make_abs(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kAbs); }
+std::unique_ptr<Kernel> make_floor(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kFloor); }
+std::unique_ptr<Kernel> make_ceil(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kCeil); }
+std::unique_ptr<Kernel> make_exp(const KernelSpec& s, CudaContext& c) { return unary(s, c, UnaryOp::kExp); }
+
+// Mod: fmod = 1 truncated (floats and integers), fmod = 0 floored (integers only), as the CPU.
+std::unique_ptr<Kernel> make_mod(const KernelSpec& s, CudaContext& c) {
+  return binary(s, c, s.node.attr_int("fmod", 0) != 0 ? BinaryOp::kFmod : BinaryOp::kFloorMod);
+}
+
+namespace {
+
+// Min and Max of one input (a copy), two (a binary op) or three, of one dtype.
+std::unique_ptr<Kernel> extreme(const KernelSpec& s, CudaContext& ctx, BinaryOp op) {
+  const size_t n = s.inputs.size();
+  if (n < 1 || n > 3 || !has_io(s, static_cast<int>(n))) return nullptr;
+  const DType t = s.outputs[0].dtype;
+  for (const TensorType& in : s.inputs)
+    if (in.dtype != t) return nullptr;
+  if (n == 1) return s.outputs[0] == s.inputs[0] ? make_reshape(s, ctx) : nullptr;
+  if (n == 2) return binary(s, ctx, op);
+  if (!binary_supported(op, t, t)) return nullptr;
+  const auto bc = make_broadcast(s, 3);
+  if (!bc) return nullptr;
+  const cudaStream_t stream = ctx.stream;
+  return fn_kernel([=, bc = *bc](Args in, Args out, void*) {
+    launch_ternary(op, t, bc, in[0].data, in[1].data, in[2].data, out[0].data, stream);
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_min(const KernelSpec& s, CudaContext& c) { return extreme(s, c, BinaryOp::kMin); }
+std::unique_ptr<Kernel> make_max(const KernelSpec& s, CudaContext& c) { return extreme(s, c, BinaryOp::kMax); }
 
 // Where(cond: bool, x: T, z: T) -> y: T, all three broadcast.
 std::unique_ptr<Kernel> make_where(const KernelSpec& s, CudaContext& ctx) {

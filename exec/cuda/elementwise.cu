@@ -29,7 +29,9 @@ enum : unsigned { kF32 = 1, kF64 = 2, kI32 = 4, kI64 = 8, kI8 = 16, kU8 = 32, kB
 constexpr unsigned kArith = kF32 | kF64 | kI32 | kI64 | kI8 | kU8;
 constexpr unsigned kPowTypes = kF32 | kF64 | kI32 | kI64;
 constexpr unsigned kValue = kF32 | kF64 | kI32 | kI64 | kBool;
-constexpr unsigned kNegTypes = kF32 | kF64 | kI32 | kI64 | kI8;
+constexpr unsigned kNegTypes = kF32 | kF64 | kI32 | kI64 | kI8;  // and Abs
+constexpr unsigned kOrdered = kF32 | kF64 | kI32 | kI64;          // comparisons, Fmod
+constexpr unsigned kFloatTypes = kF32 | kF64;                      // Floor, Ceil, Exp
 
 template <class F>
 bool visit(DType t, unsigned mask, F&& f) {
@@ -92,6 +94,40 @@ struct PowOp {
   }
 };
 struct EqualOp { template <class T> __device__ bool operator()(T a, T b) const { return a == b; } };
+struct LessOp { template <class T> __device__ bool operator()(T a, T b) const { return a < b; } };
+struct GreaterOp { template <class T> __device__ bool operator()(T a, T b) const { return a > b; } };
+struct LessEqualOp { template <class T> __device__ bool operator()(T a, T b) const { return a <= b; } };
+struct GreaterEqualOp { template <class T> __device__ bool operator()(T a, T b) const { return a >= b; } };
+struct AndOp { __device__ bool operator()(bool a, bool b) const { return a && b; } };
+struct OrOp { __device__ bool operator()(bool a, bool b) const { return a || b; } };
+struct XorOp { __device__ bool operator()(bool a, bool b) const { return a != b; } };
+// NaN wins, as the CPU's (numpy's maximum and minimum).
+struct MaxOp { template <class T> __device__ T operator()(T a, T b) const { return a != a || a > b ? a : b; } };
+struct MinOp { template <class T> __device__ T operator()(T a, T b) const { return a != a || a < b ? a : b; } };
+// Truncated remainder (the dividend's sign); x mod 0 is 0 for integers, NaN for floats.
+struct FmodOp {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : T(a % b);
+    else return fmod(a, b);
+  }
+};
+// Floored remainder (the divisor's sign), integers only.
+struct FloorModOp {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if (b == 0) return T(0);
+    const T r = T(a % b);
+    return r != 0 && ((r < 0) != (b < 0)) ? T(r + b) : r;
+  }
+};
+
+template <class Idx, class T, class Op>
+__global__ void ternary_kernel(Broadcast bc, const T* a, const T* b, const T* c, T* y) {
+  PT_GRID_STRIDE(i, bc.numel) {
+    int64_t off[3];
+    offsets(bc, static_cast<Idx>(i), off);
+    y[i] = Op{}(Op{}(a[off[0]], b[off[1]]), c[off[2]]);
+  }
+}
 
 template <class Idx, class A, class B, class Y, class Op>
 __global__ void binary_kernel(Broadcast bc, const A* a, const B* b, Y* y) {
@@ -183,7 +219,16 @@ constexpr float k2OverSqrtPi = 1.1283791670955126f;
 
 template <class T>
 __device__ T apply_unary(UnaryOp op, T x) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return !x;  // only Not takes bool
+  } else if constexpr (std::is_same_v<T, float>) {
+    switch (op) {
+      case UnaryOp::kAbs: return fabsf(x);
+      case UnaryOp::kFloor: return floorf(x);
+      case UnaryOp::kCeil: return ceilf(x);
+      case UnaryOp::kExp: return expf(x);
+      default: break;
+    }
     switch (op) {
       case UnaryOp::kSqrt: return sqrtf(x);
       case UnaryOp::kNeg: return -x;
@@ -197,10 +242,20 @@ __device__ T apply_unary(UnaryOp op, T x) {
         return 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
       case UnaryOp::kTanh: return tanhf(x);
       case UnaryOp::kSigmoid: return 1.f / (1.f + expf(-x));
+      default: break;
     }
     return x;
   } else {
-    return -x;  // only Neg takes other types
+    if constexpr (std::is_same_v<T, double>) {
+      switch (op) {
+        case UnaryOp::kFloor: return floor(x);
+        case UnaryOp::kCeil: return ceil(x);
+        case UnaryOp::kExp: return exp(x);
+        default: break;
+      }
+    }
+    if (op == UnaryOp::kAbs) return x < T(0) ? T(-x) : x;
+    return T(-x);  // Neg
   }
 }
 
@@ -323,8 +378,36 @@ bool binary_supported(BinaryOp op, DType a, DType b) {
   switch (op) {
     case BinaryOp::kPow: return allowed(a, kPowTypes) && allowed(b, kPowTypes);
     case BinaryOp::kEqual: return a == b && allowed(a, kValue);
+    case BinaryOp::kLess:
+    case BinaryOp::kGreater:
+    case BinaryOp::kLessEqual:
+    case BinaryOp::kGreaterEqual:
+    case BinaryOp::kFmod: return a == b && allowed(a, kOrdered);
+    case BinaryOp::kFloorMod: return a == b && allowed(a, kI32 | kI64);
+    case BinaryOp::kAnd:
+    case BinaryOp::kOr:
+    case BinaryOp::kXor: return a == DType::kBool && b == DType::kBool;
     default: return a == b && allowed(a, kArith);
   }
+}
+
+bool binary_gives_bool(BinaryOp op) { return op >= BinaryOp::kEqual; }
+
+void launch_ternary(BinaryOp op, DType t, const Broadcast& bc, const void* a, const void* b,
+                    const void* c, void* y, cudaStream_t s) {
+  if (bc.numel == 0) return;
+  const bool done = visit(t, kArith, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const auto *pa = static_cast<const T*>(a), *pb = static_cast<const T*>(b), *pc = static_cast<const T*>(c);
+    auto* py = static_cast<T*>(y);
+    const unsigned grid = grid_for(bc.numel);
+    if (op == BinaryOp::kMax)
+      ternary_kernel<int64_t, T, MaxOp><<<grid, kThreads, 0, s>>>(bc, pa, pb, pc, py);
+    else
+      ternary_kernel<int64_t, T, MinOp><<<grid, kThreads, 0, s>>>(bc, pa, pb, pc, py);
+    PT_CUDA_LAUNCH_CHECK();
+  });
+  PT_CHECK(done && (op == BinaryOp::kMax || op == BinaryOp::kMin), "no CUDA ternary kernel for this op or dtype");
 }
 
 void launch_binary(BinaryOp op, DType a, DType b, const Broadcast& bc, const void* pa,
@@ -343,6 +426,32 @@ void launch_binary(BinaryOp op, DType a, DType b, const Broadcast& bc, const voi
       using T = typename decltype(t)::type;
       binary<T, T, bool, EqualOp>(bc, pa, pb, py, s);
     });
+  } else if (op == BinaryOp::kLess || op == BinaryOp::kGreater || op == BinaryOp::kLessEqual ||
+             op == BinaryOp::kGreaterEqual) {
+    done = visit(a, kOrdered, [&](auto t) {
+      using T = typename decltype(t)::type;
+      switch (op) {
+        case BinaryOp::kLess: binary<T, T, bool, LessOp>(bc, pa, pb, py, s); break;
+        case BinaryOp::kGreater: binary<T, T, bool, GreaterOp>(bc, pa, pb, py, s); break;
+        case BinaryOp::kLessEqual: binary<T, T, bool, LessEqualOp>(bc, pa, pb, py, s); break;
+        default: binary<T, T, bool, GreaterEqualOp>(bc, pa, pb, py, s); break;
+      }
+    });
+  } else if (op == BinaryOp::kAnd || op == BinaryOp::kOr || op == BinaryOp::kXor) {
+    done = a == DType::kBool;
+    if (op == BinaryOp::kAnd) binary<bool, bool, bool, AndOp>(bc, pa, pb, py, s);
+    else if (op == BinaryOp::kOr) binary<bool, bool, bool, OrOp>(bc, pa, pb, py, s);
+    else binary<bool, bool, bool, XorOp>(bc, pa, pb, py, s);
+  } else if (op == BinaryOp::kFmod) {
+    done = visit(a, kOrdered, [&](auto t) {
+      using T = typename decltype(t)::type;
+      binary<T, T, T, FmodOp>(bc, pa, pb, py, s);
+    });
+  } else if (op == BinaryOp::kFloorMod) {
+    done = visit(a, kI32 | kI64, [&](auto t) {
+      using T = typename decltype(t)::type;
+      if constexpr (std::is_integral_v<T>) binary<T, T, T, FloorModOp>(bc, pa, pb, py, s);
+    });
   } else {
     done = visit(a, kArith, [&](auto t) {
       using T = typename decltype(t)::type;
@@ -350,6 +459,8 @@ void launch_binary(BinaryOp op, DType a, DType b, const Broadcast& bc, const voi
         case BinaryOp::kAdd: binary<T, T, T, AddOp>(bc, pa, pb, py, s); break;
         case BinaryOp::kSub: binary<T, T, T, SubOp>(bc, pa, pb, py, s); break;
         case BinaryOp::kMul: binary<T, T, T, MulOp>(bc, pa, pb, py, s); break;
+        case BinaryOp::kMin: binary<T, T, T, MinOp>(bc, pa, pb, py, s); break;
+        case BinaryOp::kMax: binary<T, T, T, MaxOp>(bc, pa, pb, py, s); break;
         default: binary<T, T, T, DivOp>(bc, pa, pb, py, s); break;
       }
     });
@@ -376,13 +487,24 @@ void launch_where(DType t, const Broadcast& bc, const void* cond, const void* x,
   PT_CHECK(done, "no CUDA Where kernel for this dtype");
 }
 
-bool unary_supported(UnaryOp op, DType t) {
-  return op == UnaryOp::kNeg ? allowed(t, kNegTypes) : t == DType::kFloat32;
+// The dtypes each unary op takes, as the CPU's.
+unsigned unary_types(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kNeg:
+    case UnaryOp::kAbs: return kNegTypes;
+    case UnaryOp::kFloor:
+    case UnaryOp::kCeil:
+    case UnaryOp::kExp: return kFloatTypes;
+    case UnaryOp::kNot: return kBool;
+    default: return kF32;
+  }
 }
+
+bool unary_supported(UnaryOp op, DType t) { return allowed(t, unary_types(op)); }
 
 void launch_unary(UnaryOp op, DType t, int64_t n, const void* x, void* y, cudaStream_t s) {
   if (n == 0) return;
-  const bool done = visit(t, op == UnaryOp::kNeg ? kNegTypes : kF32, [&](auto tag) {
+  const bool done = visit(t, unary_types(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     unary_kernel<T><<<grid_for(n), kThreads, 0, s>>>(op, n, static_cast<const T*>(x),
                                                      static_cast<T*>(y));

@@ -29,16 +29,27 @@ struct Broadcast {
   int64_t strides[3][kMaxRank] = {};
 };
 
-enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPow, kEqual };
+enum class BinaryOp {
+  kAdd, kSub, kMul, kDiv, kPow, kMin, kMax, kFmod, kFloorMod,  // y of a's dtype
+  kEqual, kLess, kGreater, kLessEqual, kGreaterEqual, kAnd, kOr, kXor  // y bool
+};
 bool binary_supported(BinaryOp op, DType a, DType b);
-// y = op(a, b); y has a's dtype (bool for Equal).
+bool binary_gives_bool(BinaryOp op);
+// y = op(a, b); y has a's dtype (bool for the comparisons and And, Or, Xor). Min and Max: NaN
+// wins; Fmod: truncated remainder (x mod 0 = 0 for integers); FloorMod: floored (integers).
 void launch_binary(BinaryOp op, DType a, DType b, const Broadcast& bc, const void* pa,
                    const void* pb, void* py, cudaStream_t stream);
+// y = op(op(a, b), c) for Min and Max of three inputs (binary_supported(op, t, t)).
+void launch_ternary(BinaryOp op, DType t, const Broadcast& bc, const void* a, const void* b,
+                    const void* c, void* y, cudaStream_t stream);
 bool where_supported(DType t);
 void launch_where(DType t, const Broadcast& bc, const void* cond, const void* x, const void* z,
                   void* y, cudaStream_t stream);
 
-enum class UnaryOp { kSqrt, kNeg, kReciprocal, kRelu, kErf, kGeluErf, kGeluTanh, kTanh, kSigmoid, kSin, kCos };
+enum class UnaryOp {
+  kSqrt, kNeg, kReciprocal, kRelu, kErf, kGeluErf, kGeluTanh, kTanh, kSigmoid, kSin, kCos,
+  kAbs, kFloor, kCeil, kExp, kNot
+};
 bool unary_supported(UnaryOp op, DType t);
 void launch_unary(UnaryOp op, DType t, int64_t n, const void* x, void* y, cudaStream_t stream);
 // y = h(x) = max(0, min(1, alpha x + beta)), or x * h(x) when swish (HardSigmoid, HardSwish).
@@ -126,6 +137,11 @@ struct PadPlan {
 void launch_pad(const PadPlan& p, const void* x, const void* value_ptr, uint64_t value_bits,
                 void* y, cudaStream_t stream);
 
+// Trilu over [matrices, n, m] (elements of esize bytes): y = x where j - i >= k (upper) or
+// j - i <= k (lower), else zero bytes. k: k_ptr (a device int64 scalar) when not null, else k.
+void launch_trilu(int esize, int64_t matrices, int64_t n, int64_t m, bool upper, int64_t k,
+                  const int64_t* k_ptr, const void* x, void* y, cudaStream_t stream);
+
 // ---- reductions (reduce.cu) -----------------------------------------------------------------
 
 // Sums over many rows for few outputs (a bias gradient: [8192, 1024] summed over rows) are split
@@ -146,6 +162,13 @@ struct ReducePlan {
   size_t scratch_bytes() const { return splits > 1 ? sizeof(double) * size_t(splits * out_numel) : 0; }
 };
 void launch_reduce(const ReducePlan& p, const float* x, float* y, void* scratch, cudaStream_t stream);
+// ReduceMax, ReduceMin, ReduceProd over the plan's reduced dims (scale, splits unused): one thread
+// per output walking its elements in order; NaN wins max and min. t: float32, float64, int32,
+// int64.
+enum class ReduceWalk { kMax, kMin, kProd };
+bool reduce_walk_supported(DType t);
+void launch_reduce_walk(ReduceWalk op, DType t, const ReducePlan& p, const void* x, void* y,
+                        cudaStream_t stream);
 
 // ---- normalisation (norm.cu) ----------------------------------------------------------------
 

@@ -86,6 +86,34 @@ std::unique_ptr<Kernel> make_expand(const KernelSpec& s, CudaContext& ctx) {
   return same_movable_type(s) ? one_copy(s, expand_geometry(s), ctx.stream) : nullptr;
 }
 
+std::unique_ptr<Kernel> make_tile(const KernelSpec& s, CudaContext& ctx) {
+  return same_movable_type(s) ? one_copy(s, tile_geometry(s), ctx.stream) : nullptr;
+}
+
+// Trilu(x, k?) {upper} over the last two dims, as the CPU's: k constant or a device scalar.
+std::unique_ptr<Kernel> make_trilu(const KernelSpec& s, CudaContext& ctx) {
+  if (!same_movable_type(s) || s.outputs[0].shape != s.inputs[0].shape || s.inputs[0].shape.size() < 2)
+    return nullptr;
+  int64_t k = 0;
+  bool k_at_run = false;
+  if (s.has_input(1)) {
+    if (s.inputs[1].dtype != DType::kInt64 || s.inputs[1].numel() != 1) return nullptr;
+    const Tensor* c = s.constant(1);
+    if (c) k = c->as<int64_t>()[0];
+    k_at_run = !c;
+  }
+  const Dims& d = s.inputs[0].shape;
+  const int64_t n = d[d.size() - 2], m = d.back();
+  const int64_t matrices = n * m == 0 ? 0 : s.inputs[0].numel() / (n * m);
+  const bool upper = s.node.attr_int("upper", 1) != 0;
+  const int esize = movable_size(s.inputs[0].dtype);
+  const cudaStream_t stream = ctx.stream;
+  return fn_kernel([=](Args in, Args out, void*) {
+    launch_trilu(esize, matrices, n, m, upper, k, k_at_run ? in[1].as<const int64_t>() : nullptr,
+                 in[0].data, out[0].data, stream);
+  });
+}
+
 std::unique_ptr<Kernel> make_concat(const KernelSpec& s, CudaContext& ctx) {
   return same_movable_type(s) ? copies(s, concat_geometry(s), ctx.stream) : nullptr;
 }

@@ -138,6 +138,18 @@ __global__ void pad_kernel(PadPlan p, const T* x, const T* value_ptr, T value, T
   }
 }
 
+// Trilu: element (i, j) of each [n, m] matrix kept where j - i >= k (upper) or <= k, else 0.
+template <class T>
+__global__ void trilu_kernel(int64_t numel, int64_t n, int64_t m, bool upper, int64_t k,
+                             const int64_t* k_ptr, const T* x, T* y) {
+  const int64_t kk = k_ptr ? *k_ptr : k;
+  PT_GRID_STRIDE(e, numel) {
+    const int64_t j = e % m, i = (e / m) % n;
+    const bool keep = upper ? j - i >= kk : j - i <= kk;
+    y[e] = keep ? x[e] : T(0);
+  }
+}
+
 }  // namespace
 
 void launch_strided_copy(const StridedCopy& p, const void* src, void* dst, cudaStream_t s) {
@@ -192,6 +204,18 @@ void launch_gather_grad(DType index, int64_t outer, int64_t n, int64_t count, in
         outer, n, count, inner, dy, static_cast<const int32_t*>(idx), dd, fault);
   }
   PT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_trilu(int esize, int64_t matrices, int64_t n, int64_t m, bool upper, int64_t k,
+                  const int64_t* k_ptr, const void* x, void* y, cudaStream_t s) {
+  const int64_t numel = matrices * n * m;
+  if (numel == 0) return;
+  by_size(esize, [&](auto e) {
+    using T = typename decltype(e)::type;
+    trilu_kernel<T><<<grid_for(numel), kThreads, 0, s>>>(numel, n, m, upper, k, k_ptr,
+                                                         static_cast<const T*>(x), static_cast<T*>(y));
+    PT_CUDA_LAUNCH_CHECK();
+  });
 }
 
 void launch_pad(const PadPlan& p, const void* x, const void* value_ptr, uint64_t value_bits,

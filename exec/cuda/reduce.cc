@@ -52,7 +52,7 @@ std::optional<ReducePlan> plan_reduce(const Dims& shape, const std::vector<bool>
 
 std::unique_ptr<Kernel> make_reduce(const KernelSpec& s, CudaContext& ctx, bool mean) {
   const auto reduced = reduce_geometry(s);
-  if (!reduced) return nullptr;
+  if (!reduced || s.inputs[0].dtype != DType::kFloat32) return nullptr;
   const auto p = plan_reduce(s.inputs[0].shape, *reduced, mean);
   if (!p) return nullptr;
   const cudaStream_t stream = ctx.stream;
@@ -61,8 +61,24 @@ std::unique_ptr<Kernel> make_reduce(const KernelSpec& s, CudaContext& ctx, bool 
   }, p->scratch_bytes());
 }
 
+// ReduceMax, ReduceMin, ReduceProd: one thread per output walking its elements (reduce.cu).
+std::unique_ptr<Kernel> make_reduce_walk(const KernelSpec& s, CudaContext& ctx, ReduceWalk op) {
+  const auto reduced = reduce_geometry(s);
+  if (!reduced || !reduce_walk_supported(s.inputs[0].dtype)) return nullptr;
+  const auto p = plan_reduce(s.inputs[0].shape, *reduced, false);
+  if (!p) return nullptr;
+  const DType t = s.inputs[0].dtype;
+  const cudaStream_t stream = ctx.stream;
+  return fn_kernel([=, p = *p](Args in, Args out, void*) {
+    launch_reduce_walk(op, t, p, in[0].data, out[0].data, stream);
+  });
+}
+
 }  // namespace
 
+std::unique_ptr<Kernel> make_reduce_max(const KernelSpec& s, CudaContext& c) { return make_reduce_walk(s, c, ReduceWalk::kMax); }
+std::unique_ptr<Kernel> make_reduce_min(const KernelSpec& s, CudaContext& c) { return make_reduce_walk(s, c, ReduceWalk::kMin); }
+std::unique_ptr<Kernel> make_reduce_prod(const KernelSpec& s, CudaContext& c) { return make_reduce_walk(s, c, ReduceWalk::kProd); }
 std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s, CudaContext& c) { return make_reduce(s, c, true); }
 std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s, CudaContext& c) { return make_reduce(s, c, false); }
 

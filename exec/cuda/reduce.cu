@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 #include "exec/cuda/device_util.cuh"
@@ -83,6 +85,32 @@ __global__ void sum_parts_kernel(int64_t outputs, int64_t splits, float scale, c
   }
 }
 
+// ReduceMax, ReduceMin, ReduceProd: y[o] = op over the count elements of output o, in order,
+// from op's identity (as the CPU's WalkReduce). NaN wins max and min.
+// Op's identity, on the host (numeric_limits is host code).
+template <class T>
+T walk_first(ReduceWalk op) {
+  if (op == ReduceWalk::kProd) return T(1);
+  if constexpr (std::is_floating_point_v<T>)
+    return op == ReduceWalk::kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  else return op == ReduceWalk::kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+}
+
+template <class T>
+__global__ void reduce_walk_kernel(ReduceWalk op, ReducePlan p, T first, const T* x, T* y) {
+  PT_GRID_STRIDE(o, p.out_numel) {
+    const int64_t base = kept_offset(p, o);
+    T acc = first;
+    for (int64_t r = 0; r < p.count; ++r) {
+      const T v = x[base + reduced_offset(p, r)];
+      if (op == ReduceWalk::kProd) acc = acc * v;
+      else if (op == ReduceWalk::kMax) acc = acc != acc || acc > v ? acc : v;
+      else acc = acc != acc || acc < v ? acc : v;
+    }
+    y[o] = acc;
+  }
+}
+
 }  // namespace
 
 int64_t sum_splits(int64_t rows, int64_t outputs) {
@@ -90,6 +118,29 @@ int64_t sum_splits(int64_t rows, int64_t outputs) {
   constexpr int64_t kLeast = 32;         // rows a block sums at the least
   if (outputs <= 0 || rows < 2 * kLeast || outputs >= kFill) return 1;
   return std::clamp<int64_t>(std::min((kFill + outputs - 1) / outputs, rows / kLeast), 1, 1024);
+}
+
+bool reduce_walk_supported(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kInt32 || t == DType::kInt64;
+}
+
+void launch_reduce_walk(ReduceWalk op, DType t, const ReducePlan& p, const void* x, void* y,
+                        cudaStream_t s) {
+  if (p.out_numel == 0) return;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    reduce_walk_kernel<T><<<grid_for(p.out_numel), kThreads, 0, s>>>(op, p, walk_first<T>(op),
+                                                                      static_cast<const T*>(x),
+                                                                      static_cast<T*>(y));
+  };
+  switch (t) {
+    case DType::kFloat32: run(float{}); break;
+    case DType::kFloat64: run(double{}); break;
+    case DType::kInt32: run(int32_t{}); break;
+    case DType::kInt64: run(int64_t{}); break;
+    default: PT_CHECK(false, "no CUDA reduction kernel for this dtype");
+  }
+  PT_CUDA_LAUNCH_CHECK();
 }
 
 void launch_reduce(const ReducePlan& p, const float* x, float* y, void* scratch, cudaStream_t s) {

@@ -81,6 +81,8 @@ void Unary() {
       {"Tanh", {}, {}},                       {"Sigmoid", {}, {}},
       {"Identity", {}, {}},                   {"Gelu", uniform(-2, 2), {}},
       {"Gelu", uniform(-2, 2), {{"approximate", std::string("tanh")}}},
+      {"Exp", uniform(-1, 1), {}},            {"Abs", uniform(-1, 1, 0.05f), {}},
+      {"Trilu", {}, {}},                      {"Trilu", {}, {{"upper", int64_t{0}}}},
   };
   for (const U& u : ops) {
     SCOPED_TRACE(std::string(u.op));
@@ -400,6 +402,41 @@ void MseLoss() {
   check(m, kLossOutput);
 }
 
+// Max and Min of two inputs under broadcasting (random values: no ties), and with a parameter.
+void MaxMinBroadcasting() {
+  for (const char* op : {"Max", "Min"}) {
+    SCOPED_TRACE(std::string(op));
+    GraphMaker m;
+    const ValueId a = m.input("a", {2, 3, 4});
+    const ValueId b = m.param("b", {3, 1});
+    m.output(m.op(op, {a, b}, {2, 3, 4}));
+    check(m);
+  }
+}
+
+// ReduceMax and ReduceMin over one axis, two axes kept, and every axis (random values: one
+// extreme per group); Trilu with k given; Tile.
+void ExtremesTriluTile() {
+  for (const char* op : {"ReduceMax", "ReduceMin"}) {
+    SCOPED_TRACE(std::string(op));
+    GraphMaker m;
+    const ValueId x = m.input("x", {2, 3, 4});
+    const ValueId a = m.op(op, {x}, {2, 1, 4}, {{"axes", Shape{1}}});
+    const ValueId b = m.op(op, {x}, {3}, {{"axes", Shape{0, -1}}, {"keepdims", int64_t{0}}});
+    const ValueId all = m.op(op, {x}, {1, 1, 1});
+    m.output(a);
+    m.output(b);
+    m.output(all);
+    check(m);
+  }
+  GraphMaker m;
+  const ValueId x = m.input("x", {2, 3, 4});
+  m.output(m.op("Trilu", {x, m.ints({1})}, {2, 3, 4}));
+  m.output(m.op("Trilu", {x, m.ints({-1})}, {2, 3, 4}, {{"upper", int64_t{0}}}));
+  m.output(m.op("Tile", {x, m.ints({2, 1, 3})}, {4, 3, 12}));
+  check(m);
+}
+
 struct Case {
   const char* name;
   void (*run)();
@@ -429,6 +466,8 @@ const Case kCases[] = {
     {"CrossEntropyLossWithIgnoredTargets", CrossEntropyLossWithIgnoredTargets},
     {"MseLoss", MseLoss},
     {"CumSumDirections", CumSumDirections},
+    {"MaxMinBroadcasting", MaxMinBroadcasting},
+    {"ExtremesTriluTile", ExtremesTriluTile},
 };
 
 class GradRule : public ::testing::TestWithParam<Case> {};

@@ -92,6 +92,25 @@ void elementwise(Cases& c) {
   c.add("Div_FirstBroadcastFourWide", "Div", {f32({16}), f32({3, 16}, 0.5, 2)}, {F({3, 16})});
   c.add("Where_ThreeWayBroadcast", "Where", {boolean({2, 1, 5}), f32({2, 3, 5}), f32({5})}, {F({2, 3, 5})});
   c.add("Where_Int64", "Where", {boolean({4}), ints(kI64, {4}, -9, 9), ints(kI64, {}, -9, 9)}, {T(kI64, {4})});
+  // Masks, comparisons and shape arithmetic computed at run time.
+  c.add("Less_Float", "Less", {f32({4, 6}), f32({6})}, {T(kBool, {4, 6})});
+  c.add("Greater_Int64", "Greater", {ints(kI64, {4, 6}, 0, 3), ints(kI64, {6}, 0, 3)}, {T(kBool, {4, 6})});
+  c.add("LessOrEqual_Int32", "LessOrEqual", {ints(kI32, {5}, 0, 3), ints(kI32, {}, 0, 3)}, {T(kBool, {5})});
+  c.add("GreaterOrEqual_Double", "GreaterOrEqual", {uni(kF64, {3, 4}), uni(kF64, {3, 1})}, {T(kBool, {3, 4})});
+  c.add("And_Broadcast", "And", {boolean({2, 1, 5}), boolean({3, 5})}, {T(kBool, {2, 3, 5})});
+  c.add("Or", "Or", {boolean({7}), boolean({7})}, {T(kBool, {7})});
+  c.add("Xor", "Xor", {boolean({2, 7}), boolean({7})}, {T(kBool, {2, 7})});
+  c.add("Not", "Not", {boolean({3, 5})}, {T(kBool, {3, 5})});
+  c.add("Max_TwoBroadcast", "Max", {f32({4, 6}), f32({6})}, {F({4, 6})});
+  c.add("Min_ThreeInt64", "Min", {ints(kI64, {2, 3}, -9, 9), ints(kI64, {3}, -9, 9), ints(kI64, {}, -9, 9)},
+        {T(kI64, {2, 3})});
+  c.add("Mod_Fmod", "Mod", {f32({4, 5}, -9, 9), f32({5}, 0.5, 3)}, {F({4, 5})}, {{"fmod", int64_t{1}}});
+  c.add("Mod_FloorInt64", "Mod", {vals(kI64, {6}, {7, -7, 7, -7, 5, 0}), vals(kI64, {6}, {2, 2, -2, -2, 0, 3})},
+        {T(kI64, {6})});
+  c.add("Abs_Int32", "Abs", {ints(kI32, {9}, -100, 100)}, {T(kI32, {9})});
+  c.add("Floor", "Floor", {f32({3, 17}, -6, 6)}, {F({3, 17})});
+  c.add("Ceil", "Ceil", {f32({3, 17}, -6, 6)}, {F({3, 17})});
+  c.add("Exp", "Exp", {f32({3, 17}, -6, 6)}, {F({3, 17})});
   c.add("Sqrt", "Sqrt", {f32({3, 17}, 0, 4)}, {F({3, 17})});
   c.add("Neg_Float", "Neg", {f32({3, 17})}, {F({3, 17})});
   c.add("Neg_Int32", "Neg", {ints(kI32, {9}, -100, 100)}, {T(kI32, {9})});
@@ -315,6 +334,13 @@ void movement(Cases& c) {
         {{"axis", int64_t{1}}});
   c.add("Gather_Int64Data", "Gather", {ints(kI64, {6, 2}, -99, 99), ints(kI64, {3}, 0, 5)}, {T(kI64, {3, 2})});
   c.add("Expand", "Expand", {f32({3, 1}), cst(i64s({2, 3, 4}))}, {F({2, 3, 4})});
+  c.add("Tile", "Tile", {f32({2, 3, 4}), cst(i64s({2, 1, 3}))}, {F({4, 3, 12})});
+  c.add("Trilu_UpperConstantK", "Trilu", {f32({2, 5, 7}), cst(i64s({1}))}, {F({2, 5, 7})});
+  c.add("Trilu_LowerFedK", "Trilu", {ints(kI64, {4, 6}, -9, 9), vals(kI64, {}, {-1})}, {T(kI64, {4, 6})},
+        {{"upper", int64_t{0}}});
+  c.add("ReduceMax_Middle", "ReduceMax", {f32({2, 3, 4})}, {F({2, 1, 4})}, {{"axes", D{1}}});
+  c.add("ReduceMin_AllInt64", "ReduceMin", {ints(kI64, {3, 4}, -99, 99)}, {T(kI64, {})}, {{"keepdims", int64_t{0}}});
+  c.add("ReduceProd_Last", "ReduceProd", {f32({4, 5}, 0.5, 1.5)}, {F({4, 1})}, {{"axes", D{-1}}});
   c.add("ReduceMean_MiddleKeepDims", "ReduceMean", {f32({2, 3, 4})}, {F({2, 1, 4})}, {{"axes", D{1}}});
   c.add("ReduceMean_LastAxis", "ReduceMean", {f32({4, 300})}, {F({4, 1})}, {{"axes", D{-1}}});
   c.add("ReduceSum_SeparateAxes", "ReduceSum", {f32({2, 3, 4, 5}), cst(i64s({0, 2}))}, {F({3, 5})},

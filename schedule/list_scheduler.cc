@@ -41,6 +41,7 @@ struct Candidate {
 
 struct Device {
   double free_at = 0;
+  double first_start = -1;  // when the device's first action starts
   double held = 0;  // activations kept now
   std::vector<Candidate> forward, backward;
   std::set<std::pair<int, int>> pending_w;  // (micro-batch, chunk), oldest first
@@ -87,6 +88,14 @@ class ListScheduler {
     double makespan = 0;
     for (const Device& x : dev_) makespan = std::max(makespan, x.free_at);
     return makespan;
+  }
+
+  // The longest device span, first start to last end: what a step costs once steps overlap.
+  double longest_span() const {
+    double span = 0;
+    for (const Device& x : dev_)
+      if (x.first_start >= 0) span = std::max(span, x.free_at - x.first_start);
+    return span;
   }
 
   std::vector<std::vector<Action>> orders() {
@@ -176,6 +185,7 @@ class ListScheduler {
 
   double finish(int d, Action a, double now, double duration) {
     Device& x = dev_[static_cast<size_t>(d)];
+    if (x.order.empty()) x.first_start = now;
     x.order.push_back(a);
     x.free_at = now + duration;
     events_.push({x.free_at, d});
@@ -241,6 +251,7 @@ ListResult list_schedule(const std::string& kind, int stages, int micro_batches,
   ListScheduler s(stages, micro_batches, costs, policy);
   ListResult r;
   r.makespan = s.run();
+  r.span = s.longest_span();
   r.schedule.kind = kind;
   r.schedule.stages = stages;
   r.schedule.chunks = policy.chunks;

@@ -117,7 +117,7 @@ int run_cli(int argc, char** argv) {
       {"run", "forward inference on the CPU; every output written as .npy",
        [&](CLI::App* c) {
          c->add_option("model", forward.model, "ONNX model file")->required();
-         c->add_option("--input,-i", forward.inputs, "NAME=FILE.npy (repeatable)")->required();
+         c->add_option("--input,-i", forward.inputs, "NAME=FILE.npy (repeatable; none for a model without inputs)");
          c->add_option("--dim", forward.dims, "binds a named symbolic dimension: NAME=VALUE");
          c->add_option("--output,-o", forward.output_dir, "folder for the outputs")->required();
          c->add_option("--threads,-t", forward.threads, "CPU threads")->check(at_least_one());

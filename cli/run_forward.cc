@@ -57,6 +57,9 @@ int64_t batch_of(const std::map<std::string, Tensor>& given, const std::vector<o
   return 1;
 }
 
+// The most elements an input read as a shape argument has (a shape, axes, pads: a few dozen).
+constexpr int64_t kMaxShapeArgument = 1024;
+
 }  // namespace
 
 int run_forward(const RunArgs& a) {
@@ -68,6 +71,8 @@ int run_forward(const RunArgs& a) {
   options.dims = parse_dims(a.dims);
   check_dims_named(options.dims, declared);
   options.batch = batch_of(inputs, declared, options.dims);
+  for (const auto& [name, t] : inputs)  // shape arguments given as inputs are read now (import.h)
+    if (t.type.numel() <= kMaxShapeArgument) options.given_inputs[name] = t;
   Graph g = import_model(a.model, options);
   dropout_as_identity(g);  // run is inference: Dropout is the identity, as in PyTorch's eval()
   fold_batch_norms(g);     // and BatchNormalization after a Conv is that Conv's scale and shift

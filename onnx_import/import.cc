@@ -185,7 +185,9 @@ int fold_pass(onnx::ModelProto* m, Known& known, const std::string& path) {
     bool is_output = false;
     for (const auto& o : n.output()) is_output = is_output || graph_outputs.count(o);
     std::optional<std::vector<Tensor>> out;
-    if (!is_output && n.op_type() != "Dropout" && constant_inputs(n, known, &storage, &inputs))
+    // A graph output stays computed: folded, it is an Identity of its value (and that stays).
+    const bool kept_identity = is_output && n.op_type() == "Identity";
+    if (!kept_identity && n.op_type() != "Dropout" && constant_inputs(n, known, &storage, &inputs))
       out = evaluate_constant(node_shell(n, node_where(path, n, opset)), inputs, opset);
     if (!out) {
       *kept.Add() = std::move(n);
@@ -193,9 +195,16 @@ int fold_pass(onnx::ModelProto* m, Known& known, const std::string& path) {
     }
     for (int i = 0; i < n.output_size(); ++i) {
       if (n.output(i).empty()) continue;
-      tensor_to_proto((*out)[static_cast<size_t>(i)], n.output(i), g->add_initializer());
-      known.types[n.output(i)] = (*out)[static_cast<size_t>(i)].type;
-      known.constants[n.output(i)] = std::move((*out)[static_cast<size_t>(i)]);
+      const std::string value = graph_outputs.count(n.output(i)) ? n.output(i) + "/constant" : n.output(i);
+      tensor_to_proto((*out)[static_cast<size_t>(i)], value, g->add_initializer());
+      known.types[value] = (*out)[static_cast<size_t>(i)].type;
+      known.constants[value] = std::move((*out)[static_cast<size_t>(i)]);
+      if (value == n.output(i)) continue;
+      onnx::NodeProto& identity = *kept.Add();
+      identity.set_name(n.name() + "/output_" + std::to_string(i));
+      identity.set_op_type("Identity");
+      identity.add_input(value);
+      identity.add_output(n.output(i));
     }
     ++folded;
   }
@@ -369,7 +378,7 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
     throw UserError("micro-batch", "must be at least 1, got " + std::to_string(opts.batch), "");
   int64_t source_opset = 0;
   ModuleParameters restored;
-  onnx::ModelProto m = load_model(path, &source_opset, &opts.parameters, &restored);
+  onnx::ModelProto m = load_model(path, &source_opset, &opts.parameters, &restored, &opts.given_inputs);
   std::set<std::string> declared = declared_parameters(m.graph());
   if (!declared.empty()) declared.insert(restored.parameters.begin(), restored.parameters.end());
   for (const std::string& w : restored.warnings) std::cerr << "warning: " << path << ": " << w << "\n";

@@ -19,6 +19,11 @@ struct ImportOptions {
   int64_t batch = 1;                      // binds the first dim of each input when symbolic
   std::map<std::string, int64_t> dims;    // binds named symbolic dims (--dim name=value)
   ParameterChoices parameters;            // config parameters.tied / untied (module_params.h)
+  // `pipetrain run`'s input arrays. An input that the model reads only as a shape argument (a
+  // Reshape's shape, a Slice's starts, axes, pads, repeats, Range's bounds: what a kernel must
+  // know when it is made) is taken as a constant of this import and is no graph input any more;
+  // every other input stays an input.
+  std::map<std::string, Tensor> given_inputs;
 };
 
 Graph import_model(const std::string& path, const ImportOptions& opts = {});

@@ -218,13 +218,50 @@ std::vector<std::string> unsupported_ops(const onnx::ModelProto& m) {
   return out;
 }
 
+namespace {
+
+// Input positions a kernel reads when it is made, not at run time: shapes, axes, starts, pads,
+// repeats and counts (opset 13-28 forms).
+bool is_shape_argument(const std::string& op, int i) {
+  if (op == "Reshape" || op == "Expand" || op == "Tile" || op == "Split" || op == "Squeeze" ||
+      op == "Unsqueeze" || op == "CumSum" || op == "TopK" || op.rfind("Reduce", 0) == 0)
+    return i == 1;
+  if (op == "Slice") return i >= 1;
+  if (op == "Pad") return i == 1 || i == 3;
+  return op == "ConstantOfShape" || op == "Range";
+}
+
+// Replaces each given input that every reader takes as a shape argument by an initializer holding
+// its value (ImportOptions::given_inputs).
+void take_shape_inputs(onnx::GraphProto* g, const std::map<std::string, Tensor>& given) {
+  std::map<std::string, bool> only_shape;  // input name -> every reader a shape argument
+  for (const auto& n : g->node())
+    for (int i = 0; i < n.input_size(); ++i) {
+      auto [it, fresh] = only_shape.try_emplace(n.input(i), true);
+      it->second = it->second && is_shape_argument(n.op_type(), i);
+    }
+  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> kept;
+  for (auto& in : *g->mutable_input()) {
+    auto v = given.find(in.name());
+    auto reads = only_shape.find(in.name());
+    const bool take = v != given.end() && reads != only_shape.end() && reads->second;
+    if (take) tensor_to_proto(v->second, in.name(), g->add_initializer());
+    else *kept.Add() = std::move(in);
+  }
+  g->mutable_input()->Swap(&kept);
+}
+
+}  // namespace
+
 onnx::ModelProto load_model(const std::string& path, int64_t* source_opset,
-                            const ParameterChoices* choices, ModuleParameters* restored) {
+                            const ParameterChoices* choices, ModuleParameters* restored,
+                            const std::map<std::string, Tensor>* given_inputs) {
   onnx::ModelProto m = read_model(path);
   check_opsets(m, path);
   if (source_opset) *source_opset = default_opset(m);
   check_ops(m, path);
   if (choices) *restored = restore_module_parameters(m.mutable_graph(), *choices);
+  if (given_inputs && !given_inputs->empty()) take_shape_inputs(m.mutable_graph(), *given_inputs);
   adapt_to_canonical_opset(&m, path);
   // Newer exporters write IR versions past what this onnx library knows (9 adds float8 types,
   // 10 4-bit ones and function overloads, up to 14 for opset 28); adapt_to_canonical_opset has

@@ -4,10 +4,12 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/ir.h"
 #include "onnx_import/module_params.h"
 
 namespace pt {
@@ -29,9 +31,12 @@ std::vector<std::string> unsupported_ops(const onnx::ModelProto& m);
 // the file (and node, op, opset where one is at fault).
 // The model comes back adapted to kCanonicalOpset; *source_opset, when given, receives the
 // file's own default opset. With `choices`, the module's parameters are restored first
-// (module_params.h, on the file as written) and *restored receives the report.
+// (module_params.h, on the file as written) and *restored receives the report. With
+// `given_inputs` (ImportOptions::given_inputs), an integer input read only as a shape argument
+// becomes an initializer holding the given value.
 onnx::ModelProto load_model(const std::string& path, int64_t* source_opset = nullptr,
-                            const ParameterChoices* choices = nullptr, ModuleParameters* restored = nullptr);
+                            const ParameterChoices* choices = nullptr, ModuleParameters* restored = nullptr,
+                            const std::map<std::string, Tensor>* given_inputs = nullptr);
 
 // Every value name a node reads or the graph outputs: what keeps an initializer alive.
 std::set<std::string> names_read(const onnx::GraphProto& g);

@@ -27,8 +27,8 @@ constexpr int64_t kChunk = 1 << 12;        // elements of one row handled by one
 
 using ArithTypes = TypeList<float, double, int32_t, int64_t, int8_t, uint8_t>;  // Add..Div
 using PowTypes = TypeList<float, double, int32_t, int64_t>;  // Pow's base and exponent
-using ValueTypes = TypeList<float, double, int32_t, int64_t, bool>;  // Equal, Where
-using OrderedTypes = TypeList<float, double, int32_t, int64_t>;     // Less, Greater, ..., Mod
+using ValueTypes = TypeList<float, double, int32_t, int64_t, int8_t, uint8_t, bool>;  // Equal, Where
+using OrderedTypes = TypeList<float, double, int32_t, int64_t, int8_t, uint8_t>;  // Less, ..., Mod
 
 // ---- broadcasting ---------------------------------------------------------------------------
 
@@ -137,12 +137,19 @@ struct FmodOp {
     else return std::fmod(a, b);
   }
 };
-// fmod = 0 (integers only): the remainder of floored division, the divisor's sign (Python's %).
+// fmod = 0: the remainder of floored division, the divisor's sign (Python's and numpy's %);
+// x mod 0 gives 0 for integers, NaN for floats.
 struct FloorModOp {
   template <class T> T operator()(T a, T b) const {
-    if (b == 0) return T(0);
-    const T r = T(a % b);
-    return r != 0 && ((r < 0) != (b < 0)) ? T(r + b) : r;
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) return T(0);
+      const T r = T(a % b);
+      return r != 0 && ((r < 0) != (b < 0)) ? T(r + b) : r;
+    } else {
+      const T r = std::fmod(a, b);
+      if (r == 0) return std::copysign(T(0), b);  // a zero takes the divisor's sign, as numpy's
+      return (r < 0) != (b < 0) ? T(r + b) : r;
+    }
   }
 };
 
@@ -357,20 +364,18 @@ std::unique_ptr<Kernel> make_logical_xor(const KernelSpec& s) { return make_logi
 std::unique_ptr<Kernel> make_min(const KernelSpec& s) { return make_extreme<MinOp>(s); }
 std::unique_ptr<Kernel> make_max(const KernelSpec& s) { return make_extreme<MaxOp>(s); }
 
-// Mod(a: T, b: T) -> y: T, T in OrderedTypes: fmod = 1 truncated (any T), fmod = 0 floored
-// (integers only, as the spec requires).
+// Mod(a: T, b: T) -> y: T, T in OrderedTypes: fmod = 1 truncated, fmod = 0 floored (for floats
+// too, as onnx's reference computes it).
 std::unique_ptr<Kernel> make_mod(const KernelSpec& s) {
   if (!has_io(s, 2)) return nullptr;
   const DType t = s.inputs[0].dtype;
   if (s.inputs[1].dtype != t || s.outputs[0].dtype != t) return nullptr;
   const bool fmod = s.node.attr_int("fmod", 0) != 0;
-  if (!fmod && (t == DType::kFloat32 || t == DType::kFloat64)) return nullptr;
   const auto bc = make_broadcast(s, 2);
   if (!bc) return nullptr;
   return visit(OrderedTypes{}, t, [&]<class T>() -> std::unique_ptr<Kernel> {
     if (fmod) return plain_binary<T, T, T, FmodOp>(*bc, s);
-    if constexpr (std::is_integral_v<T>) return plain_binary<T, T, T, FloorModOp>(*bc, s);
-    return nullptr;
+    return plain_binary<T, T, T, FloorModOp>(*bc, s);
   });
 }
 

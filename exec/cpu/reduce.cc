@@ -243,20 +243,23 @@ class WalkReduce final : public Kernel {
   int64_t numel_ = 0, out_numel_ = 1;
 };
 
-template <class Op>
-std::unique_ptr<Kernel> make_walk_reduce(const KernelSpec& s) {
+// Max and Min also of bool (any and all), Prod of numbers only.
+template <class Op, class Types>
+std::unique_ptr<Kernel> make_walk_reduce(const KernelSpec& s, Types types) {
   const std::optional<std::vector<bool>> reduced = reduce_geometry(s);
   if (!reduced) return nullptr;
-  return visit(TypeList<float, double, int32_t, int64_t>{}, s.inputs[0].dtype, [&]<class T>() -> std::unique_ptr<Kernel> {
+  return visit(types, s.inputs[0].dtype, [&]<class T>() -> std::unique_ptr<Kernel> {
     return std::make_unique<WalkReduce<T, Op>>(s.inputs[0].shape, *reduced);
   });
 }
+using Numbers = TypeList<float, double, int32_t, int64_t>;
+using NumbersAndBool = TypeList<float, double, int32_t, int64_t, bool>;
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_reduce_max(const KernelSpec& s) { return make_walk_reduce<MaxOf>(s); }
-std::unique_ptr<Kernel> make_reduce_min(const KernelSpec& s) { return make_walk_reduce<MinOf>(s); }
-std::unique_ptr<Kernel> make_reduce_prod(const KernelSpec& s) { return make_walk_reduce<ProductOf>(s); }
+std::unique_ptr<Kernel> make_reduce_max(const KernelSpec& s) { return make_walk_reduce<MaxOf>(s, NumbersAndBool{}); }
+std::unique_ptr<Kernel> make_reduce_min(const KernelSpec& s) { return make_walk_reduce<MinOf>(s, NumbersAndBool{}); }
+std::unique_ptr<Kernel> make_reduce_prod(const KernelSpec& s) { return make_walk_reduce<ProductOf>(s, Numbers{}); }
 std::unique_ptr<Kernel> make_reduce_mean(const KernelSpec& s) { return make_reduce(s, true); }
 std::unique_ptr<Kernel> make_reduce_sum(const KernelSpec& s) { return make_reduce(s, false); }
 

@@ -28,9 +28,9 @@ struct Tag {
 enum : unsigned { kF32 = 1, kF64 = 2, kI32 = 4, kI64 = 8, kI8 = 16, kU8 = 32, kBool = 64 };
 constexpr unsigned kArith = kF32 | kF64 | kI32 | kI64 | kI8 | kU8;
 constexpr unsigned kPowTypes = kF32 | kF64 | kI32 | kI64;
-constexpr unsigned kValue = kF32 | kF64 | kI32 | kI64 | kBool;
+constexpr unsigned kValue = kF32 | kF64 | kI32 | kI64 | kI8 | kU8 | kBool;
 constexpr unsigned kNegTypes = kF32 | kF64 | kI32 | kI64 | kI8;  // and Abs
-constexpr unsigned kOrdered = kF32 | kF64 | kI32 | kI64;          // comparisons, Fmod
+constexpr unsigned kOrdered = kF32 | kF64 | kI32 | kI64 | kI8 | kU8;  // comparisons, Mod
 constexpr unsigned kFloatTypes = kF32 | kF64;                      // Floor, Ceil, Exp
 
 template <class F>
@@ -111,12 +111,18 @@ struct FmodOp {
     else return fmod(a, b);
   }
 };
-// Floored remainder (the divisor's sign), integers only.
+// Floored remainder (the divisor's sign); x mod 0 is 0 for integers, NaN for floats.
 struct FloorModOp {
   template <class T> __device__ T operator()(T a, T b) const {
-    if (b == 0) return T(0);
-    const T r = T(a % b);
-    return r != 0 && ((r < 0) != (b < 0)) ? T(r + b) : r;
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) return T(0);
+      const T r = T(a % b);
+      return r != 0 && ((r < 0) != (b < 0)) ? T(r + b) : r;
+    } else {
+      const T r = fmod(a, b);
+      if (r == 0) return copysign(T(0), b);  // a zero takes the divisor's sign, as numpy's
+      return (r < 0) != (b < 0) ? T(r + b) : r;
+    }
   }
 };
 
@@ -382,8 +388,8 @@ bool binary_supported(BinaryOp op, DType a, DType b) {
     case BinaryOp::kGreater:
     case BinaryOp::kLessEqual:
     case BinaryOp::kGreaterEqual:
-    case BinaryOp::kFmod: return a == b && allowed(a, kOrdered);
-    case BinaryOp::kFloorMod: return a == b && allowed(a, kI32 | kI64);
+    case BinaryOp::kFmod:
+    case BinaryOp::kFloorMod: return a == b && allowed(a, kOrdered);
     case BinaryOp::kAnd:
     case BinaryOp::kOr:
     case BinaryOp::kXor: return a == DType::kBool && b == DType::kBool;
@@ -448,9 +454,9 @@ void launch_binary(BinaryOp op, DType a, DType b, const Broadcast& bc, const voi
       binary<T, T, T, FmodOp>(bc, pa, pb, py, s);
     });
   } else if (op == BinaryOp::kFloorMod) {
-    done = visit(a, kI32 | kI64, [&](auto t) {
+    done = visit(a, kOrdered, [&](auto t) {
       using T = typename decltype(t)::type;
-      if constexpr (std::is_integral_v<T>) binary<T, T, T, FloorModOp>(bc, pa, pb, py, s);
+      binary<T, T, T, FloorModOp>(bc, pa, pb, py, s);
     });
   } else {
     done = visit(a, kArith, [&](auto t) {

@@ -36,7 +36,7 @@ enum class BinaryOp {
 bool binary_supported(BinaryOp op, DType a, DType b);
 bool binary_gives_bool(BinaryOp op);
 // y = op(a, b); y has a's dtype (bool for the comparisons and And, Or, Xor). Min and Max: NaN
-// wins; Fmod: truncated remainder (x mod 0 = 0 for integers); FloorMod: floored (integers).
+// wins; Fmod: truncated remainder, FloorMod: floored (x mod 0 = 0 for integers, NaN for floats).
 void launch_binary(BinaryOp op, DType a, DType b, const Broadcast& bc, const void* pa,
                    const void* pb, void* py, cudaStream_t stream);
 // y = op(op(a, b), c) for Min and Max of three inputs (binary_supported(op, t, t)).
@@ -164,9 +164,9 @@ struct ReducePlan {
 void launch_reduce(const ReducePlan& p, const float* x, float* y, void* scratch, cudaStream_t stream);
 // ReduceMax, ReduceMin, ReduceProd over the plan's reduced dims (scale, splits unused): one thread
 // per output walking its elements in order; NaN wins max and min. t: float32, float64, int32,
-// int64.
+// int64, and bool for max and min (any, all).
 enum class ReduceWalk { kMax, kMin, kProd };
-bool reduce_walk_supported(DType t);
+bool reduce_walk_supported(ReduceWalk op, DType t);  // Max and Min also of bool
 void launch_reduce_walk(ReduceWalk op, DType t, const ReducePlan& p, const void* x, void* y,
                         cudaStream_t stream);
 

@@ -64,7 +64,7 @@ std::unique_ptr<Kernel> make_reduce(const KernelSpec& s, CudaContext& ctx, bool 
 // ReduceMax, ReduceMin, ReduceProd: one thread per output walking its elements (reduce.cu).
 std::unique_ptr<Kernel> make_reduce_walk(const KernelSpec& s, CudaContext& ctx, ReduceWalk op) {
   const auto reduced = reduce_geometry(s);
-  if (!reduced || !reduce_walk_supported(s.inputs[0].dtype)) return nullptr;
+  if (!reduced || !reduce_walk_supported(op, s.inputs[0].dtype)) return nullptr;
   const auto p = plan_reduce(s.inputs[0].shape, *reduced, false);
   if (!p) return nullptr;
   const DType t = s.inputs[0].dtype;

@@ -103,7 +103,7 @@ __global__ void reduce_walk_kernel(ReduceWalk op, ReducePlan p, T first, const T
     T acc = first;
     for (int64_t r = 0; r < p.count; ++r) {
       const T v = x[base + reduced_offset(p, r)];
-      if (op == ReduceWalk::kProd) acc = acc * v;
+      if (op == ReduceWalk::kProd) acc = T(acc * v);
       else if (op == ReduceWalk::kMax) acc = acc != acc || acc > v ? acc : v;
       else acc = acc != acc || acc < v ? acc : v;
     }
@@ -120,8 +120,9 @@ int64_t sum_splits(int64_t rows, int64_t outputs) {
   return std::clamp<int64_t>(std::min((kFill + outputs - 1) / outputs, rows / kLeast), 1, 1024);
 }
 
-bool reduce_walk_supported(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kInt32 || t == DType::kInt64;
+bool reduce_walk_supported(ReduceWalk op, DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kInt32 || t == DType::kInt64 ||
+         (t == DType::kBool && op != ReduceWalk::kProd);
 }
 
 void launch_reduce_walk(ReduceWalk op, DType t, const ReducePlan& p, const void* x, void* y,
@@ -138,6 +139,7 @@ void launch_reduce_walk(ReduceWalk op, DType t, const ReducePlan& p, const void*
     case DType::kFloat64: run(double{}); break;
     case DType::kInt32: run(int32_t{}); break;
     case DType::kInt64: run(int64_t{}); break;
+    case DType::kBool: run(bool{}); break;
     default: PT_CHECK(false, "no CUDA reduction kernel for this dtype");
   }
   PT_CUDA_LAUNCH_CHECK();

@@ -52,6 +52,8 @@ def reason_of(stderr, case_dir):
     line = next((l for l in stderr.splitlines() if l.startswith("error:")), stderr.strip()[:200])
     line = line.replace(case_dir + "/model.onnx", "MODEL").replace(case_dir, "CASE")
     line = re.sub(r"node '[^']*'", "node", line)
+    line = re.sub(r" in graph '[^']*'", "", line)
+    line = re.sub(r"/\S+\.npy", "INPUT.npy", line)
     line = re.sub(r"input '[^']*'", "input", line)
     line = re.sub(r"\d+(\.\d+)?", "N", line)
     return line[:160]

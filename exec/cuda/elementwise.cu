@@ -444,19 +444,15 @@ void launch_binary(BinaryOp op, DType a, DType b, const Broadcast& bc, const voi
       }
     });
   } else if (op == BinaryOp::kAnd || op == BinaryOp::kOr || op == BinaryOp::kXor) {
-    done = a == DType::kBool;
-    if (op == BinaryOp::kAnd) binary<bool, bool, bool, AndOp>(bc, pa, pb, py, s);
-    else if (op == BinaryOp::kOr) binary<bool, bool, bool, OrOp>(bc, pa, pb, py, s);
-    else binary<bool, bool, bool, XorOp>(bc, pa, pb, py, s);
-  } else if (op == BinaryOp::kFmod) {
+    done = a == DType::kBool && b == DType::kBool;
+    if (done && op == BinaryOp::kAnd) binary<bool, bool, bool, AndOp>(bc, pa, pb, py, s);
+    else if (done && op == BinaryOp::kOr) binary<bool, bool, bool, OrOp>(bc, pa, pb, py, s);
+    else if (done) binary<bool, bool, bool, XorOp>(bc, pa, pb, py, s);
+  } else if (op == BinaryOp::kFmod || op == BinaryOp::kFloorMod) {
     done = visit(a, kOrdered, [&](auto t) {
       using T = typename decltype(t)::type;
-      binary<T, T, T, FmodOp>(bc, pa, pb, py, s);
-    });
-  } else if (op == BinaryOp::kFloorMod) {
-    done = visit(a, kOrdered, [&](auto t) {
-      using T = typename decltype(t)::type;
-      binary<T, T, T, FloorModOp>(bc, pa, pb, py, s);
+      if (op == BinaryOp::kFmod) binary<T, T, T, FmodOp>(bc, pa, pb, py, s);
+      else binary<T, T, T, FloorModOp>(bc, pa, pb, py, s);
     });
   } else {
     done = visit(a, kArith, [&](auto t) {

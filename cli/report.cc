@@ -161,7 +161,7 @@ nlohmann::json parameter_notes_json(const Graph& g) {
 
 }  // namespace
 
-void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
+void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work,
                    const std::string& model_path, int64_t micro_batch, bool list_nodes) {
   std::map<std::string, int> histogram;
   for (const Node& n : g.nodes) histogram[n.op_type]++;
@@ -174,10 +174,12 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
   for (ValueId v : g.inputs) os << "input  " << g.value(v).name << " " << g.value(v).type.str() << "\n";
   for (ValueId v : g.outputs) os << "output " << g.value(v).name << " " << g.value(v).type.str() << "\n";
   const double b = double(micro_batch);
-  os << "FLOPs per sample: forward " << format_count(double(total.flops_fwd) / b) << ", backward-input "
-     << format_count(double(total.flops_bwd_input) / b) << ", backward-weight "
-     << format_count(double(total.flops_bwd_weight) / b) << "; kept activations per sample "
+  os << "FLOPs per sample: forward " << format_count(double(work.work.f.flops_fwd) / b) << ", backward-input "
+     << format_count(double(work.work.b.flops_fwd) / b) << ", backward-weight "
+     << format_count(double(work.work.w.flops_fwd) / b) << "; kept activations per sample "
      << format_bytes(total.saved_bytes / micro_batch) << "\n";
+  if (!work.why_estimated.empty())
+    os << "  (B and W per-node estimates: autodiff refuses the model: " << work.why_estimated << ")\n";
   os << "ops:";
   for (const auto& [op, count] : histogram) os << " " << op << "=" << count;
   os << "\nunsupported: none\n";
@@ -199,7 +201,7 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
   }
 }
 
-nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs) {
+nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work) {
   std::map<std::string, int> histogram;
   for (const Node& n : g.nodes) histogram[n.op_type]++;
   const NodeCost total = total_cost(costs);
@@ -208,9 +210,12 @@ nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs) 
           {"ops", histogram},
           {"params", g.parameter_count()},
           {"param_bytes", g.parameter_bytes()},
-          {"flops_fwd", total.flops_fwd},
-          {"flops_bwd_input", total.flops_bwd_input},
-          {"flops_bwd_weight", total.flops_bwd_weight},
+          {"flops_fwd", work.work.f.flops_fwd},
+          {"flops_bwd_input", work.work.b.flops_fwd},
+          {"flops_bwd_weight", work.work.w.flops_fwd},
+          {"flops_from", !work.why_estimated.empty() ? "node estimates: " + work.why_estimated
+                         : work.cut_after.empty() ? "derived graphs"
+                                                  : "derived graphs, cut after " + work.cut_after},
           {"saved_bytes", total.saved_bytes},
           {"inputs", tensors_json(g, g.inputs)},
           {"outputs", tensors_json(g, g.outputs)},

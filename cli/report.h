@@ -9,6 +9,7 @@
 
 #include "core/ir.h"
 #include "partition/partitioner.h"
+#include "plan/chunk_costs.h"
 
 namespace pt {
 
@@ -25,9 +26,16 @@ struct InitializerRole {
 };
 std::vector<InitializerRole> initializer_roles(const Graph& g);
 
-void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
+// The model's F, B and W work per micro-batch (cli/driver.h inspect_work).
+struct InspectWork {
+  ChunkWork work;
+  std::string cut_after;      // the node the derived chunks were cut after; empty: one chunk
+  std::string why_estimated;  // empty: counted on the derived graphs
+};
+
+void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work,
                    const std::string& model_path, int64_t micro_batch, bool list_nodes);
-nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs);
+nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work);
 
 void print_op_table(std::ostream& os);
 

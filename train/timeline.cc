@@ -12,26 +12,9 @@
 
 namespace pt {
 
-Costs chunk_costs(const std::vector<BackwardGraphs>& chunks) {
-  Costs costs;
-  costs.bytes = true;
-  for (const BackwardGraphs& b : chunks) {
-    ChunkCost c;
-    c.f = static_cast<double>(b.flops_fwd) * 1e-9;
-    c.b = static_cast<double>(b.flops_bwd_input) * 1e-9;
-    c.w = static_cast<double>(b.flops_bwd_weight) * 1e-9;
-    c.activation = static_cast<double>(b.kept_bytes);
-    c.w_keep = static_cast<double>(b.passed_bytes);
-    for (const std::string& k : b.kept_for_weight)
-      c.w_keep += static_cast<double>(b.forward.value(b.forward.find(k)).type.bytes());
-    costs.chunks.push_back(c);
-  }
-  return costs;
-}
-
-Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& s,
+Costs measured_costs(const Costs& planned, const Schedule& s,
                      const std::vector<std::vector<std::vector<ActionTime>>>& steps) {
-  Costs costs = chunk_costs(chunks);
+  Costs costs = planned;
   const size_t n = costs.chunks.size();
   std::vector<double> f(n), b(n), w(n), bw(n);
   std::vector<int> nf(n), nb(n), nw(n), nbw(n);

@@ -224,6 +224,38 @@ nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, 
           {"module_parameters", parameter_notes_json(g)}};
 }
 
+void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned, const Costs& measured) {
+  bool fused = false;
+  for (const auto& actions : s.devices)
+    for (const Action& a : actions) fused = fused || a.op == Op::kBW;
+  double units = 0, seconds = 0;
+  for (size_t c = 0; c < planned.chunks.size(); ++c) {
+    units += planned.chunks[c].f + planned.chunks[c].b + planned.chunks[c].w;
+    seconds += measured.chunks[c].f + measured.chunks[c].b + measured.chunks[c].w;
+  }
+  if (units <= 0 || seconds <= 0) return;
+  const double ms_per_unit = seconds * 1e3 / units;
+  os << "per chunk, measured ms / cost model ms (at the run's rate, " << fixed(1 / (ms_per_unit * 1e-3), 2)
+     << " GFLOP-equivalents/s) = ratio:\n";
+  const auto cell = [&](const char* name, double have, double want) {
+    os << "  " << name << " " << fixed(have * 1e3, 3) << " / " << fixed(want * ms_per_unit, 3) << " = "
+       << (want > 0 ? fixed(have * 1e3 / (want * ms_per_unit), 2) : std::string("-"));
+  };
+  for (size_t c = 0; c < planned.chunks.size(); ++c) {
+    const ChunkCost& p = planned.chunks[c];
+    const ChunkCost& m = measured.chunks[c];
+    os << "  chunk " << c << " (device " << s.device_of(static_cast<int>(c)) << "):";
+    cell("F", m.f, p.f);
+    if (fused) {
+      cell("BW", m.b + m.w, p.b + p.w);
+    } else {
+      cell("B", m.b, p.b);
+      cell("W", m.w, p.w);
+    }
+    os << "\n";
+  }
+}
+
 void print_op_table(std::ostream& os) {
   for (const OpEntry& e : op_table()) {
     std::string name = std::string(e.domain).empty() ? e.op_type : std::string(e.domain) + "::" + e.op_type;

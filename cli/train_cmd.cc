@@ -42,6 +42,7 @@
 #include "cli/interrupt.h"
 #include "cli/train_devices.h"
 #include "cli/planner.h"
+#include "cli/report.h"
 #include "cli/train_ranks.h"
 #include "cli/trained_weights.h"
 #include "core/bytes.h"
@@ -997,12 +998,14 @@ void Trainer::finish() {
     std::cout << (d ? "," : "") << " " << format_bytes(peak_kept_[d]) << " / "
               << format_bytes(static_cast<int64_t>(planned[d]));
   std::cout << "\n";
+  print_chunk_times(std::cout, schedule_, planned_, costs);
   if (metrics_.is_open()) {
     std::vector<double> sorted = step_seconds_;
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-    nlohmann::json chunk_costs_s = nlohmann::json::array();
+    nlohmann::json chunk_costs_s = nlohmann::json::array(), chunk_costs_model = nlohmann::json::array();
     for (const ChunkCost& c : costs.chunks) chunk_costs_s.push_back({c.f, c.b, c.w});
+    for (const ChunkCost& c : planned_.chunks) chunk_costs_model.push_back({c.f, c.b, c.w});
     nlohmann::json j = {{"schedule", schedule_.kind},
                         {"stages", schedule_.stages},
                         {"chunks", schedule_.chunks},
@@ -1016,7 +1019,8 @@ void Trainer::finish() {
                         {"step_s_median", median},
                         {"peak_kept_bytes_measured", peak_kept_},
                         {"peak_kept_bytes_planned", planned},
-                        {"chunk_costs_s", chunk_costs_s}};
+                        {"chunk_costs_s", chunk_costs_s},
+                        {"chunk_costs_model", chunk_costs_model}};
     metrics_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
   }
   if (profiled_from_ >= 0) print_profile();

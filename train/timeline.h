@@ -14,11 +14,12 @@
 
 namespace pt {
 
-// The planned costs (plan/chunk_costs.h chunk_costs) with F, B and W replaced by their mean
-// measured seconds over the given steps' times (a fused BW split between B and W in the planned
-// ratio), and comm by the median measured transfer between its devices (a receive's end less its
-// send's start, where the receive was waiting for it); where no message was timed, comm stays as
-// `planned` gives it.
+// The planned costs (plan/chunk_costs.h chunk_costs) with F, B and W replaced by their median
+// measured seconds over the given steps' actions (a fused BW split between B and W in the
+// planned ratio), and comm by the median measured transfer between its devices (a receive's end
+// less its send's start, where the receive was waiting for it); where no message was timed,
+// comm stays as `planned` gives it. Medians, so that an action the OS descheduled on a loaded
+// machine does not set its chunk's cost.
 Costs measured_costs(const Costs& planned, const Schedule& s,
                      const std::vector<std::vector<std::vector<ActionTime>>>& steps);
 

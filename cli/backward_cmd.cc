@@ -73,11 +73,12 @@ std::vector<std::vector<BackwardGraphs>> compared_runs(const Graph& g, const Par
   return runs;
 }
 
-// Per stage: what F keeps for B and W, what B hands W, and what recompute costs, under the
-// chosen policy; then kept bytes and extra FLOPs under the standard policies for comparison.
+// Per stage: the FLOPs of its F, B (recompute included) and W graphs, what F keeps for B and W,
+// what B hands W, and what recompute costs, under the chosen policy; then kept bytes and extra
+// FLOPs under the standard policies for comparison.
 void print_backward(std::ostream& os, const PartitionPlan& plan, const std::vector<BackwardGraphs>& chosen,
                     const std::vector<std::vector<BackwardGraphs>>& runs, const BackwardArgs& a) {
-  os << "\nbackward (recompute " << a.recompute << "), per micro-batch; FLOPs of the F, B (recompute included) and W graphs:\n";
+  os << "\nbackward (recompute " << a.recompute << "), per micro-batch:\n";
   os << "  chunk device  F FLOPs  B FLOPs  W FLOPs  kept (F->B,W)  passed (B->W)  recompute FLOPs  extra  params\n";
   for (size_t c = 0; c < chosen.size(); ++c) {
     const BackwardGraphs& b = chosen[c];

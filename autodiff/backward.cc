@@ -297,10 +297,6 @@ BackwardGraphs build_backward(const Graph& chunk, const BackwardOptions& options
     out.params.push_back(name);
   }
   split_and_emit(w, options.recompute, b_inputs, b_targets, w_targets, acc_inputs, &out);
-  const NodeCost total = total_cost(estimate_costs(chunk));
-  out.flops_fwd = total.flops_fwd;
-  out.flops_bwd_input = total.flops_bwd_input;
-  out.flops_bwd_weight = total.flops_bwd_weight;
   return out;
 }
 

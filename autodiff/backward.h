@@ -41,8 +41,7 @@ struct BackwardGraphs {
   std::vector<std::string> recomputed;       // names of the forward nodes B re-runs
   int64_t kept_bytes = 0;                    // per micro-batch, F -> B/W
   int64_t passed_bytes = 0;                  // per micro-batch, B -> W
-  int64_t recompute_flops = 0;
-  int64_t flops_fwd = 0, flops_bwd_input = 0, flops_bwd_weight = 0;  // cost model, no recompute
+  int64_t recompute_flops = 0;               // forward FLOPs of `recomputed`, run inside B
 };
 
 BackwardGraphs build_backward(const Graph& chunk, const BackwardOptions& options);

@@ -13,6 +13,7 @@
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"
+#include "plan/chunk_costs.h"
 
 namespace {
 
@@ -29,7 +30,8 @@ Sums measure(const pt::Graph& g, const pt::PartitionPlan& plan, const std::strin
     s.kept += b.kept_bytes;
     s.passed += b.passed_bytes;
     s.recompute += b.recompute_flops;
-    s.train += b.flops_fwd + b.flops_bwd_input + b.flops_bwd_weight;
+    const pt::ChunkWork w = pt::chunk_work(b);  // B's graph holds the recomputed nodes
+    s.train += w.f.flops_fwd + w.b.flops_fwd + w.w.flops_fwd - b.recompute_flops;
   }
   return s;
 }

@@ -23,6 +23,7 @@
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"
+#include "plan/chunk_costs.h"
 
 namespace pt {
 
@@ -52,8 +53,11 @@ double percent(int64_t part, int64_t whole) {
   return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
+// F + B + W FLOPs of the chunk's graphs (plan/chunk_costs.h), less what B recomputes: the
+// step's FLOPs that recompute adds to.
 int64_t train_flops(const BackwardGraphs& b) {
-  return b.flops_fwd + b.flops_bwd_input + b.flops_bwd_weight;
+  const ChunkWork w = chunk_work(b);
+  return w.f.flops_fwd + w.b.flops_fwd + w.w.flops_fwd - b.recompute_flops;
 }
 
 const std::vector<std::string> kComparedPolicies = {"none", "selective", "every:1", "full"};
@@ -69,15 +73,19 @@ std::vector<std::vector<BackwardGraphs>> compared_runs(const Graph& g, const Par
   return runs;
 }
 
-// Per stage: what F keeps for B and W, what B hands W, and what recompute costs, under the
-// chosen policy; then kept bytes and extra FLOPs under the standard policies for comparison.
+// Per stage: the FLOPs of its F, B (recompute included) and W graphs, what F keeps for B and W,
+// what B hands W, and what recompute costs, under the chosen policy; then kept bytes and extra
+// FLOPs under the standard policies for comparison.
 void print_backward(std::ostream& os, const PartitionPlan& plan, const std::vector<BackwardGraphs>& chosen,
                     const std::vector<std::vector<BackwardGraphs>>& runs, const BackwardArgs& a) {
   os << "\nbackward (recompute " << a.recompute << "), per micro-batch:\n";
-  os << "  chunk device  kept (F->B,W)  passed (B->W)  recompute FLOPs  extra  params\n";
+  os << "  chunk device  F FLOPs  B FLOPs  W FLOPs  kept (F->B,W)  passed (B->W)  recompute FLOPs  extra  params\n";
   for (size_t c = 0; c < chosen.size(); ++c) {
     const BackwardGraphs& b = chosen[c];
-    os << "  " << std::setw(5) << c << std::setw(7) << plan.chunks[c].device << std::setw(15)
+    const ChunkWork w = chunk_work(b);
+    os << "  " << std::setw(5) << c << std::setw(7) << plan.chunks[c].device << std::setw(9)
+       << format_count(double(w.f.flops_fwd)) << std::setw(9) << format_count(double(w.b.flops_fwd)) << std::setw(9)
+       << format_count(double(w.w.flops_fwd)) << std::setw(15)
        << format_bytes(b.kept_bytes) << std::setw(15) << format_bytes(b.passed_bytes)
        << std::setw(17) << b.recompute_flops << std::setw(6) << std::fixed << std::setprecision(1)
        << percent(b.recompute_flops, train_flops(b)) << "%" << std::setw(8) << b.params.size()
@@ -108,8 +116,12 @@ nlohmann::json backward_json(const PartitionPlan& plan, const std::vector<Backwa
     for (size_t p = 0; p < runs.size(); ++p)
       by_policy[kComparedPolicies[p]] = {{"kept_bytes", runs[p][c].kept_bytes},
                                          {"extra_flops_percent", percent(runs[p][c].recompute_flops, train_flops(runs[p][c]))}};
+    const ChunkWork w = chunk_work(b);
     chunks.push_back({{"chunk", c},
                       {"device", plan.chunks[c].device},
+                      {"flops_fwd", w.f.flops_fwd},
+                      {"flops_bwd_input", w.b.flops_fwd},
+                      {"flops_bwd_weight", w.w.flops_fwd},
                       {"kept_bytes", b.kept_bytes},
                       {"passed_bytes", b.passed_bytes},
                       {"recompute_flops", b.recompute_flops},

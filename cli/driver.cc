@@ -18,6 +18,7 @@
 #include "partition/cost_model.h"
 #include "partition/cut.h"
 #include "partition/partitioner.h"
+#include "plan/chunk_costs.h"
 #include "schedule/generators.h"
 #include "schedule/schedule.h"
 
@@ -61,6 +62,63 @@ void note_fixed_batch(const ModelArgs& m) {
 
 }  // namespace
 
+Graph training_form(Graph g, const std::vector<std::string>& frozen, bool dropout) {
+  to_training_mode(g, TrainingModeOptions{dropout});
+  split_parameter_sites(g, frozen_parameters(g, frozen));
+  return g;
+}
+
+Costs derived_costs(const Graph& g, const PartitionPlan& plan, const ChunkBackwardOptions& options) {
+  return chunk_costs(build_chunk_backward(g, plan, options), plan);
+}
+
+namespace {
+
+// The first node with an output that carries a gradient (the embedding, the first layer): cut
+// after it, the rest of the model is a chunk whose input carries a gradient, as every chunk but
+// the first of a pipeline is. -1 when there is none or it is the last node.
+int first_gradient_node(const Graph& g) {
+  const std::vector<bool> needs = needs_gradient(g);
+  for (size_t i = 0; i + 1 < g.nodes.size(); ++i)
+    for (ValueId o : g.nodes[i].outputs)
+      if (o != kNoValue && needs[static_cast<size_t>(o)]) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace
+
+InspectWork inspect_work(const Graph& imported) {
+  try {
+    const Graph g = training_form(imported, {}, false);
+    PartitionOptions po;
+    po.stages = 1;
+    const int cut = first_gradient_node(g);
+    if (cut >= 0) {
+      po.stages = 2;
+      po.strategy = Strategy::kManual;
+      po.cut_after = {g.nodes[static_cast<size_t>(cut)].name};
+    }
+    const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
+    InspectWork out;
+    for (const BackwardGraphs& chunk : build_chunk_backward(g, plan, ChunkBackwardOptions{})) {
+      const ChunkWork w = chunk_work(chunk);
+      out.work.f = total_cost({out.work.f, w.f});
+      out.work.b = total_cost({out.work.b, w.b});
+      out.work.w = total_cost({out.work.w, w.w});
+    }
+    if (cut >= 0) out.cut_after = po.cut_after[0];
+    return out;
+  } catch (const UserError& e) {
+    const NodeCost total = total_cost(estimate_costs(imported));
+    InspectWork w;
+    w.work.f.flops_fwd = total.flops_fwd;
+    w.work.b.flops_fwd = total.flops_bwd_input;
+    w.work.w.flops_fwd = total.flops_bwd_weight;
+    w.why_estimated = e.what();
+    return w;
+  }
+}
+
 void export_graphs(const std::vector<std::pair<std::string, Graph>>& files,
                    const std::string& dir) {
   namespace fs = std::filesystem;
@@ -96,10 +154,11 @@ int run_inspect(const InspectArgs& a) {
   }
   Graph g = import_model(a.model.model, import_options(a.model));
   std::vector<NodeCost> costs = estimate_costs(g);
+  const InspectWork work = inspect_work(g);
   if (a.json)
-    std::cout << inspect_json(g, costs).dump(2) << "\n";
+    std::cout << inspect_json(g, costs, work).dump(2) << "\n";
   else
-    print_inspect(std::cout, g, costs, a.model.model, a.model.micro_batch, a.nodes);
+    print_inspect(std::cout, g, costs, work, a.model.model, a.model.micro_batch, a.nodes);
   return 0;
 }
 
@@ -132,10 +191,7 @@ int run_partition(const PartitionArgs& given) {
                     "add --backward, or leave --recompute out");
   const PartitionOptions options = partition_options(a);
   Graph g = import_model(a.model.model, import_options(a.model));
-  if (!a.plan.empty()) {  // the graph train trains, whose cuts the plan runs
-    to_training_mode(g, TrainingModeOptions{read_plan_file(a.plan).dropout});
-    split_parameter_sites(g, frozen_parameters(g, a.bwd.frozen));
-  }
+  if (!a.plan.empty()) g = training_form(std::move(g), a.bwd.frozen, read_plan_file(a.plan).dropout);  // the graph train trains, whose cuts the plan runs
   std::vector<NodeCost> costs = estimate_costs(g);
   PartitionPlan plan = plan_partition(g, costs, options);
   if (!a.plan.empty()) {  // the devices as the plan's schedule places the chunks
@@ -164,24 +220,6 @@ int run_partition(const PartitionArgs& given) {
     if (a.backward) report_backward(std::cout, nullptr, g, plan, a);
   }
   return 0;
-}
-
-Costs plan_costs(const PartitionPlan& plan, const std::vector<NodeCost>& nodes) {
-  Costs costs;
-  costs.bytes = true;
-  for (const ChunkPlan& c : plan.chunks) {
-    ChunkCost cc;
-    cc.f = cc.b = cc.w = 0;
-    for (int n = c.begin; n < c.end; ++n) {
-      cc.f += nodes[static_cast<size_t>(n)].flops_fwd * 1e-9;
-      cc.b += nodes[static_cast<size_t>(n)].flops_bwd_input * 1e-9;
-      cc.w += nodes[static_cast<size_t>(n)].flops_bwd_weight * 1e-9;
-    }
-    cc.activation = static_cast<double>(c.activation_bytes);
-    cc.comm = static_cast<double>(c.link_out) * 1e-9;  // cost units are FLOP-equivalents
-    costs.chunks.push_back(cc);
-  }
-  return costs;
 }
 
 }  // namespace pt

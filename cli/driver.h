@@ -12,6 +12,7 @@
 
 #include "autodiff/chunk_backward.h"
 #include "cli/args.h"
+#include "cli/report.h"
 #include "core/ir.h"
 #include "partition/partitioner.h"
 #include "schedule/costs.h"
@@ -38,8 +39,22 @@ void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, con
 // `recompute`: one policy, one per device, or one per chunk (forward order).
 ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks);
 
-// The simulator's costs of a partition, chunk by chunk: F, B and W in GFLOP summed over the
-// chunk's nodes, and its kept activations in bytes.
-Costs plan_costs(const PartitionPlan& plan, const std::vector<NodeCost>& nodes);
+// The graph `train` trains: training mode (autodiff/training_mode.h; dropout on or off) and
+// parameter sites split (autodiff/parameter_sites.h) with `frozen` (names or globs) left out.
+Graph training_form(Graph g, const std::vector<std::string>& frozen, bool dropout);
+
+// The simulator's costs of a partition of g (in training form), chunk by chunk: each chunk's F,
+// B and W graphs derived under `options` and counted (plan/chunk_costs.h chunk_costs).
+Costs derived_costs(const Graph& g, const PartitionPlan& plan, const ChunkBackwardOptions& options);
+
+// `inspect`'s F, B and W: the model in training form (no dropout, nothing frozen) cut after its
+// first node whose output carries a gradient (the embedding, the first layer), so that the rest
+// splits its backward as a pipeline's chunks after the first do: B what passes the gradient down
+// to that activation, W the parameters' gradients. Both chunks' B and W graphs are derived (no
+// loss: B starts from the outputs' gradients) and counted as every chunk is (plan/chunk_costs.h
+// chunk_work), then summed. (The model as one chunk would put all its backward in W: no input of
+// a token model carries a gradient.) Where autodiff refuses the model, the cost model's per-node
+// totals instead (f, b, w.flops_fwd; no bytes), why_estimated saying why.
+InspectWork inspect_work(const Graph& imported);
 
 }  // namespace pt

@@ -11,10 +11,10 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "partition/partitioner.h"
+#include "plan/chunk_costs.h"
 #include "schedule/auto.h"
 #include "schedule/generators.h"
 #include "schedule/simulate.h"
-#include "train/timeline.h"
 
 namespace pt {
 namespace {
@@ -46,15 +46,6 @@ std::vector<int64_t> state_per_device(const Chunking& ch, int devices, const std
   return per;
 }
 
-Costs policy_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPlan& plan) {
-  Costs costs = chunk_costs(chunks);  // F, B, W in GFLOP; kept bytes as the executor counts
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    costs.chunks[c].b += static_cast<double>(chunks[c].recompute_flops) * 1e-9;
-    costs.chunks[c].comm = static_cast<double>(plan.chunks[c].link_out) * 1e-9;
-  }
-  return costs;
-}
-
 // The chunking of `plan`; with `fitted`, cuts named for train's partition: manual.
 Chunking chunking(const Graph& g, const PartitionPlan& plan, const PlanRequest& r, bool fitted) {
   Chunking ch;
@@ -67,7 +58,7 @@ Chunking chunking(const Graph& g, const PartitionPlan& plan, const PlanRequest& 
     ChunkBackwardOptions o = r.backward;
     o.recompute = {RecomputePolicy::parse(policy, "recompute")};
     try {
-      ch.by_policy.push_back(policy_costs(build_chunk_backward(g, ch.plan, o), ch.plan));
+      ch.by_policy.push_back(chunk_costs(build_chunk_backward(g, ch.plan, o), ch.plan));
     } catch (const UserError&) {
       ch.by_policy.emplace_back();
     }
@@ -235,7 +226,7 @@ std::optional<PlanCandidate> soften(const Graph& g, const Chunking& ch, const Pl
       o.recompute.push_back(RecomputePolicy::parse(
           k == pick ? "budget:" + std::to_string(budget) : std::string(kPolicies[a.level[k]]), "recompute"));
     try {
-      a.budget[pick] = {"budget:" + std::to_string(budget), policy_costs(build_chunk_backward(g, ch.plan, o), ch.plan).chunks[pick]};
+      a.budget[pick] = {"budget:" + std::to_string(budget), chunk_costs(build_chunk_backward(g, ch.plan, o), ch.plan).chunks[pick]};
     } catch (const UserError&) {
       return found;
     }

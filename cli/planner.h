@@ -7,12 +7,12 @@
 // memory off the devices 1F1B loads most), a recompute policy per chunk (none, selective, every:2, full, or a
 // budget between two of them) and a schedule
 // (every hand-made kind that takes those chunks, and `auto`'s list schedule under the cap).
-// Each is simulated on the chunks' own F, B (recompute included) and W FLOPs at the link's
-// device rate, with the link's transfers between chunks; its memory per device is the AdamW
-// state of the parameters it holds (4 x their bytes) plus the peak of what its chunks keep
-// under that schedule: the activations F keeps (received tensors included) until B and what
-// W still needs, the executor's own account (train/timeline.h chunk_costs), which `train`
-// reports as measured against planned.
+// Each is simulated on the work of the chunks' own F, B (recompute included) and W graphs at the
+// link's device rate, with the link's transfers between chunks (plan/chunk_costs.h chunk_costs);
+// its memory per device is the AdamW state of the parameters it holds (4 x their bytes) plus the
+// peak of what its chunks keep under that schedule: the activations F keeps (received tensors
+// included) until B and what W still needs, the executor's own account, which `train` reports
+// as measured against planned.
 //
 // The grid a user would try by hand (every kind x one policy for every device, balanced cuts) is
 // part of the search; beyond it, per-chunk policies (on each device over the cap, the chunk

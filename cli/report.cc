@@ -161,7 +161,7 @@ nlohmann::json parameter_notes_json(const Graph& g) {
 
 }  // namespace
 
-void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
+void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work,
                    const std::string& model_path, int64_t micro_batch, bool list_nodes) {
   std::map<std::string, int> histogram;
   for (const Node& n : g.nodes) histogram[n.op_type]++;
@@ -174,10 +174,12 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
   for (ValueId v : g.inputs) os << "input  " << g.value(v).name << " " << g.value(v).type.str() << "\n";
   for (ValueId v : g.outputs) os << "output " << g.value(v).name << " " << g.value(v).type.str() << "\n";
   const double b = double(micro_batch);
-  os << "FLOPs per sample: forward " << format_count(double(total.flops_fwd) / b) << ", backward-input "
-     << format_count(double(total.flops_bwd_input) / b) << ", backward-weight "
-     << format_count(double(total.flops_bwd_weight) / b) << "; kept activations per sample "
+  os << "FLOPs per sample: forward " << format_count(double(work.work.f.flops_fwd) / b) << ", backward-input "
+     << format_count(double(work.work.b.flops_fwd) / b) << ", backward-weight "
+     << format_count(double(work.work.w.flops_fwd) / b) << "; kept activations per sample "
      << format_bytes(total.saved_bytes / micro_batch) << "\n";
+  if (!work.why_estimated.empty())
+    os << "  (B and W per-node estimates: autodiff refuses the model: " << work.why_estimated << ")\n";
   os << "ops:";
   for (const auto& [op, count] : histogram) os << " " << op << "=" << count;
   os << "\nunsupported: none\n";
@@ -199,7 +201,7 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
   }
 }
 
-nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs) {
+nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work) {
   std::map<std::string, int> histogram;
   for (const Node& n : g.nodes) histogram[n.op_type]++;
   const NodeCost total = total_cost(costs);
@@ -208,15 +210,50 @@ nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs) 
           {"ops", histogram},
           {"params", g.parameter_count()},
           {"param_bytes", g.parameter_bytes()},
-          {"flops_fwd", total.flops_fwd},
-          {"flops_bwd_input", total.flops_bwd_input},
-          {"flops_bwd_weight", total.flops_bwd_weight},
+          {"flops_fwd", work.work.f.flops_fwd},
+          {"flops_bwd_input", work.work.b.flops_fwd},
+          {"flops_bwd_weight", work.work.w.flops_fwd},
+          {"flops_from", !work.why_estimated.empty() ? "node estimates: " + work.why_estimated
+                         : work.cut_after.empty() ? "derived graphs"
+                                                  : "derived graphs, cut after " + work.cut_after},
           {"saved_bytes", total.saved_bytes},
           {"inputs", tensors_json(g, g.inputs)},
           {"outputs", tensors_json(g, g.outputs)},
           {"unsupported", nlohmann::json::array()},
           {"initializers", initializers_json(g)},
           {"module_parameters", parameter_notes_json(g)}};
+}
+
+void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned, const Costs& measured) {
+  bool fused = false;
+  for (const auto& actions : s.devices)
+    for (const Action& a : actions) fused = fused || a.op == Op::kBW;
+  double units = 0, seconds = 0;
+  for (size_t c = 0; c < planned.chunks.size(); ++c) {
+    units += planned.chunks[c].f + planned.chunks[c].b + planned.chunks[c].w;
+    seconds += measured.chunks[c].f + measured.chunks[c].b + measured.chunks[c].w;
+  }
+  if (units <= 0 || seconds <= 0) return;
+  const double ms_per_unit = seconds * 1e3 / units;
+  os << "per chunk, measured ms / cost model ms (at the run's rate, " << fixed(1 / (ms_per_unit * 1e-3), 2)
+     << " GFLOP-equivalents/s) = ratio:\n";
+  const auto cell = [&](const char* name, double have, double want) {
+    os << "  " << name << " " << fixed(have * 1e3, 3) << " / " << fixed(want * ms_per_unit, 3) << " = "
+       << (want > 0 ? fixed(have * 1e3 / (want * ms_per_unit), 2) : std::string("-"));
+  };
+  for (size_t c = 0; c < planned.chunks.size(); ++c) {
+    const ChunkCost& p = planned.chunks[c];
+    const ChunkCost& m = measured.chunks[c];
+    os << "  chunk " << c << " (device " << s.device_of(static_cast<int>(c)) << "):";
+    cell("F", m.f, p.f);
+    if (fused) {
+      cell("BW", m.b + m.w, p.b + p.w);
+    } else {
+      cell("B", m.b, p.b);
+      cell("W", m.w, p.w);
+    }
+    os << "\n";
+  }
 }
 
 void print_op_table(std::ostream& os) {

@@ -9,6 +9,9 @@
 
 #include "core/ir.h"
 #include "partition/partitioner.h"
+#include "plan/chunk_costs.h"
+#include "schedule/costs.h"
+#include "schedule/schedule.h"
 
 namespace pt {
 
@@ -25,11 +28,25 @@ struct InitializerRole {
 };
 std::vector<InitializerRole> initializer_roles(const Graph& g);
 
-void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs,
+// The model's F, B and W work per micro-batch (cli/driver.h inspect_work).
+struct InspectWork {
+  ChunkWork work;
+  std::string cut_after;      // the node the derived chunks were cut after; empty: one chunk
+  std::string why_estimated;  // empty: counted on the derived graphs
+};
+
+void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work,
                    const std::string& model_path, int64_t micro_batch, bool list_nodes);
-nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs);
+nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work);
 
 void print_op_table(std::ostream& os);
+
+// `train`'s summary: per chunk, F, B and W measured (ms, mean per action) beside what the cost
+// model plans (plan/chunk_costs.h work units), the units turned into ms at one rate for the whole
+// run (all measured F+B+W time over all planned F+B+W units), so each chunk's ratio says how far
+// the model's share for it is from the measured share. Where `s` fuses B and W (BW actions) only
+// B+W was measured and is shown as one column.
+void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned, const Costs& measured);
 
 // 1234567 -> "1.23M"; FLOPs and counts for tables.
 std::string format_count(double x);

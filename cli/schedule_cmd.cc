@@ -69,19 +69,19 @@ void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
 
 namespace {
 
-// Per-chunk costs from the model: F, B, W in GFLOP and kept activations in bytes, chunk by
-// chunk of the partition into stages x chunks.
+// Per-chunk costs from the model, chunk by chunk of the partition into stages x chunks: the
+// model in the form train trains (no dropout, nothing frozen), each chunk's F, B and W graphs
+// derived (no loss, no recompute) and counted (plan/chunk_costs.h), kept activations in bytes.
 Costs model_costs(const ScheduleArgs& a, int v) {
   ImportOptions io;
   io.batch = a.micro_batch;
   io.dims = model_dims(a.model, a.dims);
-  const Graph g = import_model(a.model, io);
-  const std::vector<NodeCost> nodes = estimate_costs(g);
+  const Graph g = training_form(import_model(a.model, io), {}, false);
   PartitionOptions po;
   po.stages = a.stages;
   po.chunks_per_stage = v;
   po.link = link_model(a.link, [](const std::string& key) { return "--" + key; });
-  return plan_costs(plan_partition(g, nodes, po), nodes);
+  return derived_costs(g, plan_partition(g, estimate_costs(g), po), ChunkBackwardOptions{});
 }
 
 Costs costs_for(const ScheduleArgs& a, int stages, int v) {

@@ -42,6 +42,7 @@
 #include "cli/interrupt.h"
 #include "cli/train_devices.h"
 #include "cli/planner.h"
+#include "cli/report.h"
 #include "cli/train_ranks.h"
 #include "cli/trained_weights.h"
 #include "core/bytes.h"
@@ -61,6 +62,7 @@
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"
 #include "partition/partitioner.h"
+#include "plan/chunk_costs.h"
 #include "schedule/auto.h"
 #include "schedule/generators.h"
 #include "schedule/lower.h"
@@ -310,6 +312,8 @@ class Trainer {
   void plan_schedule(const std::vector<NodeCost>& costs);
   void plan_pipeline(const std::vector<NodeCost>& costs);
   PartitionOptions partition_options(int chunks_per_stage) const;
+  // The loss, recompute (pipeline.recompute for plan's devices and chunks) and frozen parameters.
+  ChunkBackwardOptions backward_options(const PartitionPlan& plan) const;
   int chunks_for(const std::string& kind) const;
   void open_data();
   void claim_checkpoint_dir() const;
@@ -377,6 +381,7 @@ class Trainer {
   TrainingForm form_;
   Schedule schedule_, lowered_;
   std::vector<BackwardGraphs> chunks_;
+  Costs planned_;  // chunks_ counted (plan/chunk_costs.h): work units and kept bytes
   TrainDevices devices_;  // backends and comm: outlive the executor
   std::unique_ptr<PipelineExecutor> executor_;
   int64_t profiled_from_ = -1;  // --profile: the first profiled step
@@ -446,14 +451,9 @@ void Trainer::build() {
   PartitionPlan plan = at_key(cfg_, cfg_.pipeline.cut_after.empty() ? "pipeline.stages" : "pipeline.cut_after",
                               [&] { return plan_partition(train_, costs, po); });
   for (ChunkPlan& c : plan.chunks) c.device = schedule_.device_of(c.index);
-  BackwardArgs b;
-  b.loss = cfg_.loss.kind;
-  b.loss_output = cfg_.loss.output;
-  b.ignore_index = cfg_.loss.ignore_index;
-  b.recompute = cfg_.pipeline.recompute;
-  b.frozen = cfg_.frozen;
-  const ChunkBackwardOptions co = at_key(cfg_, "pipeline.recompute", [&] { return chunk_backward_options(b, plan.devices, static_cast<int>(plan.chunks.size())); });
+  const ChunkBackwardOptions co = backward_options(plan);
   chunks_ = at_key(cfg_, "model", [&] { return build_chunk_backward(train_, plan, co); });
+  planned_ = chunk_costs(chunks_);  // comm from the run's measured transfers, none planned
 
   rank_of_ = ranks_.rank_of_devices(schedule_.stages);
   if (!ranks_.alone())
@@ -541,6 +541,16 @@ int Trainer::chunks_for(const std::string& kind) const {
   return 0;
 }
 
+ChunkBackwardOptions Trainer::backward_options(const PartitionPlan& plan) const {
+  BackwardArgs b;
+  b.loss = cfg_.loss.kind;
+  b.loss_output = cfg_.loss.output;
+  b.ignore_index = cfg_.loss.ignore_index;
+  b.recompute = cfg_.pipeline.recompute;
+  b.frozen = cfg_.frozen;
+  return at_key(cfg_, "pipeline.recompute", [&] { return chunk_backward_options(b, plan.devices, static_cast<int>(plan.chunks.size())); });
+}
+
 // The cuts the config asks for, transfers priced by pipeline.link or else by the device: cpu on
 // the CPU, nvlink with CUDA (partition/link.h states each preset's figures). Not by the count
 // of processes: under mpirun the same config cuts where one process does and gives its bytes;
@@ -618,7 +628,8 @@ void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
     AutoOptions o;
     for (int v : chunks ? std::vector<int>{chunks} : std::vector<int>{1, 2}) {
       try {
-        o.chunkings.push_back(plan_costs(plan_partition(train_, costs, partition_options(v)), costs));
+        const PartitionPlan plan = plan_partition(train_, costs, partition_options(v));
+        o.chunkings.push_back(derived_costs(train_, plan, backward_options(plan)));
       } catch (const UserError&) {
         if (v == 1) throw;  // the model cannot be cut even once per stage: say so
       }
@@ -967,7 +978,7 @@ void Trainer::finish() {
   progress_->end();
   share_parameters();  // the trained model, whole, on every rank (rank 0 writes it)
   if (timed_.empty()) timed_.push_back(step_times());
-  const Costs costs = measured_costs(chunks_, lowered_, timed_);
+  const Costs costs = measured_costs(planned_, lowered_, timed_);
   const Simulation predicted = simulate(lowered_, costs);
   const Simulation measured = measured_step(lowered_, timed_.back());
   double bubble = 0, makespan = 0;
@@ -976,7 +987,7 @@ void Trainer::finish() {
     bubble += m.bubble / static_cast<double>(timed_.size());
     makespan += m.makespan / static_cast<double>(timed_.size());
   }
-  const std::vector<double> planned = peak_memory(lowered_, chunk_costs(chunks_));
+  const std::vector<double> planned = peak_memory(lowered_, planned_);
   std::cout << "schedule " << schedule_.kind << ": " << schedule_.stages << " stages x " << schedule_.chunks
             << " chunk(s), " << schedule_.micro_batches << " micro-batches; measured step " << std::fixed
             << std::setprecision(2) << makespan * 1e3 << " ms, bubble " << std::setprecision(1) << 100 * bubble
@@ -987,12 +998,14 @@ void Trainer::finish() {
     std::cout << (d ? "," : "") << " " << format_bytes(peak_kept_[d]) << " / "
               << format_bytes(static_cast<int64_t>(planned[d]));
   std::cout << "\n";
+  print_chunk_times(std::cout, schedule_, planned_, costs);
   if (metrics_.is_open()) {
     std::vector<double> sorted = step_seconds_;
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-    nlohmann::json chunk_costs_s = nlohmann::json::array();
+    nlohmann::json chunk_costs_s = nlohmann::json::array(), chunk_costs_model = nlohmann::json::array();
     for (const ChunkCost& c : costs.chunks) chunk_costs_s.push_back({c.f, c.b, c.w});
+    for (const ChunkCost& c : planned_.chunks) chunk_costs_model.push_back({c.f, c.b, c.w});
     nlohmann::json j = {{"schedule", schedule_.kind},
                         {"stages", schedule_.stages},
                         {"chunks", schedule_.chunks},
@@ -1006,7 +1019,8 @@ void Trainer::finish() {
                         {"step_s_median", median},
                         {"peak_kept_bytes_measured", peak_kept_},
                         {"peak_kept_bytes_planned", planned},
-                        {"chunk_costs_s", chunk_costs_s}};
+                        {"chunk_costs_s", chunk_costs_s},
+                        {"chunk_costs_model", chunk_costs_model}};
     metrics_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
   }
   if (profiled_from_ >= 0) print_profile();

@@ -5,6 +5,8 @@
 #include <set>
 #include <string>
 
+#include "core/pipetrain_ops.h"
+
 namespace pt {
 namespace {
 
@@ -75,8 +77,46 @@ void add_grad(const Graph& g, const std::vector<bool>& needs, const Node& n, siz
   (g.value(v).is_parameter() ? c->flops_bwd_weight : c->flops_bwd_input) += flops;
 }
 
+// Gradient ops (core/pipetrain_ops.h) priced by the
+// formulas above: a gradient op's forward FLOPs are what compute_flops charges its forward op's
+// backward, so a B or W graph is counted by the same rules as the model (no second table).
+// N = elements of dY (the forward op's output). False for every other op.
+bool gradient_op_flops(const Graph& g, const Node& n, NodeCost* c) {
+  if (n.domain != kPipetrainDomain) return false;
+  const std::string& op = n.op_type;
+  const int64_t dy = n.inputs.empty() ? 0 : numel(g, n.inputs[0]);
+  const auto present = [&](size_t k) { return k < n.outputs.size() && n.outputs[k] != kNoValue; };
+  const std::string forward = op.ends_with("Grad") ? op.substr(0, op.size() - 4) : "";
+  if (auto it = elementwise_table().find(forward); it != elementwise_table().end()) {
+    c->flops_fwd = it->second.bwd * dy;  // ReluGrad, ClipGrad, ErfGrad, GeluGrad
+  } else if (op == "SoftmaxGrad" || op == "LogSoftmaxGrad") {
+    c->flops_fwd = 4 * dy;
+  } else if (op == "LayerNormGrad" || op == "BatchNormGrad") {
+    c->flops_fwd = (present(0) ? 10 * dy : 0) + (present(1) ? 2 * dy : 0) + (present(2) ? 2 * dy : 0);
+  } else if (op == "ConvGradInput" || op == "ConvGradWeight") {
+    // 2 * N_out * (C_in/group) * prod(kernel), the weight [C_out, C_in/group, k...] being input
+    // 1 of ConvGradInput and the output of ConvGradWeight.
+    const auto& w = g.value(op == "ConvGradInput" ? n.inputs[1] : n.outputs[0]).type.shape;
+    int64_t per_out = 1;
+    for (size_t i = 1; i < w.size(); ++i) per_out *= w[i];
+    c->flops_fwd = 2 * dy * per_out;
+  } else if (op == "MaxPoolGrad" || op == "AveragePoolGrad") {
+    int64_t window = 1;
+    for (int64_t d : n.attr_ints("kernel_shape")) window *= d;
+    c->flops_fwd = dy * window;
+  } else if (op == "GatherGrad") {
+    c->flops_fwd = dy;  // scatter-add into the table
+  } else if (op == "SoftmaxCrossEntropyGrad") {
+    c->flops_fwd = 4 * numel(g, n.inputs[1]);  // LogSoftmax's backward over the logits
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void compute_flops(const Graph& g, const std::vector<bool>& needs, const Node& n, NodeCost* c) {
   const std::string& op = n.op_type;
+  if (gradient_op_flops(g, n, c)) return;
   const int64_t out = numel(g, n.outputs.empty() ? kNoValue : n.outputs[0]);
   const int64_t in0 = n.inputs.empty() ? 0 : numel(g, n.inputs[0]);
   if (op == "MatMul" || op == "Gemm") {
@@ -95,6 +135,9 @@ void compute_flops(const Graph& g, const std::vector<bool>& needs, const Node& n
   } else if (op == "Softmax" || op == "LogSoftmax") {
     c->flops_fwd = 5 * out;
     add_grad(g, needs, n, 0, 4 * out, c);
+  } else if (op == "SoftmaxCrossEntropy") {  // the loss (autodiff/loss.h): LogSoftmax's costs
+    c->flops_fwd = 5 * in0;
+    add_grad(g, needs, n, 0, 4 * in0, c);
   } else if (op == "LayerNormalization" || op == "BatchNormalization" ||
              op == "BatchNormTraining") {
     c->flops_fwd = 8 * out;

@@ -11,6 +11,10 @@
 //   LayerNorm, BatchNorm       F = 8N, dX = 10N, dScale and dBias = 4N (BatchNormTraining too)
 //   pooling, reductions        F = elements read, backward = elements written
 //   data movement              0 FLOPs; bytes only (views such as Reshape move nothing)
+//   SoftmaxCrossEntropy        as LogSoftmax over the logits (the loss autodiff/loss.h appends)
+//   gradient ops               (core/pipetrain_ops.h: GeluGrad, LayerNormGrad, ConvGradWeight...)
+//                              F = what the forward op's gradient costs above, so the B and W
+//                              graphs autodiff derives are counted by these same rules
 // A gradient that flows into a trainable parameter is W (weight-gradient) work; one that flows
 // into an activation needing a gradient is B (input-gradient) work; none is counted for inputs
 // that need no gradient (token ids, masks, images).

@@ -12,49 +12,42 @@
 
 namespace pt {
 
-Costs chunk_costs(const std::vector<BackwardGraphs>& chunks) {
-  Costs costs;
-  costs.bytes = true;
-  for (const BackwardGraphs& b : chunks) {
-    ChunkCost c;
-    c.f = static_cast<double>(b.flops_fwd) * 1e-9;
-    c.b = static_cast<double>(b.flops_bwd_input) * 1e-9;
-    c.w = static_cast<double>(b.flops_bwd_weight) * 1e-9;
-    c.activation = static_cast<double>(b.kept_bytes);
-    c.w_keep = static_cast<double>(b.passed_bytes);
-    for (const std::string& k : b.kept_for_weight)
-      c.w_keep += static_cast<double>(b.forward.value(b.forward.find(k)).type.bytes());
-    costs.chunks.push_back(c);
-  }
-  return costs;
+namespace {
+
+// The median (the upper one of an even count) of t; 0 when t is empty.
+double median(std::vector<double> t) {
+  if (t.empty()) return 0;
+  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
 }
 
-Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& s,
+}  // namespace
+
+Costs measured_costs(const Costs& planned, const Schedule& s,
                      const std::vector<std::vector<std::vector<ActionTime>>>& steps) {
-  Costs costs = chunk_costs(chunks);
+  Costs costs = planned;
   const size_t n = costs.chunks.size();
-  std::vector<double> f(n), b(n), w(n), bw(n);
-  std::vector<int> nf(n), nb(n), nw(n), nbw(n);
+  std::vector<std::vector<double>> f(n), b(n), w(n), bw(n);
   for (const auto& times : steps)
     for (size_t d = 0; d < s.devices.size(); ++d)
       for (size_t i = 0; i < s.devices[d].size(); ++i) {
         const Action& a = s.devices[d][i];
         const size_t c = static_cast<size_t>(a.chunk);
         const double t = times[d][i].end - times[d][i].start;
-        if (a.op == Op::kF) f[c] += t, ++nf[c];
-        if (a.op == Op::kB) b[c] += t, ++nb[c];
-        if (a.op == Op::kW) w[c] += t, ++nw[c];
-        if (a.op == Op::kBW) bw[c] += t, ++nbw[c];
+        if (a.op == Op::kF) f[c].push_back(t);
+        if (a.op == Op::kB) b[c].push_back(t);
+        if (a.op == Op::kW) w[c].push_back(t);
+        if (a.op == Op::kBW) bw[c].push_back(t);
       }
   for (size_t c = 0; c < n; ++c) {
     ChunkCost& cc = costs.chunks[c];
     const double flops_b = cc.b, flops_w = cc.w;
-    cc.f = nf[c] ? f[c] / nf[c] : 0;
-    if (nb[c] || nw[c]) {
-      cc.b = nb[c] ? b[c] / nb[c] : 0;
-      cc.w = nw[c] ? w[c] / nw[c] : 0;
+    cc.f = median(f[c]);
+    if (!b[c].empty() || !w[c].empty()) {
+      cc.b = median(b[c]);
+      cc.w = median(w[c]);
     } else {
-      const double fused = nbw[c] ? bw[c] / nbw[c] : 0;
+      const double fused = median(bw[c]);
       const double share = flops_b + flops_w > 0 ? flops_b / (flops_b + flops_w) : 0.5;
       cc.b = fused * share;
       cc.w = fused - cc.b;
@@ -83,10 +76,8 @@ Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& 
     }
   }
   for (size_t c = 0; c < n; ++c) {
-    std::vector<double>& t = waited[c].empty() ? ready[c] : waited[c];
-    if (t.empty()) continue;
-    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-    costs.chunks[c].comm = std::max(0.0, t[t.size() / 2]);
+    const std::vector<double>& t = waited[c].empty() ? ready[c] : waited[c];
+    if (!t.empty()) costs.chunks[c].comm = std::max(0.0, median(t));
   }
   return costs;
 }

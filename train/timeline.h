@@ -1,6 +1,6 @@
 // train/timeline.h: a run's timeline in the simulator's terms, and in Chrome's. In: the chunks'
-// backward graphs, the lowered schedule and the executor's per-action times. Out: Costs for the
-// simulator (bytes from the graphs, times from FLOPs or from measurement), the measured step as a
+// planned costs (plan/chunk_costs.h), the lowered schedule and the executor's per-action times.
+// Out: Costs for the simulator (bytes as planned, times from measurement), the measured step as a
 // Simulation (so the same renderers and bubble figures apply), and a Chrome trace file.
 #pragma once
 
@@ -8,23 +8,19 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/backward.h"
 #include "train/executor.h"
 #include "schedule/costs.h"
 #include "schedule/simulate.h"
 
 namespace pt {
 
-// Per chunk: F, B and W in GFLOP; F keeps kept_bytes until B, and B leaves what W still reads
-// (kept_for_weight) plus what it passes W, so the simulator's peak equals the executor's
-// measured peak_kept_bytes().
-Costs chunk_costs(const std::vector<BackwardGraphs>& chunks);
-
-// chunk_costs with F, B and W replaced by their mean measured seconds over the given steps'
-// times (a fused BW split between B and W in the FLOP ratio), and comm by the median measured
-// transfer between its devices (a receive's end less its send's start, where the receive was
-// waiting for it).
-Costs measured_costs(const std::vector<BackwardGraphs>& chunks, const Schedule& s,
+// The planned costs (plan/chunk_costs.h chunk_costs) with F, B and W replaced by their median
+// measured seconds over the given steps' actions (a fused BW split between B and W in the
+// planned ratio), and comm by the median measured transfer between its devices (a receive's end
+// less its send's start, where the receive was waiting for it); where no message was timed,
+// comm stays as `planned` gives it. Medians, so that an action the OS descheduled on a loaded
+// machine does not set its chunk's cost.
+Costs measured_costs(const Costs& planned, const Schedule& s,
                      const std::vector<std::vector<std::vector<ActionTime>>>& steps);
 
 // One measured step as a Simulation: every action's start and end, busy time per device

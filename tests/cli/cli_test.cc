@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/npy.h"
+#include "onnx_import/import.h"
+#include "partition/cost_model.h"
+#include "tests/plan/weight_products.h"
 #include "tests/cli/run_cli.h"
 
 namespace {
@@ -22,6 +25,34 @@ TEST(Cli, InspectReportsOpsParamsFlops) {
   EXPECT_GT(j["flops_fwd"].get<int64_t>(), 0);
   EXPECT_GT(j["ops"]["MatMul"].get<int>(), 0);
   EXPECT_TRUE(j["unsupported"].empty());
+}
+
+// inspect's F, B and W come from the graphs autodiff derives (plan/chunk_costs.h): F is the
+// model's forward, and W what the weight gradients compute, 2 * rows * in * out per weight
+// matrix (tests/plan/weight_products.h), plus at most 10% for biases, norms, the embedding's
+// scatter-add and the accumulation, in every form the exporters write a linear layer: nn.Linear
+// as MatMul against Transpose(weight) (export_model.py's recipe: bert_noopt, llama_noopt; the
+// per-node estimate gave these W 0.04-0.09x the products), a pre-transposed copy (the exporter's
+// optimizer), MatMul or Gemm against an [in, out] weight (Conv1D, legacy, the samples).
+TEST(Cli, InspectCountsWeightGradientsOnTheDerivedGraphs) {
+  for (const char* model : {"samples/gpt/gpt.onnx", "samples/charlm/charlm.onnx", "samples/exports/gpt2_noopt.onnx",
+                            "samples/exports/gpt2.onnx", "samples/exports/gpt2_legacy.onnx",
+                            "samples/exports/bert_noopt.onnx", "samples/exports/llama_noopt.onnx"}) {
+    SCOPED_TRACE(model);
+    Result r = run(std::string("inspect ") + model + " -b 2 --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    pt::ImportOptions o;
+    o.batch = 2;
+    const pt::Graph g = pt::import_model(model, o);
+    const int64_t products = pt::testing::weight_gradient_products(g);
+    const double w = static_cast<double>(j["flops_bwd_weight"].get<int64_t>());
+    EXPECT_GE(w, static_cast<double>(products));
+    EXPECT_LE(w, 1.10 * static_cast<double>(products));
+    EXPECT_EQ(j["flops_fwd"].get<int64_t>(), pt::total_cost(pt::estimate_costs(g)).flops_fwd);
+    EXPECT_GT(j["flops_bwd_input"].get<int64_t>(), 0);
+    EXPECT_EQ(j["flops_from"].get<std::string>().rfind("derived graphs", 0), 0u) << j["flops_from"];
+  }
 }
 
 // The causal mask and BatchNorm's running statistics are flagged as buffers, weights as trained.

@@ -20,6 +20,7 @@
 #include "train/timeline.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
+#include "plan/chunk_costs.h"
 #include "schedule/generators.h"
 #include "schedule/lower.h"
 #include "schedule/simulate.h"

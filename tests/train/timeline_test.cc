@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "train/timeline.h"
+#include "plan/chunk_costs.h"
 #include "schedule/generators.h"
 #include "schedule/lower.h"
 #include "schedule/simulate.h"
@@ -39,7 +40,7 @@ TEST(MeasuredCosts, ReadBackTheSimulatedCostsAndTransfers) {
     costs.chunks[0].f = 1.0, costs.chunks[0].b = 1.5, costs.chunks[0].w = 0.5, costs.chunks[0].comm = 0.25;
     costs.chunks[1].f = 2.0, costs.chunks[1].b = 2.5, costs.chunks[1].w = 1.0, costs.chunks[1].comm = 0;
     const Simulation sim = simulate(s, costs);
-    const Costs got = measured_costs(chunks, s, {as_measured(sim)});
+    const Costs got = measured_costs(chunk_costs(chunks), s, {as_measured(sim)});
     const bool fused = std::string(kind) == "1f1b";  // BW: B and W split in the FLOP ratio
     for (size_t c = 0; c < 2; ++c) {
       EXPECT_DOUBLE_EQ(got.chunks[c].f, costs.chunks[c].f) << c;

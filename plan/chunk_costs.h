@@ -1,0 +1,43 @@
+// plan/chunk_costs.h: what each chunk's F, B and W cost, counted on the graphs that run. In: the
+// chunks' F, B and W graphs (autodiff/chunk_backward.h) and their partition plan. Out: per chunk
+// the work of each graph, and Costs for the simulator, the schedulers and the planner.
+//
+// A graph's work is the sum of its nodes' forward costs under partition/cost_model.h: the B
+// graph's nodes (recomputed forward nodes included) are B's FLOPs and bytes, the W graph's are
+// W's. So W is priced where W does its work whatever form the exporter wrote: a weight stored
+// transposed, MatMul against Transpose(weight), Gemm with transB, a weight read by several
+// nodes. The cost model's per-node B/W split (NodeCost::flops_bwd_input/weight), which can only
+// see which input is an initializer, is for balancing cuts, not for this.
+//
+// Time unit: FLOP-equivalents, as NodeCost::cost() and partition/link.h count them: FLOPs plus
+// kFlopsPerByte per byte read or written, in units of 1e9 (GFLOP-equivalents).
+#pragma once
+
+#include <vector>
+
+#include "autodiff/backward.h"
+#include "partition/cost_model.h"
+#include "partition/partitioner.h"
+#include "schedule/costs.h"
+
+namespace pt {
+
+// One chunk per micro-batch: each graph's total (flops_fwd = its FLOPs; bytes_read and
+// bytes_written as each node moves them).
+struct ChunkWork {
+  NodeCost f, b, w;
+};
+
+ChunkWork chunk_work(const BackwardGraphs& chunk);
+
+// The time a graph's work takes in FLOP-equivalents / 1e9 (ChunkCost's f, b and w).
+double work_units(const NodeCost& total);
+
+// Per chunk: f, b and w = work_units of the F, B and W graphs; F keeps kept_bytes until B, and B
+// leaves what W still reads (kept_for_weight) plus what it passes W, so the simulator's peak
+// equals the executor's measured peak_kept_bytes(); comm = the plan's link_out / 1e9.
+Costs chunk_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPlan& plan);
+// The same with comm 0, where no link prices the transfers.
+Costs chunk_costs(const std::vector<BackwardGraphs>& chunks);
+
+}  // namespace pt

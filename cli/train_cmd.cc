@@ -643,6 +643,7 @@ void Trainer::open_data() {
   o.eval_fraction = cfg_.data.eval_fraction;
   o.seed = cfg_.seed;
   o.where = [this](const std::string& key) { return cfg_.where(key); };
+  o.path_rule = [this](const std::string& key) { return cfg_.path_rule(key); };
   std::vector<FeedSpec> inputs;
   for (ValueId v : model_.inputs) {
     const Value& val = model_.value(v);
@@ -678,6 +679,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   c.step = steps_done;
   c.data_position = data_->position();
   c.meta["model"] = cfg_.model;
+  c.meta["model_file"] = std::filesystem::absolute(cfg_.model).lexically_normal().string();  // from any folder
   c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas());
   c.meta["stages"] = std::to_string(cfg_.pipeline.stages);
   c.meta["optimizer"] = cfg_.optimizer.kind;
@@ -772,7 +774,12 @@ void Trainer::resume() {
   }
   const std::string where = cfg_.where("checkpoint.dir");
   const std::string global = std::to_string(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas());
-  if (c->meta.at("model") != cfg_.model || c->meta.at("global_batch") != global)
+  // The same model file: the same path, or (a config with relative_to: config resumed from
+  // another folder) the same absolute file.
+  std::error_code ec;
+  const bool same_model = c->meta.at("model") == cfg_.model ||
+                          (c->meta.count("model_file") && std::filesystem::equivalent(c->meta.at("model_file"), cfg_.model, ec));
+  if (!same_model || c->meta.at("global_batch") != global)
     throw UserError(where, "the checkpoint was written for " + c->meta.at("model") + " with global batch " +
                                c->meta.at("global_batch") + ", this run trains " + cfg_.model + " with " + global,
                     "resume with the config that wrote it, or choose another checkpoint.dir");

@@ -312,6 +312,7 @@ class Trainer {
   PartitionOptions partition_options(int chunks_per_stage) const;
   int chunks_for(const std::string& kind) const;
   void open_data();
+  void say_synthetic_data() const;
   void claim_checkpoint_dir() const;
   void resume();
   void print_profile() const;
@@ -1291,6 +1292,16 @@ std::vector<std::vector<ActionTime>> Trainer::step_times() const {
   return times;
 }
 
+// A config without `data:` trains on seeded random samples (data.kind: synthetic, for benchmarks
+// and tries): one line says so at the start, and how to give real data (rank 0 alone prints).
+void Trainer::say_synthetic_data() const {
+  std::string inputs;
+  for (ValueId v : model_.inputs) inputs += (inputs.empty() ? "" : ", ") + model_.value(v).name + ": FILE.npy";
+  std::cout << "data: the config names none, so this run trains on " << data_->samples()
+            << " synthetic samples (seeded random inputs and targets); to train on yours add data: {kind: npy, inputs: {"
+            << inputs << "}, targets: FILE.npy} or {kind: tokens, file: FILE}\n";
+}
+
 int Trainer::run() {
   if (!ranks_.alone()) check_across_processes();
   if (args_.resume && cfg_.checkpoint.dir.empty())
@@ -1324,6 +1335,7 @@ int Trainer::run() {
   }
   peak_kept_.assign(static_cast<size_t>(schedule_.stages), 0);
   progress_ = std::make_unique<Progress>(cfg_.steps, args_.quiet);
+  if (!args_.quiet && !cfg_.places.count("data")) say_synthetic_data();
   if (!args_.quiet)
     std::cout << "training " << cfg_.model << ": " << params_.size() << " parameter tensors, "
               << data_->train_samples() << " training samples (" << data_->eval_samples() << " held out), "

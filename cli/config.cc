@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -24,6 +25,20 @@ class Reader {
   Reader(std::string path, std::map<std::string, std::string>* places,
          std::vector<std::string> overridden = {})
       : path_(std::move(path)), places_(places), overridden_(std::move(overridden)) {}
+
+  // relative_to: config: the file's own relative paths are read from its folder.
+  void read_paths_from_its_folder() { from_folder_ = true; }
+
+  // A path as `train` opens it: with relative_to: config, a relative path the file gives is
+  // joined to the file's folder; an absolute one, and any given with --set (a command line's
+  // paths are the shell's), are taken as they are.
+  std::string resolve(const YAML::Node& n, const std::string& key, const std::string& path) const {
+    const std::filesystem::path folder = std::filesystem::path(path_).parent_path();
+    if (!from_folder_ || path.empty() || folder.empty() || std::filesystem::path(path).is_absolute() ||
+        where(n, key).rfind("--set ", 0) == 0)
+      return path;
+    return (folder / path).lexically_normal().string();
+  }
 
   std::string where(const YAML::Node& n, const std::string& key) const {
     const YAML::Mark m = n.Mark();
@@ -90,6 +105,7 @@ class Reader {
   std::string path_;
   std::map<std::string, std::string>* places_;
   std::vector<std::string> overridden_;
+  bool from_folder_ = false;
 };
 
 // "a.b.c=value": sets root[a][b][c] to the YAML scalar (or flow list/map) `value`.
@@ -121,6 +137,20 @@ void apply_override(YAML::Node root, const std::string& text) {
     set(n[parts[i]], i + 1);
   };
   set(root, 0);
+}
+
+// A schedule that names a CSV file (train_cmd.cc reads it so), not a kind.
+bool names_csv(const std::string& schedule) {
+  std::string lower = schedule;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return lower.ends_with(".csv");
+}
+
+// A key naming a file or folder: read, then resolved as relative_to says (Reader::resolve).
+void read_path(const Reader& r, const YAML::Node& parent, const std::string& prefix, const char* name,
+               std::string* out, const char* expected) {
+  r.read(parent, prefix, name, out, expected);
+  if (parent[name]) *out = r.resolve(parent[name], prefix.empty() ? name : prefix + "." + name, *out);
 }
 
 // device: cpu | cuda | cuda:I,J,... (cli/config.h); the count against pipeline.stages is
@@ -155,16 +185,24 @@ void check_gpus(const Reader& r, const YAML::Node& root, const TrainConfig& c) {
                   "name one GPU per stage, or one GPU for every stage");
 }
 
+// relative_to, read before any path (cli/config.h).
+void read_relative_to(Reader& r, const YAML::Node& root, TrainConfig* c) {
+  if (!root.IsMap()) return;  // read_sections says what the top level should be
+  r.read(root, "", "relative_to", &c->relative_to, "config or working_folder");
+  r.one_of(root, "", "relative_to", c->relative_to, {"config", "working_folder"});
+  if (c->relative_to == "config") r.read_paths_from_its_folder();
+}
+
 void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.check_keys(root, "", {"model", "dims", "loss", "data", "optimizer", "pipeline", "parameters",
                           "device", "threads", "seed", "steps", "eval_every", "checkpoint",
-                          "output", "dropout", "precision", "parallel"});
-  r.read(root, "", "model", &c->model, "a model file");
+                          "output", "dropout", "precision", "parallel", "relative_to"});
+  read_path(r, root, "", "model", &c->model, "a model file");
   if (c->model.empty())
     throw UserError(r.where(root, "model"), "is missing", "name the ONNX model to train");
   if (!path_exists(c->model))
     throw UserError(r.where(root["model"], "model"), "file '" + c->model + "' does not exist",
-                    "check the path (relative paths are from the working folder)");
+                    "check the path (" + c->path_rule("model") + ")");
   if (const YAML::Node d = root["dims"]) {
     if (!d.IsMap()) throw UserError(r.where(d, "dims"), "expected a map of name: size", "write dims: {batch: 8}");
     for (const auto& kv : d) {
@@ -218,12 +256,12 @@ void read_loss_data(const Reader& r, const YAML::Node& root, TrainConfig* c) {
       if (!in.IsMap()) throw UserError(r.where(in, "data.inputs"), "expected a map of input: file", "write inputs: {input: x.npy}");
       for (const auto& kv : in) {
         std::string file;
-        r.read(in, "data.inputs", kv.first.as<std::string>().c_str(), &file, "a file name");
+        read_path(r, in, "data.inputs", kv.first.as<std::string>().c_str(), &file, "a file name");
         c->data.inputs[kv.first.as<std::string>()] = file;
       }
     }
-    r.read(d, "data", "targets", &c->data.targets, "a file name");
-    r.read(d, "data", "file", &c->data.file, "a file name");
+    read_path(r, d, "data", "targets", &c->data.targets, "a file name");
+    read_path(r, d, "data", "file", &c->data.file, "a file name");
     r.read(d, "data", "samples", &c->data.samples, "a whole number");
     r.positive(d, "data", "samples", c->data.samples, 1);
     r.read(d, "data", "shuffle", &c->data.shuffle, "true or false");
@@ -234,14 +272,14 @@ void read_loss_data(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     const auto need_file = [&](const std::string& file, const char* key) {
       if (!file.empty() && !path_exists(file))
         throw UserError(r.where(d[key], std::string("data.") + key), "file '" + file + "' does not exist",
-                        "check the path (relative paths are from the working folder)");
+                        "check the path (" + c->path_rule(std::string("data.") + key) + ")");
     };
     need_file(c->data.targets, "targets");
     need_file(c->data.file, "file");
     for (const auto& [name, file] : c->data.inputs)
       if (!path_exists(file))
         throw UserError(r.where(d["inputs"][name], "data.inputs." + name), "file '" + file + "' does not exist",
-                        "check the path (relative paths are from the working folder)");
+                        "check the path (" + c->path_rule("data.inputs." + name) + ")");
     if (c->data.kind == "npy" && (c->data.inputs.empty() || c->data.targets.empty()))
       throw UserError(r.where(d, "data"), "npy data needs inputs and targets", "add inputs: {NAME: FILE.npy} and targets: FILE.npy");
     if (c->data.kind == "tokens" && c->data.file.empty())
@@ -328,6 +366,7 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.read(q, p, "micro_batches", &c->pipeline.micro_batches, "a whole number");
     r.positive(q, p, "micro_batches", c->pipeline.micro_batches, 1);
     r.read(q, p, "schedule", &c->pipeline.schedule, "a schedule kind or a CSV file");
+    if (names_csv(c->pipeline.schedule)) c->pipeline.schedule = r.resolve(q["schedule"], "pipeline.schedule", c->pipeline.schedule);
     r.read(q, p, "partition", &c->pipeline.partition, "balanced, params, uniform or manual");
     r.one_of(q, p, "partition", c->pipeline.partition, {"balanced", "params", "uniform", "manual"});
     if (const YAML::Node cuts = q["cut_after"]) {
@@ -375,17 +414,17 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   }
   if (const YAML::Node k = root["checkpoint"]) {
     r.check_keys(k, "checkpoint", {"dir", "every"});
-    r.read(k, "checkpoint", "dir", &c->checkpoint.dir, "a folder");
+    read_path(r, k, "checkpoint", "dir", &c->checkpoint.dir, "a folder");
     r.read(k, "checkpoint", "every", &c->checkpoint.every, "a whole number");
     r.positive(k, "checkpoint", "every", c->checkpoint.every, 0);
   }
   if (const YAML::Node o = root["output"]) {
     r.check_keys(o, "output", {"model", "safetensors", "metrics", "trace", "timeline"});
-    r.read(o, "output", "model", &c->output.model, "a file name");
-    r.read(o, "output", "safetensors", &c->output.safetensors, "a file name");
-    r.read(o, "output", "metrics", &c->output.metrics, "a file name");
-    r.read(o, "output", "trace", &c->output.trace, "a file name");
-    r.read(o, "output", "timeline", &c->output.timeline, "a file name");
+    read_path(r, o, "output", "model", &c->output.model, "a file name");
+    read_path(r, o, "output", "safetensors", &c->output.safetensors, "a file name");
+    read_path(r, o, "output", "metrics", &c->output.metrics, "a file name");
+    read_path(r, o, "output", "trace", &c->output.trace, "a file name");
+    read_path(r, o, "output", "timeline", &c->output.timeline, "a file name");
   }
   // The trained weights go beside the trained model unless output.safetensors says otherwise.
   if (!c->places.count("output.safetensors") && !c->output.model.empty())
@@ -435,8 +474,9 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
     overridden.push_back(o.substr(0, o.find('=')));
   }
   TrainConfig c;
-  const Reader r(path, &c.places, overridden);
+  Reader r(path, &c.places, overridden);
   try {
+    read_relative_to(r, root, &c);
     read_sections(r, root, &c);
     read_loss_data(r, root, &c);
     read_optimizer(r, root, &c);

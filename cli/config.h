@@ -5,6 +5,8 @@
 // UserError naming `file:line` and the dotted key. Overrides use the same dotted keys
 // (`--set optimizer.lr=1e-3`, `--set pipeline.stages=2`) and are checked like the file.
 //
+//   relative_to: working_folder      # working_folder | config: where the file's relative paths
+//                                    # start (see below)
 //   model: samples/gpt/gpt.onnx
 //   dims: {batch: 8}                 # micro-batch size binds the batch dim; other named dims
 //   loss: {kind: cross_entropy, output: output, ignore_index: -100}
@@ -39,6 +41,14 @@
 //   output: {model: out/trained.onnx, safetensors: out/trained.safetensors,
 //            metrics: out/metrics.jsonl, trace: out/trace.json, timeline: out/timeline.svg}
 //
+// relative_to: the keys naming files and folders (model, data.inputs.*, data.targets,
+// data.file, a pipeline.schedule CSV, checkpoint.dir, output.*) take a relative path from the
+// working folder `train` runs in (working_folder, the default: the repository's configs name
+// `samples/...` and `out/...` from its root), or with `relative_to: config` from the folder the
+// config file lies in, so that the file runs from anywhere; `plan --write` writes such configs.
+// A path given with --set is from the working folder either way, as any command line's is.
+// load_config joins them: every path in a TrainConfig is one the process can open as it is.
+//
 // output.safetensors: the trained parameters and buffers under the module's state_dict keys
 // (cli/trained_weights.h); by default the output.model path with .safetensors, none without an
 // output.model; `--set output.safetensors=` turns it off.
@@ -62,6 +72,7 @@
 namespace pt {
 
 struct TrainConfig {
+  std::string relative_to = "working_folder";  // working_folder | config
   std::string model;
   std::map<std::string, int64_t> dims;  // "batch" is the micro-batch size
 
@@ -139,6 +150,12 @@ struct TrainConfig {
   std::string where(const std::string& key) const {
     auto it = places.find(key);
     return it == places.end() ? "config: " + key : it->second;
+  }
+  // Where a relative path at `key` was read from, for the errors of a file that is not there.
+  std::string path_rule(const std::string& key) const {
+    return relative_to == "config" && where(key).rfind("--set ", 0) != 0
+               ? "relative paths in this file are from its folder, as relative_to: config says"
+               : "relative paths are from the working folder";
   }
 };
 

@@ -118,23 +118,40 @@ std::string yaml_quote(const std::string& s) {
   return out + "\"";
 }
 
+// How a config in `folder` names `path` under relative_to: config: from the folder, or
+// absolute where the two share no folder below the root (a plan in /tmp of a model in /work).
+std::string from_folder(const std::filesystem::path& folder, const std::string& path) {
+  const std::filesystem::path to = std::filesystem::absolute(path).lexically_normal();
+  const std::filesystem::path from = std::filesystem::absolute(folder.empty() ? "." : folder).lexically_normal();
+  const auto below_root = [](const std::filesystem::path& p) {
+    auto it = p.begin();
+    return it != p.end() && ++it != p.end() ? *it : std::filesystem::path();
+  };
+  const std::filesystem::path rel = to.lexically_relative(from);
+  if (rel.empty() || below_root(to) != below_root(from)) return to.string();
+  return rel.string();
+}
+
 // A train config running the plan: the model, its dims, the pipeline keys (an `auto` schedule as
 // a CSV written beside it), the link, the loss and frozen parameters the plan assumed, and the
-// trained model beside it (FILE_trained.onnx).
+// trained model beside it (FILE_trained.onnx). Its paths are from its own folder
+// (relative_to: config), so that `train` runs it from any folder.
 void write_plan(const PlanArgs& a, const PlanRequest& r, const PlanSearch& s) {
   const PlanCandidate& b = s.best();
+  const std::filesystem::path folder = std::filesystem::path(a.write).parent_path();
   std::string schedule = b.kind;
   if (b.kind == "auto") {
     std::filesystem::path csv = a.write;
     csv.replace_extension(".schedule.csv");
-    schedule = csv.string();
-    write_file_atomic(schedule, format_csv(b.schedule), "choose another --write");
+    schedule = from_folder(folder, csv.string());
+    write_file_atomic(csv.string(), format_csv(b.schedule), "choose another --write");
   }
   std::ostringstream y;
   y << "# pipetrain plan " << a.model.model << " --devices " << r.devices << " --memory " << a.memory << ": "
     << b.name() << "; simulated step " << ms(b.step_s) << ", largest device " << format_bytes(b.largest_memory())
     << "\n";
-  y << "model: " << yaml_quote(a.model.model) << "\n";
+  y << "relative_to: config             # the paths below are from this file's folder\n";
+  y << "model: " << yaml_quote(from_folder(folder, a.model.model)) << "\n";
   y << "dims: {batch: " << a.model.micro_batch;
   for (const auto& [name, value] : parse_dims(a.model.dims)) y << ", " << name << ": " << value;
   y << "}\n";
@@ -158,7 +175,7 @@ void write_plan(const PlanArgs& a, const PlanRequest& r, const PlanSearch& s) {
   if (a.link.device_rate > 0) y << "  device_rate: " << a.link.device_rate << "\n";
   std::filesystem::path trained = a.write;
   trained.replace_filename(trained.stem().string() + "_trained.onnx");
-  y << "output: {model: " << yaml_quote(trained.string()) << "}\n";
+  y << "output: {model: " << yaml_quote(from_folder(folder, trained.string())) << "}\n";
   if (!a.frozen.empty()) {
     y << "parameters: {frozen: [";
     for (size_t i = 0; i < a.frozen.size(); ++i) y << (i ? ", " : "") << yaml_quote(a.frozen[i]);

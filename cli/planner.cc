@@ -280,8 +280,9 @@ PlanSearch search_plans(const Graph& g, const std::vector<NodeCost>& costs, cons
   const auto t0 = std::chrono::steady_clock::now();
   PlanSearch out;
   std::vector<Chunking> chunkings;
+  const int most = most_chunks(costs);  // balanced cuts: a node with FLOPs in every chunk
   for (int v : r.chunk_counts) {
-    if (v * r.devices > static_cast<int>(g.nodes.size())) continue;
+    if (v * r.devices > most) continue;
     for (Chunking& ch : chunkings_for(g, costs, r, v)) {
       search_chunking(ch, r, &out.candidates);
       chunkings.push_back(std::move(ch));
@@ -307,9 +308,10 @@ PlanSearch search_plans(const Graph& g, const std::vector<NodeCost>& costs, cons
                                                [](const PlanCandidate& c) { return c.fits; }));
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (chunkings.empty())
-    throw UserError("plan", "the model has " + std::to_string(g.nodes.size()) + " nodes, too few for " +
-                                std::to_string(r.devices) + " devices",
-                    "use at most " + std::to_string(g.nodes.size()) + " devices");
+    throw UserError("plan", "the model has " + std::to_string(most) + " nodes with FLOPs (of " +
+                                std::to_string(g.nodes.size()) + "), too few for " + std::to_string(r.devices) +
+                                " devices holding one each",
+                    "use at most " + std::to_string(most) + " devices");
   if (out.candidates.empty())
     throw UserError("plan", "no schedule takes " + std::to_string(r.micro_batches) + " micro-batches on " +
                                 std::to_string(r.devices) + " devices",

@@ -316,6 +316,7 @@ class Trainer {
   ChunkBackwardOptions backward_options(const PartitionPlan& plan) const;
   int chunks_for(const std::string& kind) const;
   void open_data();
+  void say_synthetic_data() const;
   void claim_checkpoint_dir() const;
   void resume();
   void print_profile() const;
@@ -654,6 +655,7 @@ void Trainer::open_data() {
   o.eval_fraction = cfg_.data.eval_fraction;
   o.seed = cfg_.seed;
   o.where = [this](const std::string& key) { return cfg_.where(key); };
+  o.path_rule = [this](const std::string& key) { return cfg_.path_rule(key); };
   std::vector<FeedSpec> inputs;
   for (ValueId v : model_.inputs) {
     const Value& val = model_.value(v);
@@ -689,6 +691,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   c.step = steps_done;
   c.data_position = data_->position();
   c.meta["model"] = cfg_.model;
+  c.meta["model_file"] = std::filesystem::absolute(cfg_.model).lexically_normal().string();  // from any folder
   c.meta["global_batch"] = std::to_string(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas());
   c.meta["stages"] = std::to_string(cfg_.pipeline.stages);
   c.meta["optimizer"] = cfg_.optimizer.kind;
@@ -783,7 +786,12 @@ void Trainer::resume() {
   }
   const std::string where = cfg_.where("checkpoint.dir");
   const std::string global = std::to_string(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas());
-  if (c->meta.at("model") != cfg_.model || c->meta.at("global_batch") != global)
+  // The same model file: the same path, or (a config with relative_to: config resumed from
+  // another folder) the same absolute file.
+  std::error_code ec;
+  const bool same_model = c->meta.at("model") == cfg_.model ||
+                          (c->meta.count("model_file") && std::filesystem::equivalent(c->meta.at("model_file"), cfg_.model, ec));
+  if (!same_model || c->meta.at("global_batch") != global)
     throw UserError(where, "the checkpoint was written for " + c->meta.at("model") + " with global batch " +
                                c->meta.at("global_batch") + ", this run trains " + cfg_.model + " with " + global,
                     "resume with the config that wrote it, or choose another checkpoint.dir");
@@ -1298,6 +1306,16 @@ std::vector<std::vector<ActionTime>> Trainer::step_times() const {
   return times;
 }
 
+// A config without `data:` trains on seeded random samples (data.kind: synthetic, for benchmarks
+// and tries): one line says so at the start, and how to give real data (rank 0 alone prints).
+void Trainer::say_synthetic_data() const {
+  std::string inputs;
+  for (ValueId v : model_.inputs) inputs += (inputs.empty() ? "" : ", ") + model_.value(v).name + ": FILE.npy";
+  std::cout << "data: the config names none, so this run trains on " << data_->samples()
+            << " synthetic samples (seeded random inputs and targets); to train on yours add data: {kind: npy, inputs: {"
+            << inputs << "}, targets: FILE.npy} or {kind: tokens, file: FILE}\n";
+}
+
 int Trainer::run() {
   if (!ranks_.alone()) check_across_processes();
   if (args_.resume && cfg_.checkpoint.dir.empty())
@@ -1331,6 +1349,7 @@ int Trainer::run() {
   }
   peak_kept_.assign(static_cast<size_t>(schedule_.stages), 0);
   progress_ = std::make_unique<Progress>(cfg_.steps, args_.quiet);
+  if (!args_.quiet && !cfg_.places.count("data")) say_synthetic_data();
   if (!args_.quiet)
     std::cout << "training " << cfg_.model << ": " << params_.size() << " parameter tensors, "
               << data_->train_samples() << " training samples (" << data_->eval_samples() << " held out), "

@@ -26,6 +26,7 @@ void check_problem(const LinearProblem& p, const MemoryModel& m) {
   PT_CHECK(non_negative(p.cost), "negative cost");
   PT_CHECK(non_negative(p.param_bytes) && non_negative(p.activation_bytes), "negative bytes");
   PT_CHECK(p.cut_cost.empty() || p.cut_cost.size() == n + 1, "cut_cost needs 0 or n+1 entries");
+  PT_CHECK(p.computes.empty() || p.computes.size() == n, "computes needs 0 or n entries");
   PT_CHECK(non_negative(p.cut_cost), "negative cut cost");
   PT_CHECK(m.limit >= 0 && m.state_factor >= 0, "negative memory model");
   for (const SharedParam& s : p.shared)
@@ -34,13 +35,17 @@ void check_problem(const LinearProblem& p, const MemoryModel& m) {
              "a shared parameter needs two or more readers in order");
 }
 
+// The solvers' parts each hold a computing position: at most as many parts as those.
 void check_parts(const LinearProblem& p, int parts) {
-  const int64_t n = static_cast<int64_t>(p.size());
-  if (parts < 1 || parts > n)
-    throw UserError("partition",
-                    "cannot cut " + std::to_string(n) + " positions into " +
-                        std::to_string(parts) + " parts",
-                    "use between 1 and " + std::to_string(n) + " stages");
+  const int computing = RangeMeasure(p).computing();
+  if (parts >= 1 && parts <= computing) return;
+  const std::string n = std::to_string(p.size());
+  throw UserError("partition",
+                  "cannot cut " + n + " positions" +
+                      (computing < static_cast<int>(p.size()) ? ", " + std::to_string(computing) + " of them computing," : "") +
+                      " into " + std::to_string(parts) + " parts" +
+                      (computing < static_cast<int>(p.size()) ? " that each hold one" : ""),
+                  "use between 1 and " + std::to_string(computing) + " stages");
 }
 
 // Two byte counts side by side; exact when rounding would make them read the same.
@@ -75,13 +80,15 @@ struct Span {
 };
 
 // Where part k of `parts` can end under max_cost whatever the memory: every part takes a
-// position, the parts up to k cover at most (k+1)*max_cost and those after it at most
+// computing position, the parts up to k cover at most (k+1)*max_cost and those after it at most
 // (K-1-k)*max_cost.
 Span end_span(const RangeMeasure& r, int n, int parts, int k, int64_t max_cost) {
   const int64_t total = r.cost(0, n);
   const int64_t ahead = saturating_mul(k + 1, max_cost);
   const int64_t behind = saturating_mul(parts - 1 - k, max_cost);
-  const int lo = k == parts - 1 ? n : k + 1, hi = n - (parts - 1 - k) + 1;
+  // After the (k+1)-th computing position; at or before the one the later parts need first.
+  const int lo = k == parts - 1 ? n : r.computing_at(k) + 1;
+  const int hi = k == parts - 1 ? n + 1 : r.computing_at(r.computing() - (parts - 1 - k)) + 1;
   const int first = first_past(lo, hi, [&](int i) { return total - r.cost(0, i) <= behind; });
   const int last = first_past(first, hi, [&](int i) { return r.cost(0, i) > ahead; }) - 1;
   return {first, last};
@@ -96,9 +103,11 @@ Span end_span(const RangeMeasure& r, int n, int parts, int k, int64_t max_cost) 
 // P (params), A (activations):
 //   sf*(P[i]-P[j]) + f*(A[i]-A[j] + cut[j]) = g(j) + h(i),
 //   g(j) = f*cut[j] - sf*P[j] - f*A[j],   h(i) = sf*P[i] + f*A[i].
-// End i is reachable when some reachable start j in [lo(i), i-1] has g(j) <= limit - h(i),
-// where lo(i) is the first j with cost(j, i) <= max_cost. Both ends of that window only move
-// right as i does, so the least g in it is the front of a monotone deque: linear per stage.
+// End i is reachable when some reachable start j in [lo(i), last_start(i)] has
+// g(j) <= limit - h(i), where lo(i) is the first j with cost(j, i) <= max_cost and last_start(i)
+// the last j whose part to i holds a computing position (i - 1 when every position computes).
+// Both ends of that window only move right as i does, so the least g in it is the front of a
+// monotone deque: linear per stage.
 // Each stage visits only the ends its costs allow (end_span), a narrow band near the optimum.
 class ReachSweep {
  public:
@@ -123,23 +132,26 @@ class ReachSweep {
   bool sweep_stage(int k, Span starts, Span ends, int64_t max_cost, int64_t limit) {
     const int64_t f = m_.in_flight(k, parts_), sf = m_.state_factor;
     const int64_t from = stamp_, to = ++stamp_;
+    // The starts, read before any of them is marked an end of this stage.
+    is_start_.assign(static_cast<size_t>(starts.width()), 0);
+    for (int j = starts.first; j <= starts.last; ++j) is_start_[j - starts.first] = reached_[j] == from;
     size_t head = 0, tail = 0;  // deque_[head, tail): starts, g_ increasing
     auto enter = [&](int j) {
-      if (j > starts.last || reached_[j] != from) return;
+      if (j > starts.last || !is_start_[j - starts.first]) return;
       g_[j] = f * p_.cut_bytes[j] - sf * r_.params(0, j) - f * r_.activations(0, j);
       while (tail > head && g_[deque_[tail - 1]] >= g_[j]) --tail;
       deque_[tail++] = j;
     };
-    for (int j = starts.first; j < ends.first; ++j) enter(j);
-    int lo = starts.first;  // first start with cost(lo, i) <= max_cost
+    int next = starts.first;  // the first start not entered yet
+    int lo = starts.first;    // first start with cost(lo, i) <= max_cost
     bool any = false;
     for (int i = ends.first; i <= ends.last; ++i) {
-      while (lo < i - 1 && r_.cost(lo, i) > max_cost) ++lo;
+      const int last = r_.last_start(i);
+      for (; next <= last; ++next) enter(next);
+      while (lo <= last && r_.cost(lo, i) > max_cost) ++lo;
       while (tail > head && deque_[head] < lo) ++head;
       const int64_t h = sf * r_.params(0, i) + f * r_.activations(0, i);
-      const bool fits = tail > head && g_[deque_[head]] <= limit - h;
-      enter(i);  // as a start, i serves the ends after it: read it before marking it an end
-      if (!fits) continue;
+      if (!(tail > head && g_[deque_[head]] <= limit - h)) continue;
       reached_[i] = to;
       any = true;
     }
@@ -154,6 +166,7 @@ class ReachSweep {
   std::vector<int64_t> reached_;  // by position: the stamp of the last stage that reached it
   std::vector<int64_t> g_;        // by position: g(j) of the current stage, where entered
   std::vector<int> deque_;
+  std::vector<char> is_start_;    // by start of the current stage: reached by the one before
 };
 
 // The second phase: among the splits whose part costs are all <= bound and whose parts fit the
@@ -225,10 +238,11 @@ class FewestCrossing {
     s.last_end.resize(s.starts.width());
     int hi = s.ends.last;
     for (int j = s.starts.last; j >= s.starts.first; --j) {
-      while (hi > j && r_.cost(j, hi) > bound_) --hi;
+      const int first = r_.first_end(j);  // last_end below it: no end
+      while (hi >= first && r_.cost(j, hi) > bound_) --hi;
       const auto over_limit = [&](int i) { return r_.memory(j, i, k, parts_, m_) > limit_; };
       s.last_end[j - s.starts.first] =
-          limit_ == kNoLimit ? hi : first_past(j + 1, hi + 1, over_limit) - 1;
+          limit_ == kNoLimit ? hi : first_past(first, hi + 1, over_limit) - 1;
     }
   }
 
@@ -237,16 +251,16 @@ class FewestCrossing {
     const std::vector<int64_t>& next = fewest_[k + 1];  // by end
     std::vector<int64_t>& out = fewest_[k];             // by start
     out.assign(s.starts.width(), kUnreached);
-    std::vector<int> stack;  // ends after j, bottom to top: positions falling, fewest rising
+    std::vector<int> stack;  // ends from first_end(j), bottom to top: positions falling, fewest rising
     int i = s.ends.last;
     for (int j = s.starts.last; j >= s.starts.first; --j) {
-      for (; i > j && i >= s.ends.first; --i) {
+      for (; i >= r_.first_end(j) && i >= s.ends.first; --i) {
         const int64_t v = next[i - s.ends.first];
         if (v == kUnreached) continue;
         while (!stack.empty() && next[stack.back() - s.ends.first] >= v) stack.pop_back();
         stack.push_back(i);
       }
-      // The deepest end at or before last_end holds the least fewest in (j, last_end].
+      // The deepest end at or before last_end holds the least fewest in [first_end(j), last_end].
       const int last = s.last_end[j - s.starts.first];
       const auto at =
           std::partition_point(stack.begin(), stack.end(), [&](int e) { return e > last; });
@@ -294,9 +308,10 @@ class FewestCrossing {
       int i = ends.last, hi = ends.last;
       bool any = false;
       for (int j = starts.last; j >= starts.first; --j) {
-        for (; i > j && i >= ends.first; --i)
+        const int first = r_.first_end(j);
+        for (; i >= first && i >= ends.first; --i)
           if (next[i - s.ends.first]) nearest_[s.group[i - s.ends.first]] = i;
-        while (hi > j && r_.cost(j, hi) > t) --hi;
+        while (hi >= first && r_.cost(j, hi) > t) --hi;
         const int want = s.want[j - s.starts.first];
         if (want < 0 || nearest_[want] > std::min(hi, s.last_end[j - s.starts.first])) continue;
         out[j - s.starts.first] = 1;
@@ -315,7 +330,7 @@ class FewestCrossing {
     for (int k = 0; k < parts_; ++k) {
       const Stage& s = stages_[k];
       const int want = s.want[j - s.starts.first], last = s.last_end[j - s.starts.first];
-      int i = std::max(j + 1, s.ends.first);
+      int i = std::max(r_.first_end(j), s.ends.first);
       for (; i <= last && r_.cost(j, i) <= t; ++i)
         if (reach_[k + 1][i - s.ends.first] && s.group[i - s.ends.first] == want) break;
       PT_CHECK(i <= last && r_.cost(j, i) <= t, "a start that reaches n has no tight part");
@@ -452,7 +467,7 @@ class PricedSplit {
     int& at = last_fit_[k][j];
     if (at < 0) {
       const auto over = [&](int i) { return r_.memory(j, i, k, parts_, m_) > limit_; };
-      at = limit_ == kNoLimit ? n_ : first_past(j + 1, n_ + 1, over) - 1;
+      at = limit_ == kNoLimit ? n_ : first_past(std::min(r_.first_end(j), n_ + 1), n_ + 1, over) - 1;
     }
     return at;
   }
@@ -463,7 +478,7 @@ class PricedSplit {
   template <typename Fn>
   void for_each_end(int k, const Span& ends, int j, int64_t bound, Fn fn) {
     const int last = std::min(ends.last, last_fit(k, j));
-    for (int i = std::max(j + 1, ends.first); i <= last && r_.cost(j, i) <= bound; ++i) {
+    for (int i = std::max(r_.first_end(j), ends.first); i <= last && r_.cost(j, i) <= bound; ++i) {
       const int64_t t = r_.cost(j, i) + r_.link(j, i, k, parts_);
       if (t <= bound) fn(i, t);
     }
@@ -477,14 +492,16 @@ class PricedSplit {
   std::vector<std::vector<int>> last_fit_;  // by part, then start; -1 until found
 };
 
-// The largest part memory of a split that is always valid: K-1 single positions, then the rest.
+// The largest part memory of a split that is always valid: K-1 parts ending just after each of
+// the first K-1 computing positions, then the rest.
 int64_t some_split_memory(const LinearProblem& p, int parts, const MemoryModel& m) {
   RangeMeasure r(p);
   const int n = static_cast<int>(p.size());
   int64_t worst = 0;
-  for (int k = 0; k < parts; ++k) {
-    const int end = k == parts - 1 ? n : k + 1;
-    worst = std::max(worst, r.memory(k, end, k, parts, m));
+  for (int k = 0, begin = 0; k < parts; ++k) {
+    const int end = k == parts - 1 ? n : r.computing_at(k) + 1;
+    worst = std::max(worst, r.memory(begin, end, k, parts, m));
+    begin = end;
   }
   return worst;
 }
@@ -605,12 +622,22 @@ std::vector<PartRange> solve_checked(const LinearProblem& p, int parts, const Me
 }  // namespace
 
 RangeMeasure::RangeMeasure(const LinearProblem& p)
-    : p_(p), cost_(p.size() + 1), params_(p.size() + 1), act_(p.size() + 1) {
+    : p_(p), cost_(p.size() + 1), params_(p.size() + 1), act_(p.size() + 1),
+      next_(p.size() + 1), prev_(p.size() + 1) {
+  const int n = static_cast<int>(p.size());
   for (size_t i = 0; i < p.size(); ++i) {
     cost_[i + 1] = cost_[i] + p.cost[i];
     params_[i + 1] = params_[i] + p.param_bytes[i];
     act_[i + 1] = act_[i] + p.activation_bytes[i];
   }
+  for (int i = 0; i < n; ++i)
+    if (p.computes.empty() || p.computes[static_cast<size_t>(i)]) computing_.push_back(i);
+  prev_[0] = -1;
+  for (int i = 0; i < n; ++i)
+    prev_[static_cast<size_t>(i) + 1] = p.computes.empty() || p.computes[static_cast<size_t>(i)] ? i : prev_[static_cast<size_t>(i)];
+  next_[static_cast<size_t>(n)] = n;
+  for (int i = n - 1; i >= 0; --i)
+    next_[static_cast<size_t>(i)] = p.computes.empty() || p.computes[static_cast<size_t>(i)] ? i : next_[static_cast<size_t>(i) + 1];
   priced_ = std::any_of(p.cut_cost.begin(), p.cut_cost.end(), [](int64_t c) { return c != 0; });
 }
 
@@ -656,7 +683,9 @@ std::vector<PartRange> split_at(const LinearProblem& p, const std::vector<int>& 
   check_problem(p, m);
   const int n = static_cast<int>(p.size());
   const int parts = static_cast<int>(cuts.size()) + 1;
-  check_parts(p, parts);
+  if (parts > n)  // the caller's cuts: parts need not compute, only hold a position
+    throw UserError("partition", "cannot cut " + std::to_string(n) + " positions into " + std::to_string(parts) + " parts",
+                    "use between 1 and " + std::to_string(n) + " stages");
   for (size_t c = 0; c < cuts.size(); ++c) {
     const int prev = c == 0 ? 0 : cuts[c - 1];
     if (cuts[c] <= prev || cuts[c] >= n)

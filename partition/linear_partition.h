@@ -2,9 +2,9 @@
 //
 // In: a graph flattened to positions 0..n-1 (nodes in topological order) with, per position, a
 // cost, parameter bytes and kept activation bytes, and per cut point the bytes of the tensors
-// crossing it. Out: K contiguous, non-empty ranges, each within the memory limit, whose largest
-// range cost is within a slack of the least possible, and which among those send the fewest
-// bytes across the cuts. Knows nothing of graphs: partitioner.cc builds the problem.
+// crossing it. Out: K contiguous ranges, each holding a computing position and within the
+// memory limit, whose largest range cost is within a slack of the least possible, and which
+// among those send the fewest bytes across the cuts. Knows nothing of graphs: partitioner.cc builds the problem.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,11 @@ struct LinearProblem {
   // cut_cost[i] to the part ending there (it waits for the gradients coming back) and to the
   // part starting there (it waits for the activations); empty or all 0: transfers are free.
   std::vector<int64_t> cut_cost;
+  // n or empty: whether position i computes (a node with FLOPs; not a Reshape, Transpose or
+  // Gather alone). Every part the solvers make holds at least one computing position, so no
+  // stage is left with data movement only; empty: every position computes (parts are only
+  // non-empty). split_at, where the caller names the cuts, does not ask.
+  std::vector<char> computes;
   size_t size() const { return cost.size(); }
 };
 
@@ -70,10 +75,19 @@ class RangeMeasure {
   int64_t memory(int begin, int end, int part, int parts, const MemoryModel& m) const;
   int64_t link(int begin, int end, int part, int parts) const;  // cut_cost of its inner cuts
   bool priced() const { return priced_; }                       // some cut_cost is not 0
+  // The computing positions (LinearProblem::computes): how many; the k-th (0-based); the least
+  // end of a part from `begin` that holds one (n + 1: none does); the last start of a part up to
+  // `end` that holds one (-1: none does).
+  int computing() const { return static_cast<int>(computing_.size()); }
+  int computing_at(int k) const { return computing_[static_cast<size_t>(k)]; }
+  int first_end(int begin) const { return next_[static_cast<size_t>(begin)] + 1; }
+  int last_start(int end) const { return prev_[static_cast<size_t>(end)]; }
 
  private:
   const LinearProblem& p_;
   std::vector<int64_t> cost_, params_, act_;  // prefix sums, size n+1
+  std::vector<int> computing_;                // positions, ascending
+  std::vector<int> next_, prev_;              // size n+1: first computing >= i (n: none), last < i
   bool priced_ = false;
 };
 
@@ -84,8 +98,9 @@ struct SolveOptions {
   double slack = 0.02;
 };
 
-// Splits [0, n) into `parts` non-empty contiguous ranges whose memory fits m.limit; returns the
-// ranges in order, cost, link and memory filled. A part's time is its cost plus its link; the
+// Splits [0, n) into `parts` contiguous ranges, each holding a computing position
+// (LinearProblem::computes), whose memory fits m.limit; returns the ranges in order, cost, link
+// and memory filled. A part's time is its cost plus its link; the
 // bottleneck is the largest part time. Exact, in two phases:
 //  1. T*, the least largest part cost: binary search over the bottleneck with an
 //     O(n * parts) reachability sweep per probe.
@@ -97,7 +112,8 @@ struct SolveOptions {
 // With cut_cost priced a part's time depends on both its cuts, so the same two phases run as
 // plain DPs over (start, end) pairs instead, O(n^2 * parts) each, with the same answer: the
 // fewest crossing bytes within the bound, then the smallest largest time, then the earliest cuts.
-// Throws UserError when parts is not in [1, n], when opts.slack is negative or not finite, or
+// Throws UserError when parts is not in [1, computing positions], when opts.slack is negative
+// or not finite, or
 // when no split fits (the message names the smallest limit that would, see min_feasible_limit).
 std::vector<PartRange> solve_min_bottleneck(const LinearProblem& p, int parts,
                                             const MemoryModel& m, const SolveOptions& opts = {});
@@ -110,7 +126,7 @@ std::vector<PartRange> split_at(const LinearProblem& p, const std::vector<int>& 
 
 // The smallest m.limit under which some split into `parts` fits, whatever the cost: the
 // minimum over splits of the largest part memory (m.limit itself is ignored). Can be 0, which
-// as a limit means none. Throws UserError when parts is not in [1, n].
+// as a limit means none. Throws UserError when parts is not in [1, computing positions].
 int64_t min_feasible_limit(const LinearProblem& p, int parts, const MemoryModel& m);
 
 

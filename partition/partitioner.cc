@@ -32,6 +32,34 @@ Lifetimes lifetimes(const Graph& g) {
 
 bool travels(const Graph& g, ValueId v) { return !g.value(v).is_initializer(); }
 
+// The nodes a chunk may not go without: those with forward FLOPs (not a Reshape, Transpose,
+// Slice or Gather alone). Empty when none has any: then every node counts.
+std::vector<char> computing_nodes(const std::vector<NodeCost>& costs) {
+  std::vector<char> out(costs.size());
+  for (size_t i = 0; i < costs.size(); ++i) out[i] = costs[i].flops_fwd > 0;
+  if (std::find(out.begin(), out.end(), 1) == out.end()) out.clear();
+  return out;
+}
+
+// Balanced cuts: every chunk holds a node that computes, so at most that many chunks; more is
+// one line naming the most stages that fit at this many chunks per stage.
+void check_chunks_compute(const std::vector<NodeCost>& costs, int stages, int per_stage) {
+  const int n = static_cast<int>(costs.size());
+  const int most = most_chunks(costs);
+  const int parts = stages * per_stage;
+  if (parts <= most) return;
+  const std::string asked = per_stage > 1 ? std::to_string(stages) + " stages x " + std::to_string(per_stage) +
+                                                " chunks = " + std::to_string(parts) + " chunks"
+                                          : std::to_string(stages) + " stages";
+  const std::string what = "cannot cut the graph into " + asked + " that each hold a node with FLOPs: it has " +
+                           std::to_string(most) + " such nodes (of " + std::to_string(n) + ")";
+  if (most / per_stage < 1)
+    throw UserError("partition", what, "use a schedule with fewer chunks per stage");
+  throw UserError("partition", what,
+                  "use at most " + std::to_string(most / per_stage) + " stages" +
+                      (per_stage > 1 ? " at " + std::to_string(per_stage) + " chunks per stage" : ""));
+}
+
 std::vector<int64_t> balance_cost(const Graph& g, const std::vector<NodeCost>& costs,
                                   Strategy s) {
   std::vector<int64_t> out(costs.size());
@@ -138,6 +166,11 @@ const char* strategy_name(Strategy s) {
   return "?";
 }
 
+int most_chunks(const std::vector<NodeCost>& costs) {
+  const std::vector<char> computes = computing_nodes(costs);
+  return computes.empty() ? static_cast<int>(costs.size()) : static_cast<int>(std::count(computes.begin(), computes.end(), 1));
+}
+
 int64_t PartitionPlan::device_cost(int device) const {
   int64_t c = 0;
   for (const ChunkPlan& ch : chunks)
@@ -163,6 +196,7 @@ LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs,
     p.cost[static_cast<size_t>(i)] = costs[static_cast<size_t>(i)].cost();
     p.activation_bytes[static_cast<size_t>(i)] = costs[static_cast<size_t>(i)].saved_bytes;
   }
+  p.computes = computing_nodes(costs);
   std::map<ValueId, std::vector<int>> readers;  // parameter -> the positions reading it, ascending
   for (int i = 0; i < n; ++i)
     for (ValueId v : g.nodes[static_cast<size_t>(i)].inputs)
@@ -204,10 +238,11 @@ PartitionPlan plan_partition(const Graph& g, const std::vector<NodeCost>& costs,
     throw UserError("--chunks-per-stage", "must be at least 1", "");
   const int parts = opts.stages * opts.chunks_per_stage;
   const int n = static_cast<int>(g.nodes.size());
+  if (opts.strategy != Strategy::kManual) check_chunks_compute(costs, opts.stages, opts.chunks_per_stage);
   if (parts > n)
     throw UserError("partition", "cannot cut a graph of " + std::to_string(n) + " nodes into " +
                                      std::to_string(parts) + " chunks",
-                    "use at most " + std::to_string(n) + " stages");
+                    "use at most " + std::to_string(n / opts.chunks_per_stage) + " stages");
   // Parameter bytes and node counts are not times: only the balanced and manual splits see links.
   const bool timed = opts.strategy == Strategy::kBalanced || opts.strategy == Strategy::kManual;
   LinearProblem problem = linear_problem(g, costs, timed ? opts.link : LinkModel{});

@@ -4,6 +4,11 @@
 // Nodes are taken in the graph's topological order; a chunk is a contiguous range of it. With
 // chunks_per_stage = v > 1 there are v*stages chunks; for v = 2 they sit in a V on the devices
 // (chunk i and 2P-1-i on device i), otherwise round-robin (chunk c on device c mod P).
+//
+// Balanced cuts (every strategy but manual): each chunk holds at least one node with forward
+// FLOPs, so that no stage is left with data movement alone (a Transpose, a Reshape) while the
+// others compute. A graph with M such nodes takes at most M chunks, M / v stages at v chunks per
+// stage; more is a UserError naming that count. Manual cuts are the user's: any non-empty chunk.
 #pragma once
 
 #include <string>
@@ -74,6 +79,9 @@ struct PartitionPlan {
 
 PartitionPlan plan_partition(const Graph& g, const std::vector<NodeCost>& costs,
                              const PartitionOptions& opts);
+
+// The most chunks balanced cuts allow: the nodes with forward FLOPs (every node when none has).
+int most_chunks(const std::vector<NodeCost>& costs);
 
 // The flat problem the solver sees (exposed for tests and benchmarks); cut_cost priced by `link`.
 LinearProblem linear_problem(const Graph& g, const std::vector<NodeCost>& costs,

@@ -253,7 +253,7 @@ struct Builder {
   void need_file(const std::string& key, const std::string& path) const {
     if (!std::filesystem::is_regular_file(path))
       fail(key, "file '" + path + "' does not exist",
-           "check the path (relative paths are from the working folder)");
+           "check the path (" + (o.path_rule ? o.path_rule(key) : "relative paths are from the working folder") + ")");
   }
 
   Tensor read_checked(const std::string& key, const std::string& path, const FeedSpec& f) const {

@@ -56,6 +56,9 @@ struct DataOptions {
   // Where a dotted key sits, for errors: "train.yaml:7: data.inputs.x" (TrainConfig::where).
   // Empty: the key itself.
   std::function<std::string(const std::string& key)> where;
+  // Where a relative path at a key starts, for a missing file's message (TrainConfig::path_rule).
+  // Empty: "relative paths are from the working folder".
+  std::function<std::string(const std::string& key)> path_rule;
 };
 
 using FeedMap = std::map<std::string, Tensor>;

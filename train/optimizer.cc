@@ -146,7 +146,7 @@ void validate(const OptimizerConfig& c) {
 double learning_rate_at(const OptimizerConfig& c, int64_t step) {
   const auto t = static_cast<double>(step);
   const auto w = static_cast<double>(c.warmup_steps);
-  if (step < c.warmup_steps) return c.lr * (t / w);
+  if (step < c.warmup_steps) return c.lr * ((t + 1) / w);
   if (c.schedule == OptimizerConfig::Schedule::kConstant) return c.lr;
   const double r = c.lr > 0 ? c.min_lr / c.lr : 0.0;
   const double span = std::max(1.0, static_cast<double>(c.total_steps) - 1.0 - w);

@@ -56,13 +56,14 @@ struct OptimizerConfig {
   double clip_grad_norm = 0;  // max global L2 norm of all gradients; 0 = no clipping
   // Learning rate at step t (0-based: t steps were taken before), W = warmup_steps,
   // T = total_steps, r = min_lr / lr:
-  //   lr_t = lr * f(t),  f(t) = t / W                                        for t < W
+  //   lr_t = lr * f(t),  f(t) = (t + 1) / W                                  for t < W
   //                      f(t) = 1                                  (constant) for t >= W
   //                      f(t) = r + (1 - r) * 0.5 * (1 + cos(pi * q))  (cosine) for t >= W,
   //                             q = min(1, (t - W) / max(1, T - 1 - W))
-  // so warm-up climbs linearly from 0 and the cosine reaches min_lr at the last step, T - 1,
-  // and stays there. This is torch.optim.lr_scheduler.LambdaLR with lambda f, stepped once after
-  // every optimizer step.
+  // so warm-up climbs linearly from lr / W at the first step (as nanoGPT's and Megatron's do: no
+  // step runs at rate 0) to lr at step W - 1, and the cosine reaches min_lr at the last step,
+  // T - 1, and stays there. This is torch.optim.lr_scheduler.LambdaLR with lambda f, stepped
+  // once after every optimizer step.
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::kConstant;
   int64_t total_steps = 0;    // cosine only

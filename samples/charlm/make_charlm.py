@@ -96,10 +96,11 @@ def windows(data, T):
 
 
 def lr_at(t, total):
-    """train/optimizer.h: linear warm-up from 0, then cosine to min_lr at step total - 1."""
+    """train/optimizer.h: linear warm-up from lr / warmup at step 0 to lr at step warmup - 1, then
+    cosine to min_lr at step total - 1."""
     c = CONFIG
     if t < c["warmup"]:
-        return c["lr"] * t / c["warmup"]
+        return c["lr"] * (t + 1) / c["warmup"]
     q = min(1.0, (t - c["warmup"]) / max(1, total - 1 - c["warmup"]))
     r = c["min_lr"] / c["lr"]
     return c["lr"] * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * q)))

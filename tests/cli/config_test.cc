@@ -216,6 +216,53 @@ TEST(ConfigErrors, MissingFiles) {
   EXPECT_EQ(error_of("/nonexistent/cfg.yaml"), "/nonexistent/cfg.yaml: cannot read the config file; check the path");
 }
 
+// relative_to: config (what `plan --write` writes): the file's relative paths are from its
+// folder, whatever folder `train` runs in; absolute paths and --set ones are taken as given.
+// By default (working_folder) nothing changes: the repository's configs name samples/... from
+// its root.
+TEST(Config, RelativeToConfigReadsPathsFromTheFilesFolder) {
+  const fs::path dir = fs::temp_directory_path() / "pt_cfg_relative" / "plans";
+  fs::create_directories(dir);
+  fs::create_directories(dir.parent_path() / "data");
+  fs::copy_file("samples/mlp/mlp.onnx", dir.parent_path() / "mlp.onnx", fs::copy_options::overwrite_existing);
+  std::ofstream(dir.parent_path() / "data" / "tokens.txt") << "some text";
+  const std::string file = (dir / "c.yaml").string();
+  std::ofstream(file) << "relative_to: config\n"
+                         "model: ../mlp.onnx\n"
+                         "data: {kind: tokens, file: ../data/tokens.txt}\n"
+                         "pipeline: {schedule: s.csv}\n"
+                         "checkpoint: {dir: ckpt}\n"
+                         "output: {model: out/t.onnx, metrics: /tmp/m.jsonl, trace: t.json, timeline: t.svg}\n";
+  const std::string d = dir.string(), top = dir.parent_path().string();
+  const TrainConfig c = load_config(file);
+  EXPECT_EQ(c.relative_to, "config");
+  EXPECT_EQ(c.model, top + "/mlp.onnx");
+  EXPECT_EQ(c.data.file, top + "/data/tokens.txt");
+  EXPECT_EQ(c.pipeline.schedule, d + "/s.csv");
+  EXPECT_EQ(c.checkpoint.dir, d + "/ckpt");
+  EXPECT_EQ(c.output.model, d + "/out/t.onnx");
+  EXPECT_EQ(c.output.safetensors, d + "/out/t.safetensors");
+  EXPECT_EQ(c.output.metrics, "/tmp/m.jsonl");
+  EXPECT_EQ(c.output.trace, d + "/t.json");
+  EXPECT_EQ(c.output.timeline, d + "/t.svg");
+  // A command line's paths are the shell's: from the working folder.
+  const TrainConfig set = load_config(file, {"output.trace=here.json", "pipeline.schedule=zb-v"});
+  EXPECT_EQ(set.output.trace, "here.json");
+  EXPECT_EQ(set.pipeline.schedule, "zb-v");  // a kind is no path
+  // The missing file's message says where relative paths start.
+  std::ofstream(file) << "relative_to: config\nmodel: nowhere.onnx\n";
+  EXPECT_EQ(error_of(file), file + ":2: model: file '" + d + "/nowhere.onnx' does not exist; check the path "
+                                   "(relative paths in this file are from its folder, as relative_to: config says)");
+  EXPECT_EQ(error_of(file, {"model=nowhere.onnx"}),
+            "--set model: file 'nowhere.onnx' does not exist; check the path (relative paths are from the working folder)");
+  std::ofstream(file) << "relative_to: here\nmodel: ../mlp.onnx\n";
+  EXPECT_EQ(error_of(file), file + ":1: relative_to: unknown value 'here'; use one of config, working_folder");
+  // working_folder, the default: as written.
+  std::ofstream(file) << "relative_to: working_folder\nmodel: samples/mlp/mlp.onnx\noutput: {model: out/t.onnx}\n";
+  EXPECT_EQ(load_config(file).model, "samples/mlp/mlp.onnx");
+  EXPECT_EQ(load_config(file).output.model, "out/t.onnx");
+}
+
 TEST(ConfigErrors, BrokenYaml) {
   const std::string a = write("pt_cfg_broken.yaml", "model: samples/mlp/mlp.onnx\noptimizer: {lr: [1, 2\n");
   EXPECT_EQ(error_of(a).rfind(a + ":", 0), 0u) << error_of(a);

@@ -224,6 +224,49 @@ TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
     EXPECT_LE(measured[d] + best["state_bytes"][d].get<int64_t>(), 12 << 20) << "device " << d;
 }
 
+// `plan --write` names the model, the schedule CSV and the trained model from the config's own
+// folder (relative_to: config), so `train` runs it from any folder and writes beside it; a path
+// given with --set is from the folder train runs in.
+TEST(Planner, AWrittenPlanTrainsFromAnotherFolder) {
+  const fs::path dir = fresh_dir("pt_plan_where");
+  fs::create_directories(dir / "models");
+  fs::create_directories(dir / "plans");
+  fs::create_directories(dir / "elsewhere");
+  fs::copy_file("samples/mlp/mlp.onnx", dir / "models" / "mlp.onnx");
+  const std::string binary = fs::absolute(PT_BINARY).string();
+  Result p = run_command("cd " + dir.string() + " && " + binary +
+                         " plan models/mlp.onnx --devices 2 --memory 64MiB -b 2 --write plans/p.yaml");
+  ASSERT_EQ(p.code, 0) << p.err;
+  std::ifstream in(dir / "plans" / "p.yaml");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("relative_to: config"), std::string::npos) << text;
+  EXPECT_NE(text.find("model: \"../models/mlp.onnx\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("output: {model: \"p_trained.onnx\"}"), std::string::npos) << text;
+  Result t = run_command("cd " + (dir / "elsewhere").string() + " && " + binary +
+                         " train ../plans/p.yaml -q --set steps=1 --set output.metrics=m.jsonl");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_TRUE(fs::exists(dir / "plans" / "p_trained.onnx"));
+  EXPECT_TRUE(fs::exists(dir / "elsewhere" / "m.jsonl"));
+  // And from the plan's own folder, and given by an absolute path from the root.
+  t = run_command("cd " + (dir / "plans").string() + " && " + binary + " train p.yaml -q --set steps=1");
+  EXPECT_EQ(t.code, 0) << t.err;
+  t = run_command("cd / && " + binary + " train " + (dir / "plans" / "p.yaml").string() + " -q --set steps=1");
+  EXPECT_EQ(t.code, 0) << t.err;
+  Result cuts = run_command("cd " + (dir / "elsewhere").string() + " && " + binary + " partition --plan ../plans/p.yaml");
+  EXPECT_EQ(cuts.code, 0) << cuts.err;
+  if (text.find("schedule.csv") != std::string::npos)  // an `auto` schedule: the CSV beside it
+    EXPECT_NE(text.find("schedule: \"p.schedule.csv\"\n"), std::string::npos) << text;
+  // A run checkpointed from one folder resumes from another: the same model file.
+  std::ofstream(dir / "plans" / "c.yaml") << "relative_to: config\nmodel: ../models/mlp.onnx\ndims: {batch: 2}\n"
+                                             "data: {kind: synthetic, samples: 16}\nsteps: 1\n"
+                                             "checkpoint: {dir: ckpt, every: 1}\n";
+  t = run_command("cd " + (dir / "elsewhere").string() + " && " + binary + " train ../plans/c.yaml -q");
+  ASSERT_EQ(t.code, 0) << t.err;
+  t = run_command("cd " + dir.string() + " && " + binary + " train plans/c.yaml --resume --set steps=2");
+  EXPECT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("resumed from step 1"), std::string::npos) << t.out;
+}
+
 // pipeline.plan: auto in a train config: the planner picks schedule, chunks and recompute under
 // pipeline.memory_limit, and the run keeps what it planned; keys it would choose are refused.
 TEST(Planner, TrainPlansItselfUnderTheMemoryLimit) {

@@ -77,6 +77,18 @@ TEST(TrainRanks, FourRanksOverTcpUnderEveryKindOfSchedule) {
   }
 }
 
+// A config without `data:` says once, not once per rank, that it trains on synthetic samples.
+TEST(TrainRanks, TheSyntheticDataLineIsPrintedOnce) {
+  const fs::path d = scratch("ranks_synthetic");
+  const fs::path cfg = write(d / "c.yaml", "model: samples/mlp/mlp.onnx\ndims: {batch: 2}\n"
+                                           "pipeline: {stages: 2, schedule: 1f1b}\nsteps: 1\n");
+  const Result r = mpirun(2, "train " + cfg.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t lines = 0;
+  for (size_t at = 0; (at = r.out.find("synthetic samples", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_EQ(lines, 1u) << r.out;
+}
+
 TEST(TrainRanks, StagesMustSplitOverTheRanks) {
   const fs::path d = scratch("ranks_split");
   const Result r = mpirun(2, charlm(d, "--set steps=2 --set pipeline.stages=3 --set pipeline.schedule=1f1b"));

@@ -224,6 +224,24 @@ TEST(Train, BadConfigsNameTheYamlLine) {
 
 // A quick try shorter than the configured warm-up runs, with one line saying how the warm-up was
 // shortened (the main job's own config has 20 warm-up steps; `--set steps=3` must still train).
+// A config without `data:` trains on synthetic samples and says so, once, at the start, with how
+// to give real data; one that names its data (synthetic included) and a quiet run (-q) do not.
+TEST(Train, WithoutDataItSaysItTrainsOnSyntheticSamples) {
+  const fs::path d = scratch("no_data");
+  const fs::path cfg = write(d / "c.yaml", "model: samples/mlp/mlp.onnx\ndims: {batch: 2}\nsteps: 1\n");
+  const Result r = run("train " + cfg.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string line = "data: the config names none, so this run trains on 256 synthetic samples (seeded random "
+                           "inputs and targets); to train on yours add data: {kind: npy, inputs: {input: FILE.npy}, "
+                           "targets: FILE.npy} or {kind: tokens, file: FILE}\n";
+  EXPECT_EQ(r.out.rfind(line, 0), 0u) << r.out;  // the first line
+  EXPECT_EQ(r.out.find("synthetic", line.size()), std::string::npos) << r.out;
+  const Result named = run("train " + cfg.string() + " --set data.kind=synthetic");
+  ASSERT_EQ(named.code, 0) << named.err;
+  EXPECT_EQ(named.out.find("synthetic"), std::string::npos) << named.out;
+  EXPECT_EQ(run("train " + cfg.string() + " -q").out.find("synthetic"), std::string::npos);  // as -q's other notes
+}
+
 TEST(Train, ShortRunShortensTheWarmUp) {
   const fs::path d = scratch("short");
   write(d / "c.yaml", mlp_config(d, 40, 100));

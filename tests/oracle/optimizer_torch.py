@@ -51,10 +51,10 @@ CASES = [
 
 
 def lr_factor(case, t):
-    """The schedule of train/optimizer.h: warm-up t/W, then constant or cosine down to min_lr."""
+    """The schedule of train/optimizer.h: warm-up (t + 1)/W, then constant or cosine down to min_lr."""
     w = case.get("warmup", 0)
     if t < w:
-        return t / w
+        return (t + 1) / w
     if case.get("schedule", "constant") == "constant":
         return 1.0
     r = case["min_lr"] / case["lr"]

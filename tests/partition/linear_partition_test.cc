@@ -69,6 +69,19 @@ void for_each_split(int n, int parts, Visit visit) {
   rec(rec, 1);
 }
 
+// Whether every part of the split holds a computing position (LinearProblem::computes; all
+// compute when it is empty): the splits the solvers may return.
+bool parts_compute(const LinearProblem& p, int parts, const std::vector<int>& cuts) {
+  if (p.computes.empty()) return true;
+  const int n = static_cast<int>(p.size());
+  for (int k = 0; k < parts; ++k) {
+    const int begin = k == 0 ? 0 : cuts[k - 1], end = k == parts - 1 ? n : cuts[k];
+    if (std::none_of(p.computes.begin() + begin, p.computes.begin() + end, [](char c) { return c != 0; }))
+      return false;
+  }
+  return true;
+}
+
 struct BruteForce {
   int64_t best_cost = kInf;       // over splits that fit m.limit; kInf when none does
   int64_t smallest_limit = kInf;  // min over all splits of the largest part memory
@@ -78,6 +91,7 @@ BruteForce brute_force(const LinearProblem& p, int parts, const MemoryModel& m) 
   const int n = static_cast<int>(p.size());
   BruteForce out;
   for_each_split(n, parts, [&](const std::vector<int>& cuts) {
+    if (!parts_compute(p, parts, cuts)) return;
     int64_t worst_cost = 0, worst_memory = 0;
     for (int k = 0; k < parts; ++k) {
       const int begin = k == 0 ? 0 : cuts[k - 1], end = k == parts - 1 ? n : cuts[k];
@@ -101,6 +115,9 @@ int64_t expect_valid_split(const LinearProblem& p, int parts, const MemoryModel&
     const PartRange& r = split[k];
     EXPECT_EQ(r.begin, at) << "part " << k;
     EXPECT_LT(r.begin, r.end) << "part " << k;
+    if (!p.computes.empty() && r.begin < r.end)
+      EXPECT_TRUE(std::any_of(p.computes.begin() + r.begin, p.computes.begin() + r.end, [](char c) { return c != 0; }))
+          << "part " << k << " holds no computing position";
     EXPECT_EQ(r.cost, naive_cost(p, r.begin, r.end)) << "part " << k;
     EXPECT_EQ(r.link, naive_link(p, r.begin, r.end, k, parts)) << "part " << k;
     EXPECT_EQ(r.memory, naive_memory(p, r.begin, r.end, k, parts, m)) << "part " << k;
@@ -142,6 +159,7 @@ FewestCrossing brute_force_fewest_crossing(const LinearProblem& p, int parts,
   const int n = static_cast<int>(p.size());
   FewestCrossing out;
   for_each_split(n, parts, [&](const std::vector<int>& cuts) {
+    if (!parts_compute(p, parts, cuts)) return;
     int64_t worst = 0, crossing = 0;
     bool fit = true;
     for (int k = 0; k < parts; ++k) {
@@ -316,6 +334,64 @@ TEST(SolveMinBottleneck, PricedCutsMatchBruteForce) {
   EXPECT_GT(feasible, 1500);
   EXPECT_GT(infeasible, 200);
   EXPECT_GT(moved, 300);  // the prices must move cuts, or the test shows nothing
+}
+
+// Every part must hold a computing position (LinearProblem::computes: a node with FLOPs): the
+// sweep, the fewest-crossing DP, the priced DPs and the least limit each keep to the splits that
+// do, as enumerating them does; more parts than computing positions is refused.
+TEST(SolveMinBottleneck, EveryPartHoldsAComputingPosition) {
+  std::mt19937_64 rng(20261203);
+  int feasible = 0, infeasible = 0, refused = 0, constrained = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = std::uniform_int_distribution<int>(1, 11)(rng);
+    LinearProblem p = random_slack_problem(rng, n);
+    for (int i = 0; i < n; ++i) p.computes.push_back(std::uniform_int_distribution<int>(0, 2)(rng) != 0);
+    const int computing = static_cast<int>(std::count(p.computes.begin(), p.computes.end(), 1));
+    const int parts = std::uniform_int_distribution<int>(1, n)(rng);
+    MemoryModel m;
+    m.state_factor = std::uniform_int_distribution<int64_t>(0, 4)(rng);
+    const bool priced = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+    if (priced)
+      for (int i = 0; i <= n; ++i) p.cut_cost.push_back(std::uniform_int_distribution<int64_t>(0, 600)(rng));
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": n=" + std::to_string(n) + " parts=" + std::to_string(parts) +
+                 " computing=" + std::to_string(computing) + (priced ? " priced" : ""));
+    if (parts > computing) {
+      ++refused;
+      EXPECT_THROW(solve_min_bottleneck(p, parts, m), UserError);
+      EXPECT_THROW(min_feasible_limit(p, parts, m), UserError);
+      continue;
+    }
+    const int64_t smallest = brute_force(p, parts, m).smallest_limit;
+    EXPECT_EQ(min_feasible_limit(p, parts, m), smallest);
+    m.limit = random_limit(rng, smallest);
+    const int64_t best = brute_force(p, parts, m).best_cost;
+    if (best == kInf) {
+      ++infeasible;
+      EXPECT_THROW(solve_min_bottleneck(p, parts, m), UserError);
+      continue;
+    }
+    ++feasible;
+    LinearProblem all = p;
+    all.computes.clear();
+    constrained += brute_force(all, parts, m).best_cost < best;
+    for (double slack : {0.0, 0.02, 0.1}) {
+      const int64_t bound = slack_bound(best, slack);
+      const FewestCrossing want = brute_force_fewest_crossing(p, parts, m, bound);
+      const auto split = solve_min_bottleneck(p, parts, m, SolveOptions{slack});
+      const int64_t worst = expect_valid_split(p, parts, m, split);
+      if (slack == 0) {
+        EXPECT_EQ(worst, best);
+      }
+      EXPECT_EQ(crossing_bytes(p, split), want.crossing) << "slack " << slack;
+      EXPECT_EQ(worst, want.worst) << "slack " << slack;
+      EXPECT_EQ(cuts_of(split), want.cuts) << "slack " << slack;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(feasible, 1000);
+  EXPECT_GT(infeasible, 100);
+  EXPECT_GT(refused, 300);
+  EXPECT_GT(constrained, 100);  // the rule must change the best split, or the test shows nothing
 }
 
 TEST(SolveMinBottleneck, SlackBuysABlockBoundary) {

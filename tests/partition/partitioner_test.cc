@@ -133,6 +133,8 @@ TEST(Partition, MemoryLimitHonouredOrRefused) {
   }
 }
 
+// Every chunk holds a node with FLOPs (the MLP's 7 nodes all have some): one more stage than
+// that is one line naming the most that fit (tests/cli/stage_limit_test.cc: every sample).
 TEST(Partition, MoreStagesThanNodesIsRefused) {
   Loaded l = load("mlp");
   const int n = static_cast<int>(l.g.nodes.size());
@@ -141,8 +143,9 @@ TEST(Partition, MoreStagesThanNodesIsRefused) {
     FAIL();
   } catch (const UserError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "partition: cannot cut a graph of " + std::to_string(n) + " nodes into " +
-                  std::to_string(n + 1) + " chunks; use at most " + std::to_string(n) + " stages");
+              "partition: cannot cut the graph into " + std::to_string(n + 1) +
+                  " stages that each hold a node with FLOPs: it has " + std::to_string(n) + " such nodes (of " +
+                  std::to_string(n) + "); use at most " + std::to_string(n) + " stages");
   }
 }
 

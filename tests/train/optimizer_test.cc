@@ -144,34 +144,39 @@ TEST(Optimizer, ClipScalesEveryStageByOneFactor) {
   }
 }
 
-// Warm-up W = 4, cosine over T = 13 steps (span T - 1 - W = 8), lr 1, min_lr 0.1.
+// Warm-up W = 4 (lr / 4 at step 0, lr at step 3), cosine over T = 13 steps (span T - 1 - W = 8),
+// lr 1, min_lr 0.1.
 TEST(Optimizer, ScheduleValues) {
   OptimizerConfig c = sgd(1.0);
   c.warmup_steps = 4;
-  EXPECT_DOUBLE_EQ(learning_rate_at(c, 0), 0.0);
-  EXPECT_DOUBLE_EQ(learning_rate_at(c, 1), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 0), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 1), 0.5);
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 3), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate_at(c, 4), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate_at(c, 100), 1.0);
   c.schedule = OptimizerConfig::Schedule::kCosine;
   c.total_steps = 13;
   c.min_lr = 0.1;
-  EXPECT_DOUBLE_EQ(learning_rate_at(c, 2), 0.5);
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 2), 0.75);
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 3), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate_at(c, 4), 1.0);
   EXPECT_NEAR(learning_rate_at(c, 6), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-15);
   EXPECT_NEAR(learning_rate_at(c, 8), 0.55, 1e-15);
   EXPECT_NEAR(learning_rate_at(c, 12), 0.1, 1e-15);
   EXPECT_NEAR(learning_rate_at(c, 50), 0.1, 1e-15);
-  // The optimizer steps with the schedule's rate: zero at step 0, a quarter at step 1.
+  // The optimizer steps with the schedule's rate: a quarter of lr at step 0 (the first step
+  // moves the parameter), half at step 1.
   c.lr = 0.4;
   c.min_lr = 0;
   Tensor p = make({1.0f});
   Optimizer opt(c, {{"w", &p}});
   std::vector<Tensor> g = {make({1.0f})};
-  opt.step(ptrs(g));
-  EXPECT_EQ(values(p)[0], 1.0f);
   EXPECT_DOUBLE_EQ(opt.current_lr(), 0.1);
   opt.step(ptrs(g));
   EXPECT_FLOAT_EQ(values(p)[0], 0.9f);
+  EXPECT_DOUBLE_EQ(opt.current_lr(), 0.2);
+  opt.step(ptrs(g));
+  EXPECT_FLOAT_EQ(values(p)[0], 0.7f);
 }
 
 // Save after two steps, load into a fresh optimizer over copied parameters: the next steps give

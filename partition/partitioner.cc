@@ -56,7 +56,7 @@ void check_chunks_compute(const std::vector<NodeCost>& costs, int stages, int pe
   if (most / per_stage < 1)
     throw UserError("partition", what, "use a schedule with fewer chunks per stage");
   throw UserError("partition", what,
-                  "use at most " + std::to_string(most / per_stage) + " stages" +
+                  "use at most " + std::to_string(most / per_stage) + (most / per_stage == 1 ? " stage" : " stages") +
                       (per_stage > 1 ? " at " + std::to_string(per_stage) + " chunks per stage" : ""));
 }
 

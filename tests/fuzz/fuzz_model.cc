@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.batch = 2;
     pt::Graph g = pt::import_model(path, options);
     std::vector<pt::NodeCost> costs = pt::estimate_costs(g);
-    if (g.nodes.size() < 2) return;  // `--stages 2` on one node is the flag's error, not the file's
+    // `--stages 2` on one node, or on one node that computes, is the flag's error, not the file's.
+    if (g.nodes.size() < 2 || pt::most_chunks(costs) < 2) return;
     pt::PartitionOptions p;
     p.stages = 2;
     pt::plan_partition(g, costs, p);

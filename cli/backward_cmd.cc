@@ -143,13 +143,6 @@ Tensor slice_rows(const Tensor& t, int64_t m, int64_t rows) {
   return out;
 }
 
-Tensor scalar_f32(float v) {
-  Tensor t;
-  t.type = TensorType{DType::kFloat32, {}};
-  t.data.resize(sizeof(float));
-  std::memcpy(t.data.data(), &v, sizeof(float));
-  return t;
-}
 
 }  // namespace
 
@@ -217,14 +210,8 @@ int run_grad(const GradArgs& a) {
     std::map<std::string, Tensor> feeds;
     for (const auto& [name, t] : inputs) feeds[name] = slice_rows(t, m, rows);
     feeds[kLossTarget] = targets[static_cast<size_t>(m)];
-    feeds[kLossScale] = scalar_f32(scale);
-    if (form.dropout_key) {
-      Tensor& key = feeds[kDropoutKey];
-      const int64_t k = dropout_key_for(0, 0, m);
-      key.type = TensorType{DType::kInt64, {}};
-      key.data.resize(sizeof k);
-      std::memcpy(key.data.data(), &k, sizeof k);
-    }
+    feeds[kLossScale] = scalar_tensor(scale);
+    if (form.dropout_key) feeds[kDropoutKey] = scalar_tensor(dropout_key_for(0, 0, m));
     for (ValueId v : chunks.front().forward.inputs) {
       const Value& val = chunks.front().forward.value(v);
       if (val.name == kLossTarget || val.name == kLossScale) continue;  // checked below
@@ -245,7 +232,7 @@ int run_grad(const GradArgs& a) {
   }
   namespace fs = std::filesystem;
   fs::create_directories(a.output_dir);
-  write_npy(scalar_f32(static_cast<float>(step.loss())), (fs::path(a.output_dir) / "loss.npy").string());
+  write_npy(scalar_tensor(static_cast<float>(step.loss())), (fs::path(a.output_dir) / "loss.npy").string());
   for (const auto& [name, t] : step.grads())
     write_npy(t, (fs::path(a.output_dir) / npy_file_name(name)).string());
   std::cout << "loss " << std::setprecision(8) << step.loss() << "\n";

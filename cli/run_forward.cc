@@ -3,7 +3,6 @@
 // against the model's inputs before anything is imported.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -79,13 +78,7 @@ int run_forward(const RunArgs& a) {
 
   std::vector<Buffer> feeds;
   // A Bernoulli draw of the file takes a key: the same draws on every run.
-  if (g.find(kDropoutKey) != kNoValue) {
-    const int64_t key = dropout_key_for(0, 0, 0);
-    Tensor& t = inputs[kDropoutKey];
-    t.type = TensorType{DType::kInt64, {}};
-    t.data.resize(sizeof key);
-    std::memcpy(t.data.data(), &key, sizeof key);
-  }
+  if (g.find(kDropoutKey) != kNoValue) inputs[kDropoutKey] = scalar_tensor(dropout_key_for(0, 0, 0));
   for (ValueId v : g.inputs) {
     const Value& val = g.value(v);
     auto it = inputs.find(val.name);

@@ -92,16 +92,6 @@ auto at_key(const TrainConfig& cfg, const std::string& key, F&& f) -> decltype(f
   }
 }
 
-// A rank-0 tensor holding v (float32 for loss_scale, int64 for dropout_key).
-template <class T>
-Tensor scalar_tensor(T v) {
-  Tensor t;
-  t.type = TensorType{dtype_of<T>(), {}};
-  t.data.resize(sizeof v);
-  std::memcpy(t.data.data(), &v, sizeof v);
-  return t;
-}
-
 // Before any work: an output the run could not write at its end is one line now. The path must
 // not be a folder, and its nearest existing ancestor must be a folder this process may write.
 void check_writable(const std::string& path, const std::string& where) {

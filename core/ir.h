@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <set>
 #include <memory>
@@ -84,6 +85,16 @@ struct Tensor {
   template <class T>
   T* as() { return reinterpret_cast<T*>(data.data()); }
 };
+
+// A rank-0 tensor holding v (a loss scale, a dropout key).
+template <class T>
+Tensor scalar_tensor(T v) {
+  Tensor t;
+  t.type = TensorType{dtype_of<T>(), {}};
+  t.data.resize(sizeof v);
+  std::memcpy(t.data.data(), &v, sizeof v);
+  return t;
+}
 
 // The values of an int64 or int32 tensor (shapes, axes, indices); nullopt for any other dtype.
 std::optional<std::vector<int64_t>> int_values(const Tensor& t);

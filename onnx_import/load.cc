@@ -231,6 +231,17 @@ bool is_shape_argument(const std::string& op, int i) {
   return op == "ConstantOfShape" || op == "Range";
 }
 
+// Whether the input's declared element type and static dims are t's.
+bool declares(const onnx::ValueInfoProto& in, const TensorType& t) {
+  if (!in.type().has_tensor_type() || in.type().tensor_type().elem_type() != static_cast<int>(t.dtype))
+    return false;
+  const auto& dims = in.type().tensor_type().shape().dim();
+  if (dims.size() != static_cast<int>(t.shape.size())) return false;
+  for (int k = 0; k < dims.size(); ++k)
+    if (dims[k].has_dim_value() && dims[k].dim_value() != t.shape[static_cast<size_t>(k)]) return false;
+  return true;
+}
+
 // Replaces each given input that every reader takes as a shape argument by an initializer holding
 // its value (ImportOptions::given_inputs).
 void take_shape_inputs(onnx::GraphProto* g, const std::map<std::string, Tensor>& given) {
@@ -244,7 +255,9 @@ void take_shape_inputs(onnx::GraphProto* g, const std::map<std::string, Tensor>&
   for (auto& in : *g->mutable_input()) {
     auto v = given.find(in.name());
     auto reads = only_shape.find(in.name());
-    const bool take = v != given.end() && reads != only_shape.end() && reads->second;
+    // Only what the model declares: anything else stays an input, for run's type check to name.
+    const bool take = v != given.end() && reads != only_shape.end() && reads->second &&
+                      declares(in, v->second.type);
     if (take) tensor_to_proto(v->second, in.name(), g->add_initializer());
     else *kept.Add() = std::move(in);
   }

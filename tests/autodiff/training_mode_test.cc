@@ -302,12 +302,6 @@ TEST(TrainingMode, UpdateRunningStatisticsUsesOnnxMomentum) {
 
 // ---- a small graph with BatchNormalization or Dropout ---------------------------------------
 
-Tensor scalar_tensor(float v) {
-  Tensor t = make_tensor(DType::kFloat32, {});
-  *t.as<float>() = v;
-  return t;
-}
-
 Tensor bool_tensor(bool v) {
   Tensor t = make_tensor(DType::kBool, {});
   *t.as<bool>() = v;

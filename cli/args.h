@@ -21,7 +21,7 @@ struct ModelArgs {
   int64_t micro_batch = 1;
   bool micro_batch_given = false;  // --micro-batch was on the command line
   std::vector<std::string> dims;  // "name=value"
-  std::vector<std::string> tied, untied;  // initializer names or globs (onnx_import/module_params.h)
+  std::vector<std::string> tied, untied, trained;  // initializer names or globs (onnx_import/module_params.h)
 };
 
 // How transfers between devices are priced (partition/link.h): a preset, then what the user

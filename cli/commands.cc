@@ -35,6 +35,8 @@ void add_model_args(CLI::App* cmd, ModelArgs* m, bool required = true) {
   cmd->add_option("--dim", m->dims, "binds a named symbolic dimension: NAME=VALUE (repeatable)");
   cmd->add_option("--tied", m->tied, "initializers (names or globs) kept as one parameter where import would untie them");
   cmd->add_option("--untied", m->untied, "initializers (names or globs) given one copy per module that reads them");
+  cmd->add_option("--trained", m->trained,
+                  "constants the exporter folded from parameters (names or globs), trained as the file holds them");
 }
 
 }  // namespace

@@ -401,9 +401,9 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   }
   read_parallel_pipeline(r, root, root["pipeline"], c);
   if (const YAML::Node f = root["parameters"]) {
-    r.check_keys(f, "parameters", {"frozen", "tied", "untied"});
-    const std::pair<const char*, std::vector<std::string>*> lists[] = {
-        {"frozen", &c->frozen}, {"tied", &c->parameters.tied}, {"untied", &c->parameters.untied}};
+    r.check_keys(f, "parameters", {"frozen", "tied", "untied", "trained"});
+    const std::pair<const char*, std::vector<std::string>*> lists[] = {{"frozen", &c->frozen},
+        {"tied", &c->parameters.tied}, {"untied", &c->parameters.untied}, {"trained", &c->parameters.trained}};
     for (const auto& [key, into] : lists)
       if (const YAML::Node list = f[key]) {
         if (!list.IsSequence())

@@ -23,7 +23,7 @@
 //                                    # device: cuda (however many processes: the same cuts);
 //                                    # plan: auto lets the planner choose schedule, chunks and
 //                                    # recompute under memory_limit (cli/planner.h)
-//   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"]}   # names or globs
+//   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"], trained: [embedding_1]}   # names or globs
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
 //   parallel: {data: 1, zero: 0}     # data-parallel replicas of the pipeline (mpirun -n: a
 //                                    # multiple; each replica pipeline.micro_batches of its own);
@@ -119,7 +119,7 @@ struct TrainConfig {
   } pipeline;
 
   std::vector<std::string> frozen;  // parameters.frozen
-  ParameterChoices parameters;      // parameters.tied / untied (onnx_import/module_params.h)
+  ParameterChoices parameters;      // parameters.tied / untied / trained (onnx_import/module_params.h)
   std::string device = "cpu";       // cpu | cuda (the `device:` text up to a ':')
   std::vector<int> gpus;            // cuda:I,J,...: the GPU indices as written; empty: d mod G
   std::string precision = "fp32";   // fp32 | bf16 (device: cuda only)

@@ -29,7 +29,7 @@ ImportOptions import_options(const ModelArgs& m) {
   ImportOptions o;
   o.batch = m.micro_batch;
   o.dims = model_dims(m.model, m.dims);
-  o.parameters = {m.tied, m.untied};
+  o.parameters = {m.tied, m.untied, m.trained};
   return o;
 }
 

@@ -228,7 +228,7 @@ int run_plan(const PlanArgs& a) {
   ImportOptions io;
   io.batch = a.model.micro_batch;
   io.dims = model_dims(a.model.model, a.model.dims);
-  io.parameters = {a.model.tied, a.model.untied};
+  io.parameters = {a.model.tied, a.model.untied, a.model.trained};
   Graph g = import_model(a.model.model, io);
   if (!loss.output.empty() && g.find(loss.output) == kNoValue)
     throw UserError("--loss-output " + loss.output, "the model has no such output", "name one of the model's outputs");

@@ -147,7 +147,7 @@ nlohmann::json initializers_json(const Graph& g) {
 // What import did to give back the module's parameters (onnx_import/module_params.h).
 void print_parameter_notes(std::ostream& os, const Graph& g) {
   if (g.parameter_notes.empty()) return;
-  os << "module parameters the file merged or folded (parameters.tied / parameters.untied override):\n";
+  os << "module parameters the file merged or folded (parameters.tied / untied / trained override):\n";
   for (const ParameterNote& n : g.parameter_notes)
     os << "  " << n.initializer << ": " << n.action << "  (" << n.why << ")\n";
 }

@@ -141,6 +141,7 @@ struct Node {
 struct ParameterChoices {
   std::vector<std::string> tied;    // initializer names or globs kept as the file has them
   std::vector<std::string> untied;  // initializer names or globs untied per module scope
+  std::vector<std::string> trained;  // constants the exporter folded from parameters, trained as held
 };
 
 // What import did to the file's initializers to give back the module's parameters

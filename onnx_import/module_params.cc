@@ -133,6 +133,38 @@ int64_t int_attr(const onnx::NodeProto& n, const std::string& name) {
   return 0;
 }
 
+// An FX node's op from its name: embedding_1 -> embedding, slice -> slice.
+std::string fx_op(const std::string& name) {
+  size_t end = name.size();
+  while (end > 0 && std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
+  return end > 0 && end < name.size() && name[end - 1] == '_' ? name.substr(0, end - 1) : name;
+}
+
+// The bytes of slice i of x along axis a.
+std::string slice_bytes(const Tensor& x, size_t a, int64_t i) {
+  const auto& s = x.type.shape;
+  int64_t outer = 1, inner = static_cast<int64_t>(dtype_size(x.type.dtype));
+  for (size_t k = 0; k < a; ++k) outer *= s[k];
+  for (size_t k = a + 1; k < s.size(); ++k) inner *= s[k];
+  std::string out;
+  out.reserve(static_cast<size_t>(outer * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    out.append(reinterpret_cast<const char*>(&x.data[static_cast<size_t>((o * s[a] + i) * inner)]),
+               static_cast<size_t>(inner));
+  return out;
+}
+
+// x with axis a cut to its first slice.
+Tensor first_slice(const Tensor& x, size_t a) {
+  Tensor y;
+  y.type = x.type;
+  y.type.shape[a] = 1;
+  const std::string b = slice_bytes(x, a, 0);
+  y.data.resize(b.size());
+  std::memcpy(y.data.data(), b.data(), b.size());
+  return y;
+}
+
 struct Site {
   onnx::NodeProto* node;
   int input;
@@ -171,6 +203,7 @@ class Restorer {
     restore_transposed_ties(with_fx);
     name_generated_weights(with_fx);
     untie_by_value(with_fx);
+    restore_folded();
     drop_unread();
     return std::move(out_);
   }
@@ -492,6 +525,146 @@ class Restorer {
     out_.notes.push_back({t, "untied into " + list + " (the first module keeps " + t + ")",
                           forced ? "parameters.untied names it"
                                  : "every element is equal: an exporter's merge of equal values (parameters.tied keeps it tied)"});
+  }
+
+  // The module parameters the graph signature lists (`PARAMETER target='model.wpe.weight'`).
+  std::set<std::string> signature_parameters() const {
+    std::set<std::string> out;
+    const auto props = metadata_props(*g_);
+    auto it = props.find("pkg.torch.export.ExportedProgram.graph_signature");
+    if (it == props.end()) return out;
+    const std::string& s = it->second;
+    const std::string mark = ": PARAMETER target='";
+    for (size_t i = s.find(mark); i != std::string::npos; i = s.find(mark, i + 1)) {
+      const size_t b = i + mark.size(), e = s.find('\'', b);
+      if (e == std::string::npos) break;
+      out.insert(s.substr(b, e - b));
+    }
+    return out;
+  }
+
+  // Constants the exporter's optimizer folded from module parameters no initializer holds (the
+  // value info's `pkg.onnxscript.optimizer.folded_from` names them): a position table's rows
+  // gathered at constant positions, a class token expanded over the batch. Where the fold only
+  // selected and broadcast one parameter's elements, that parameter comes back holding the
+  // elements the constant holds, and the constant is computed from it (Expand where it was
+  // broadcast): the elements train as the module's (their gradient is the sum over the copies),
+  // under the parameter's name. Any other fold stays a frozen constant, with a warning naming
+  // the ways out; parameters.trained trains it as the file holds it.
+  void restore_folded() {
+    const std::set<std::string> params = signature_parameters();
+    if (params.empty()) return;
+    std::vector<std::pair<std::string, std::vector<std::string>>> folded;  // constant, names folded
+    for (const onnx::ValueInfoProto* vi : value_infos()) {
+      auto t = inits_.find(vi->name());
+      if (t == inits_.end() || !is_float(*t->second) || declared_.count(vi->name()) ||
+          out_.module_names.count(vi->name()) || out_.parameters.count(vi->name()))
+        continue;
+      const auto props = metadata_props(*vi);
+      auto from = props.find("pkg.onnxscript.optimizer.folded_from");
+      if (from != props.end()) folded.push_back({vi->name(), quoted_strings(from->second)});
+    }
+    for (const auto& [c, names] : folded) {
+      std::vector<std::string> read, ops{fx_op(c)};
+      for (const std::string& n : names)
+        if (params.count(n)) read.push_back(n);
+        else if (n.find('.') == std::string::npos && n.rfind("val_", 0) != 0) ops.push_back(fx_op(n));
+      if (read.empty() || std::any_of(read.begin(), read.end(), [&](const std::string& p) {
+            return inits_.count(p) || matched_params_.count(p) || restored_.count(p);
+          }))
+        continue;
+      std::string list;
+      for (const std::string& p : read) list += (list.empty() ? "" : ", ") + p;
+      if (matches(choices_.trained, c)) {
+        out_.parameters.insert(c);
+        out_.notes.push_back({c, "trained as the file holds it", "folded from " + list + "; parameters.trained names it"});
+      } else if (read.size() != 1 || !restore_selection(c, read[0], ops)) {
+        out_.notes.push_back({c, "folded from " + list + ", not trained",
+                              "the exporter's optimizer computed it from the parameter in a way import cannot undo"});
+        out_.warnings.push_back("constant '" + c + "' is folded from parameter " + list +
+                                " and stays frozen: export with optimize=False (samples/export_model.py) to train "
+                                "the parameter, or train the constant as it is with parameters.trained: [" + c + "]");
+      }
+    }
+  }
+
+  // Restores parameter p from constant c, folded by ops (FX op names, c's own first) that only
+  // select and broadcast: returns false where the ops or the values show anything else.
+  bool restore_selection(const std::string& c, const std::string& p, const std::vector<std::string>& ops) {
+    // Ops that select elements, add axes or broadcast, and the index arithmetic of positions.
+    static const std::set<std::string> kSelect = {"embedding", "index_select", "index", "expand", "unsqueeze",
+        "squeeze", "view", "reshape", "_unsafe_view", "slice", "select", "clone", "contiguous", "alias", "detach",
+        "lift_fresh_copy", "_to_copy"};
+    static const std::set<std::string> kIndex = {"arange", "add", "sub", "gather", "zeros", "zeros_like", "full"};
+    if (!kSelect.count(ops[0])) return false;
+    for (const std::string& op : ops)
+      if (!kSelect.count(op) && !kIndex.count(op)) return false;
+    const onnx::TensorProto& held = *inits_.at(c);
+    const Tensor x = tensor_from_proto(held, c);
+    // A broadcast repeats whole slices: each axis along which every slice is equal is cut to
+    // one. A tensor of one value throughout (a zero-initialized token) tells nothing, so only an
+    // expand over its first axis is undone there.
+    Tensor r = x;
+    const bool one_value = constant_fill(held);
+    const bool expanded = std::find(ops.begin(), ops.end(), "expand") != ops.end();
+    for (size_t a = 0; a < r.type.shape.size(); ++a) {
+      if (r.type.shape[a] < 2 || (one_value && !(expanded && a == 0))) continue;
+      const std::string first = slice_bytes(r, a, 0);
+      bool same = true;
+      for (int64_t i = 1; i < r.type.shape[a] && same; ++i) same = slice_bytes(r, a, i) == first;
+      if (same) r = first_slice(r, a);
+    }
+    // Any other repeat (an index gathered twice) is two copies of one element, which training
+    // the constant would let part: not undone.
+    if (!one_value)
+      for (size_t a = 0; a < r.type.shape.size(); ++a) {
+        std::set<std::string> seen;
+        for (int64_t i = 0; i < r.type.shape[a]; ++i)
+          if (!seen.insert(slice_bytes(r, a, i)).second) return false;
+      }
+    const std::vector<int64_t> reduced = r.type.shape;
+    // An embedding's rows come back as a table [rows, dim] where that still broadcasts to c.
+    if (ops[0] == "embedding" && reduced.size() >= 2) {
+      const size_t n = reduced.size();
+      if (std::all_of(reduced.begin(), reduced.end() - 2, [](int64_t d) { return d == 1; }))
+        r.type.shape = {reduced[n - 2], reduced[n - 1]};
+    }
+    tensor_to_proto(r, p, g_->add_initializer());
+    out_.parameters.insert(p);
+    restored_.insert(p);
+    const std::vector<int64_t> full = dims(held);
+    const std::string shape = shape_str(r.type.shape);
+    google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
+    for (auto& t : *g_->mutable_initializer())
+      if (t.name() != c) *kept.Add() = std::move(t);
+    g_->mutable_initializer()->Swap(&kept);
+    reindex();
+    if (r.type.shape == full) {
+      for (auto& n : *g_->mutable_node())
+        for (int i = 0; i < n.input_size(); ++i)
+          if (n.input(i) == c) n.set_input(i, p);
+      for (auto& o : *g_->mutable_output())
+        if (o.name() == c) o.set_name(p);
+    } else {
+      Tensor to;
+      to.type = TensorType{DType::kInt64, {static_cast<int64_t>(full.size())}};
+      to.data.resize(full.size() * sizeof(int64_t));
+      std::memcpy(to.data.data(), full.data(), to.data.size());
+      const std::string shape_name = fresh_name(c + "@shape");
+      tensor_to_proto(to, shape_name, g_->add_initializer());
+      reindex();
+      onnx::NodeProto* e = g_->add_node();
+      e->set_op_type("Expand");
+      e->set_name(c + "@restored");
+      e->add_input(p);
+      e->add_input(shape_name);
+      e->add_output(c);
+      added_.insert(c);
+    }
+    out_.notes.push_back({p, "restored from the folded constant " + c + " as " + shape,
+                          "the exporter's optimizer folded the elements it selected (" + ops[0] +
+                              "); they train as the module's, under its name"});
+    return true;
   }
 
   std::string fresh_name(const std::string& want) const {

@@ -20,9 +20,19 @@
 //     trains as one tensor;
 //   - a zero bias the exporter dropped (linear/addmm/conv with a bias argument and no bias
 //     input) comes back as a zero initializer under the bias's name;
-//   - other parameters with no initializer (folded into constants: a position table's rows,
-//     BatchNorm fused into a convolution) are reported, with the re-export that keeps them.
+//   - other parameters some FX node reads and no initializer holds (BatchNorm fused into a
+//     convolution) are reported, with the re-export that keeps them.
 // One parameter read at several FX nodes (a tie, or a module called twice) stays one tensor.
+//
+// The exporter's optimizer also folds whole subgraphs that read one parameter into a constant,
+// and records what it folded (`pkg.onnxscript.optimizer.folded_from` on the constant's value
+// info; the graph signature lists the parameters). Where the folded ops only select and
+// broadcast (a position table gathered at constant positions, a class token expanded over the
+// batch, told by the FX op names and by the values: repeated slices are broadcast, and any other
+// repeat refuses), the parameter comes back holding the elements the constant holds (a table as
+// [rows, dim]), the constant becomes Expand(parameter), and the elements train as the module's.
+// Rows the export never gathered are not in the file and do not come back. Any other fold stays
+// a frozen constant with a warning naming the ways out; `parameters.trained` trains it as held.
 //
 // A file without that metadata (the legacy exporter, other tools): an initializer read at
 // weight or bias inputs (MatMul/Gemm/Conv weights and biases, normalisation scale and bias,
@@ -35,7 +45,8 @@
 //     projection weight: the tied LM head);
 //   - otherwise kept tied with a warning naming the initializer and the override.
 // `parameters.tied` (names or globs) keeps an initializer as the file has it; `parameters.untied`
-// gives each scope its own copy even where the rules keep a tie.
+// gives each scope its own copy even where the rules keep a tie; `parameters.trained` trains a
+// folded constant as the file holds it.
 #pragma once
 
 #include <onnx/onnx_pb.h>

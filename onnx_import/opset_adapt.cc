@@ -395,6 +395,10 @@ std::map<std::string, std::string> metadata_props(const onnx::NodeProto& n) {
   return unknown_metadata(n, 9);  // NodeProto.metadata_props in onnx.proto (IR 10)
 }
 
+std::map<std::string, std::string> metadata_props(const onnx::GraphProto& g) {
+  return unknown_metadata(g, 16);  // GraphProto.metadata_props in onnx.proto (IR 10)
+}
+
 NewerOpsHidden::NewerOpsHidden(onnx::GraphProto* g) : g_(g) {
   for (int i = 0; i < g->node_size(); ++i) {
     onnx::NodeProto* n = g->mutable_node(i);

@@ -42,6 +42,7 @@ void adapt_to_canonical_opset(onnx::ModelProto* m, const std::string& path);
 // "pkg.torch.export.graph_signature.InputSpec.kind" = "PARAMETER".
 std::map<std::string, std::string> metadata_props(const onnx::ValueInfoProto& vi);
 std::map<std::string, std::string> metadata_props(const onnx::NodeProto& n);
+std::map<std::string, std::string> metadata_props(const onnx::GraphProto& g);
 
 // While alive, shows the onnx library each kNewerOpsDomain node as the opset-17 Identity (every
 // such op's output has its input's type), so that its checker, which knows no such op (and

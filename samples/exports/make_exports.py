@@ -6,6 +6,7 @@ scripts/export_venv.sh makes (CI does not need them; the files it makes are comm
 
     bash scripts/export_venv.sh
     .venv-export/bin/python samples/exports/make_exports.py [names...] --out samples/exports
+    .venv-export/bin/python samples/exports/make_exports.py [names...] --refs   # references only
 
 For each model NAME it writes, under --out:
   NAME.onnx (+ NAME.onnx.data)   torch.onnx.export(module, (x,), path) with no flags: the
@@ -25,10 +26,11 @@ names) `state.<module parameter>` (every parameter the reference trained, by mod
 lists a tied parameter's other names), and `param.<initializer name>` / `buffer.<initializer name>` (every parameter and
 BatchNorm buffer after STEPS steps of SGD with momentum, lr LR, over MICRO micro-batches of BATCH
 samples, the loss the mean cross-entropy over the global batch, gradients accumulated micro-batch
-by micro-batch, BatchNorm on each micro-batch's statistics). Parameters the exported file does
-not hold under their own name (folded by the exporter into a constant, such as GPT-2's position
-table or a pre-transposed weight) are frozen in the reference too, so the reference is the
-training of what the file carries. The legacy exporter also stores some weights pre-transposed
+by micro-batch, BatchNorm on each micro-batch's statistics). A parameter the exporter folded into
+a constant that selects its leading elements (GPT-2's and BERT's position tables at 8 of 16
+positions, BERT's token-type row, ViT's class token) trains whole in the reference, and its
+`param.` and `state.` entries hold the elements the file holds. Parameters folded in other ways
+are frozen in the reference too, so the reference is the training of what the file carries. The legacy exporter also stores some weights pre-transposed
 under generated names (`onnx::MatMul_N`); such a file trains its own copies, which no module
 parameter matches. BatchNorm nets are exported in training mode: an eval-mode export folds
 BatchNorm into the convolutions, and what it holds is then not the module PyTorch trains.
@@ -38,9 +40,8 @@ default exporter's optimizer merges them into one initializer, drops zero biases
 transposed under generated names and folds constant subgraphs (a position table's rows). The
 fixtures keep that as it comes: pipetrain gives back the module's parameters
 (onnx_import/module_params.h), and the reference trains the module parameters the file still
-holds in some form (by name, transposed under a generated name, or named by a node's FX
-metadata); the ones folded away (GPT-2's position table) are frozen in the reference as they are
-in the file. NAME_noopt.onnx (`optimize=False`) holds every parameter. GPT-2 keeps its tied
+holds in some form (by name, transposed under a generated name, named by a node's FX metadata,
+or selected by a folded constant). NAME_noopt.onnx (`optimize=False`) holds every parameter. GPT-2 keeps its tied
 token embedding and LM head. Dropout is 0.
 
 NAME[_VARIANT].grads.npz (also for make_noopt_min.py's tiny_noopt_min; `--grads` writes only
@@ -63,7 +64,8 @@ What each initializer is:
     sqrt(var + eps)), so the file computes that folded module, with no BatchNorm, and the
     gradient is the folded module's, by W' and b' (torch's fuse_conv_bn_eval; a zero b' the
     exporter dropped comes back in pipetrain under the BatchNorm's bias name);
-  - a parameter folded into a constant (GPT-2's position table, BatchNorm's scale): no gradient.
+  - a parameter folded into a constant that selects its leading elements (a position table's
+    rows): the gradient of those elements; folded in any other way (BatchNorm's scale): none.
 Also `loss_noise`, |float32 - float64 PyTorch loss|, and `noise`, for each initializer in
 `names`, max|float32 - float64 PyTorch gradient|, the rounding float32 leaves in it (the whole gradient where it is zero in exact arithmetic), and
 `start.<initializer>` for each initializer pipetrain makes that the file holds under no name of
@@ -269,16 +271,33 @@ def export_legacy(model, example, path, training):
         return False
 
 
+def held_view(v, how):
+    """What an initializer holds of its module parameter's value (or gradient) v: `how` is False
+    (v itself), True (v transposed) or ("rows", shape) (v's leading elements: the rows of a table
+    the exporter gathered at constant positions, or a class token it expanded, as pipetrain
+    restores them)."""
+    if how is True:
+        return v.T.copy()
+    if isinstance(how, tuple):
+        return v.reshape(-1)[:int(np.prod(how[1]))].reshape(how[1]).copy()
+    return v
+
+
 def file_parameters(path, module):
-    """{initializer name pipetrain trains: (module parameter name, transposed)} for every module
-    parameter the file holds in some form, as pipetrain restores it (onnx_import/module_params.h):
+    """{initializer name pipetrain trains: (module parameter name, how it holds it; held_view)} for
+    every module parameter the file holds in some form, as pipetrain restores it
+    (onnx_import/module_params.h):
       - under its own name, or a tied twin's name (GPT-2's LM head and token embedding);
       - transposed under a generated name (val_N, onnx::MatMul_N), found by value;
       - named by a node's FX metadata (`%p_<path>` in pkg.torch.onnx.fx_node) though no
         initializer has its name (merged with equal values, or a dropped zero bias): pipetrain
         makes it an initializer of that name;
       - (the legacy exporter) the output of an Identity of another initializer, its merge of
-        equal values: untied under its name.
+        equal values: untied under its name;
+      - folded by the default exporter's optimizer into a constant that selects its leading
+        elements (a position table's first rows, a class token expanded over the batch; the
+        value info's pkg.onnxscript.optimizer.folded_from names the parameter): pipetrain gives
+        those elements back under the parameter's name, a table as [rows, dim].
     Parameters in none of these forms were folded into constants and stay frozen."""
     import onnx
     from onnx import numpy_helper
@@ -313,6 +332,15 @@ def file_parameters(path, module):
         for node in g.node:
             if node.op_type == "Identity" and node.input[0] in inits and node.output[0] in named:
                 hold(node.output[0], node.output[0], False)
+    for vi in g.value_info:
+        folded = [p.value for p in vi.metadata_props if p.key == "pkg.onnxscript.optimizer.folded_from"]
+        params = [n for n in re.findall(r"'([^']+)'", folded[0]) if n in named] if folded else []
+        if vi.name not in inits or len(params) != 1 or canonical[id(named[params[0]])] in held:
+            continue
+        v = named[params[0]].detach().numpy()
+        n = np.unique(inits[vi.name]).size  # the distinct elements it selected
+        if n <= v.size and np.array_equal(np.unique(inits[vi.name]), np.unique(v.reshape(-1)[:n])):
+            hold(params[0], params[0], ("rows", v.shape if n == v.size else (n // v.shape[-1], v.shape[-1])))
     return out
 
 
@@ -350,9 +378,10 @@ def reference(model, held, file_inits, x, y, probe, dtype=torch.float64, train_m
         losses.append(total)
     state = {n: p.detach().numpy().astype(np.float32) for n, p in trained.items()}
     params = {}
-    for name, (param, transposed) in held.items():
-        v = trained[param].detach().numpy().astype(np.float32)
-        params[name] = v.T.copy() if transposed else v
+    for name, (param, how) in held.items():
+        params[name] = held_view(trained[param].detach().numpy().astype(np.float32), how)
+        if isinstance(how, tuple):  # what the file can give back of it
+            state[param] = params[name]
     buffers = {n: b.detach().numpy().astype(np.float32)
                for n, b in m.named_buffers() if b.is_floating_point() and n in file_inits}
     with torch.no_grad():
@@ -429,10 +458,10 @@ def gradients(module, held, x, y, dtype, train_mode):
     wanted = sorted({param for param, _ in held.values()})
     grads = dict(zip(wanted, torch.autograd.grad(loss, [named[p] for p in wanted], allow_unused=True)))
     out = {}
-    for init, (param, transposed) in held.items():
+    for init, (param, how) in held.items():
         g = grads[param]
         g = np.zeros(named[param].shape) if g is None else g.detach().to(torch.float64).numpy()
-        out[init] = g.T.copy() if transposed else g
+        out[init] = held_view(g, how)
     return out, float(loss)
 
 
@@ -449,9 +478,8 @@ def write_grads(wrapped, path, x, y):
     inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
     named = dict(module.named_parameters(remove_duplicate=False))
     start = {}
-    for init, (param, transposed) in held.items():
-        v = named[param].detach().numpy()
-        v = v.T if transposed else v
+    for init, (param, how) in held.items():
+        v = held_view(named[param].detach().numpy(), how)
         if init not in inits:
             start[init] = v.astype(np.float32)
         elif not np.allclose(inits[init], v, rtol=1e-5, atol=1e-7):  # the module starts where the file does
@@ -495,7 +523,9 @@ def grads_for_committed(name, out):
             write_grads(wrapped, path, ref["x"], ref["y"])
 
 
-def make(name, out):
+def make(name, out, export=True):
+    """The files of `name` (exported again unless `export` is False: then the committed ones) and
+    their references."""
     torch.manual_seed(0)
     model, kind = build(name)
     wrapped = Logits(model)
@@ -508,17 +538,21 @@ def make(name, out):
     # BatchNorm's running statistics; each export starts from it too.
     start = {k: v.detach().clone() for k, v in wrapped.state_dict().items()}
     files = {"": os.path.join(out, f"{name}.onnx")}
-    export_default(wrapped, example, files[""], training)
-    wrapped.load_state_dict(start)
-    files["_noopt"] = os.path.join(out, f"{name}_noopt.onnx")
-    export_default(wrapped, example, files["_noopt"], training, optimize=False)
-    wrapped.load_state_dict(start)
-    if export_legacy(wrapped, example, os.path.join(out, f"{name}_legacy.onnx"), training):
-        files["_legacy"] = os.path.join(out, f"{name}_legacy.onnx")
-    wrapped.load_state_dict(start)
-    if name in OPSET23_EXPORT:  # the fused RMSNormalization and Attention of opset 23
-        files["_opset23"] = os.path.join(out, f"{name}_opset23.onnx")
-        export_default(wrapped, example, files["_opset23"], training, opset=23)
+    if not export:
+        files = {v: os.path.join(out, f"{name}{v}.onnx") for v in ("", "_noopt", "_legacy", "_opset23")}
+        files = {v: path for v, path in files.items() if os.path.exists(path)}
+    else:
+        export_default(wrapped, example, files[""], training)
+        wrapped.load_state_dict(start)
+        files["_noopt"] = os.path.join(out, f"{name}_noopt.onnx")
+        export_default(wrapped, example, files["_noopt"], training, optimize=False)
+        wrapped.load_state_dict(start)
+        if export_legacy(wrapped, example, os.path.join(out, f"{name}_legacy.onnx"), training):
+            files["_legacy"] = os.path.join(out, f"{name}_legacy.onnx")
+        wrapped.load_state_dict(start)
+        if name in OPSET23_EXPORT:  # the fused RMSNormalization and Attention of opset 23
+            files["_opset23"] = os.path.join(out, f"{name}_opset23.onnx")
+            export_default(wrapped, example, files["_opset23"], training, opset=23)
     wrapped.load_state_dict(start)
     with torch.no_grad():
         ref = Logits(model).double().eval()
@@ -568,6 +602,8 @@ def main():
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--grads", action="store_true",
                     help="write only NAME[_VARIANT].grads.npz for the files in --out (tiny_noopt_min too)")
+    ap.add_argument("--refs", action="store_true",
+                    help="write the references (.npz, .grads.npz) of the files in --out without exporting again")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     print(f"torch {torch.__version__}")
@@ -576,7 +612,7 @@ def main():
             grads_for_committed(name, args.out)
         return
     for name in args.names or NAMES:
-        make(name, args.out)
+        make(name, args.out, export=not args.refs)
 
 
 if __name__ == "__main__":

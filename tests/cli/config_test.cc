@@ -38,7 +38,7 @@ optimizer: {kind: adamw, lr: 3.0e-4, weight_decay: 0.1, clip_grad_norm: 1.0, war
 pipeline: {stages: 4, chunks: 2, micro_batches: 8, schedule: zb-v, partition: params,
            recompute: selective, memory_limit: 8GiB, link: pcie, bandwidth: 2GB/s, latency: 20us,
            device_rate: 900}
-parameters: {frozen: [mask, "*.running_*"]}
+parameters: {frozen: [mask, "*.running_*"], tied: [wte], untied: ["*.ln_*"], trained: [embedding_1]}
 device: cpu
 threads: 2
 seed: 7
@@ -68,6 +68,9 @@ output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.j
   EXPECT_EQ(c.pipeline.link.latency, "20us");
   EXPECT_DOUBLE_EQ(c.pipeline.link.device_rate, 900);
   EXPECT_EQ(c.frozen, (std::vector<std::string>{"mask", "*.running_*"}));
+  EXPECT_EQ(c.parameters.tied, (std::vector<std::string>{"wte"}));
+  EXPECT_EQ(c.parameters.untied, (std::vector<std::string>{"*.ln_*"}));
+  EXPECT_EQ(c.parameters.trained, (std::vector<std::string>{"embedding_1"}));
   EXPECT_EQ(c.threads, 2);
   EXPECT_EQ(c.seed, 7u);
   EXPECT_FALSE(c.dropout);

@@ -266,5 +266,92 @@ TEST(ModuleParams, ARandomTableAlsoReadAsAWeightIsATie) {
   EXPECT_EQ(r.notes[0].action, "kept tied");
 }
 
+// A constant the default exporter's optimizer folded: its value info records what it was folded
+// from, and the graph's signature lists the module's parameters.
+void folded(GraphBuilder* b, const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v,
+            const std::string& from) {
+  b->init(name, dims, v);
+  auto* vi = b->g.add_value_info();
+  vi->set_name(name);
+  add_metadata(vi, 4, "pkg.onnxscript.optimizer.folded_from", from);
+  add_metadata(&b->g, 16, "pkg.torch.export.ExportedProgram.graph_signature",
+               "\n# inputs\np_wpe_weight: PARAMETER target='wpe.weight'\np_cls: PARAMETER target='cls'\n"
+               "c_lifted: CONSTANT_TENSOR target='lifted'\n");
+}
+
+// GPT-2's position table gathered at positions 0..2 and unsqueezed, [1, 3, 2]: the rows come back
+// as the table [3, 2] under the parameter's name, expanded to what the constant was.
+TEST(ModuleParams, APositionTableFoldedIntoItsGatheredRowsComesBack) {
+  GraphBuilder b;
+  const std::vector<float> rows = {0.1f, -0.4f, 0.7f, 0.2f, -0.9f, 0.3f};
+  folded(&b, "embedding_1", {1, 3, 2}, rows, "['add', 'arange', 'wpe.weight', 'unsqueeze', 'val_4']");
+  b.node("add", "Add", {"tok", "embedding_1"}, "h");
+  const ModuleParameters r = restore_module_parameters(&b.g, {});
+  ASSERT_NE(b.find("wpe.weight"), nullptr);
+  EXPECT_EQ(b.find("embedding_1"), nullptr);
+  EXPECT_EQ(values(*b.find("wpe.weight")), rows);
+  EXPECT_EQ(std::vector<int64_t>(b.find("wpe.weight")->dims().begin(), b.find("wpe.weight")->dims().end()),
+            (std::vector<int64_t>{3, 2}));
+  const onnx::NodeProto& e = b.named("embedding_1@restored");
+  EXPECT_EQ(e.op_type(), "Expand");
+  EXPECT_EQ(e.input(0), "wpe.weight");
+  EXPECT_EQ(e.output(0), "embedding_1");
+  EXPECT_EQ(b.g.node(0).name(), "embedding_1@restored");  // before its reader
+  EXPECT_TRUE(r.parameters.count("wpe.weight"));
+  EXPECT_TRUE(r.warnings.empty());
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_EQ(r.notes[0].action, "restored from the folded constant embedding_1 as [3,2]");
+}
+
+// A class token expanded over a batch of 2: the copies are one parameter [1, 1, 2] again, so its
+// gradient is their sum, as in the module.
+TEST(ModuleParams, AClassTokenExpandedOverTheBatchIsOneParameter) {
+  GraphBuilder b;
+  folded(&b, "expand", {2, 1, 2}, {0.5f, -0.25f, 0.5f, -0.25f}, "['cls', 'val_6']");
+  b.node("concat", "Concat", {"expand", "patches"}, "h");
+  const ModuleParameters r = restore_module_parameters(&b.g, {});
+  ASSERT_NE(b.find("cls"), nullptr);
+  EXPECT_EQ(values(*b.find("cls")), (std::vector<float>{0.5f, -0.25f}));
+  EXPECT_EQ(b.find("cls")->dims_size(), 3);
+  EXPECT_EQ(b.named("expand@restored").op_type(), "Expand");
+  EXPECT_TRUE(r.warnings.empty());
+}
+
+// A fold that computed (a weight times a constant) or repeated one row at two positions cannot be
+// trained as the parameter: it stays a constant, with one warning naming both ways out.
+TEST(ModuleParams, AFoldImportCannotUndoStaysFrozenWithAWarning) {
+  for (const auto& [name, rows] : std::vector<std::pair<std::string, std::vector<float>>>{
+           {"mul", {0.1f, -0.4f, 0.7f, 0.2f}}, {"embedding_2", {0.1f, -0.4f, 0.7f, 0.2f, 0.1f, -0.4f}}}) {
+    GraphBuilder b;
+    folded(&b, name, {static_cast<int64_t>(rows.size() / 2), 2}, rows, "['wpe.weight', 'val_1']");
+    b.node("add", "Add", {"tok", name}, "h");
+    const ModuleParameters r = restore_module_parameters(&b.g, {});
+    EXPECT_NE(b.find(name), nullptr) << name;
+    EXPECT_EQ(b.find("wpe.weight"), nullptr) << name;
+    EXPECT_FALSE(r.parameters.count(name)) << name;
+    ASSERT_EQ(r.warnings.size(), 1u) << name;
+    EXPECT_EQ(r.warnings[0], "constant '" + name + "' is folded from parameter wpe.weight and stays frozen: export "
+                             "with optimize=False (samples/export_model.py) to train the parameter, or train the "
+                             "constant as it is with parameters.trained: [" + name + "]");
+    ASSERT_EQ(r.notes.size(), 1u) << name;
+    EXPECT_EQ(r.notes[0].action, "folded from wpe.weight, not trained") << name;
+  }
+}
+
+// parameters.trained: the constant trains as the file holds it, silently.
+TEST(ModuleParams, ParametersTrainedTrainsAFoldedConstantAsHeld) {
+  GraphBuilder b;
+  folded(&b, "mul", {2, 2}, {0.1f, -0.4f, 0.7f, 0.2f}, "['wpe.weight', 'val_1']");
+  b.node("add", "Add", {"tok", "mul"}, "h");
+  ParameterChoices choices;
+  choices.trained = {"mul"};
+  const ModuleParameters r = restore_module_parameters(&b.g, choices);
+  EXPECT_NE(b.find("mul"), nullptr);
+  EXPECT_TRUE(r.parameters.count("mul"));
+  EXPECT_TRUE(r.warnings.empty());
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_EQ(r.notes[0].action, "trained as the file holds it");
+}
+
 }  // namespace
 }  // namespace pt

@@ -419,9 +419,10 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.positive(k, "checkpoint", "every", c->checkpoint.every, 0);
   }
   if (const YAML::Node o = root["output"]) {
-    r.check_keys(o, "output", {"model", "safetensors", "metrics", "trace", "timeline"});
+    r.check_keys(o, "output", {"model", "safetensors", "start_state", "metrics", "trace", "timeline"});
     read_path(r, o, "output", "model", &c->output.model, "a file name");
     read_path(r, o, "output", "safetensors", &c->output.safetensors, "a file name");
+    read_path(r, o, "output", "start_state", &c->output.start_state, "a file name");
     read_path(r, o, "output", "metrics", &c->output.metrics, "a file name");
     read_path(r, o, "output", "trace", &c->output.trace, "a file name");
     read_path(r, o, "output", "timeline", &c->output.timeline, "a file name");

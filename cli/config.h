@@ -51,7 +51,10 @@
 //
 // output.safetensors: the trained parameters and buffers under the module's state_dict keys
 // (cli/trained_weights.h); by default the output.model path with .safetensors, none without an
-// output.model; `--set output.safetensors=` turns it off.
+// output.model; `--set output.safetensors=` turns it off. output.start_state: the module's
+// state_dict before training (safetensors.torch.save_file(model.state_dict(), path)), for a file
+// exported without samples/export_model.py's record: the output then has exactly its keys and
+// shapes, so load_state_dict(strict=True) takes it.
 //
 // device: `cpu` runs every stage on the CPU backend. `cuda` puts pipeline stage d on GPU
 // d mod G (G: the GPUs found), so stages share GPUs where there are fewer GPUs than stages;
@@ -141,6 +144,7 @@ struct TrainConfig {
   struct Output {
     std::string model, metrics, trace;
     std::string safetensors;  // the module's state_dict; default: model's path with .safetensors
+    std::string start_state;  // the module's state_dict at the start, completing safetensors
     std::string timeline;  // SVG: the measured timeline of the last step above the simulated one
   } output;
 

@@ -320,6 +320,7 @@ class Trainer {
   void finish();
   void write_weights();
   std::map<std::string, const Tensor*> trained_tensors() const;
+  TrainedState trained_state() const;  // what write_weights writes (cli/trained_weights.h)
   Tensor& mutable_initializer(const std::string& name);
   bool is_site_copy(const std::string& name) const;  // a copy split_parameter_sites made
   // Across processes (cli/train_ranks.h): what such a run cannot do yet, refused in one line;
@@ -1043,17 +1044,34 @@ void Trainer::finish() {
 }
 
 // Every BatchNorm ran one training-mode forward per micro-batch of every step, resumed or not.
-void Trainer::write_weights() {
+TrainedState Trainer::trained_state() const {
   TrainedState t;
   t.tensors = trained_tensors();
   for (const BatchNormStats& bn : form_.batch_norms) t.counted.insert(bn.running_mean);
   t.forwards = cfg_.steps * cfg_.pipeline.micro_batches;
   t.module_names = model_.module_names;
+  t.start_state = cfg_.output.start_state;
+  return t;
+}
+
+void Trainer::write_weights() {
+  const TrainedState t = trained_state();
   const std::map<std::string, std::string> meta = {
       {"format", "pt"}, {"producer", "pipetrain"}, {"model", cfg_.model}, {"steps", std::to_string(cfg_.steps)}};
   make_parent(cfg_.output.safetensors);
   const WeightsWritten w = write_trained_weights(cfg_.model, module_, t, meta, cfg_.output.safetensors);
   std::cout << "trained weights -> " << cfg_.output.safetensors << "\n";
+  const auto list = [](const std::vector<std::string>& keys) {
+    std::string s;
+    for (size_t i = 0; i < keys.size() && i < 5; ++i) s += " " + keys[i];
+    return s + (keys.size() > 5 ? " ..." : "");
+  };
+  if (!w.completed.empty() && cfg_.optimizer.weight_decay > 0)
+    std::cout << "  warning: the elements of" << list(w.completed) << " that the model file does not hold are "
+              << "written as output.start_state has them; PyTorch's weight decay would have shrunk them\n";
+  if (!w.not_in_start.empty())
+    std::cout << "  " << w.not_in_start.size() << " trained tensor(s) output.start_state does not name, written too:"
+              << list(w.not_in_start) << " (load with strict=False)\n";
   if (w.missing.empty()) return;
   std::cout << "  " << w.missing.size() << " state_dict key(s) the model file does not hold, left out:";
   for (size_t i = 0; i < w.missing.size() && i < 5; ++i) std::cout << " " << w.missing[i];
@@ -1318,6 +1336,9 @@ int Trainer::run() {
                                   {"output.timeline", cfg_.output.timeline}})
     check_writable(path, cfg_.where(key));
   build();
+  // A start state that cannot complete the output fails now, not after training.
+  if (!cfg_.output.safetensors.empty() && !module_)
+    at_key(cfg_, "output.start_state", [&] { check_start_state(trained_state()); });
   open_data();
   if (args_.resume) {
     resume();

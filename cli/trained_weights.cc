@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <deque>
+#include <set>
 
 #include "core/error.h"
 #include "exec/safetensors.h"
@@ -68,6 +69,68 @@ class FileInitializers {
   std::optional<onnx::ModelProto> model_;
 };
 
+// Without a record: each trained tensor under its module parameter's name where import found one.
+std::vector<NamedTensor> by_module_name(const TrainedState& trained, std::deque<Tensor>* owned) {
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : trained.tensors) {
+    auto m = trained.module_names.find(name);
+    if (m == trained.module_names.end()) tensors.push_back({name, t});
+    else tensors.push_back({m->second.parameter, m->second.transposed ? &owned->emplace_back(transpose_2d(*t)) : t});
+  }
+  return tensors;
+}
+
+// The trained tensors by module name, completed to the state_dict at the start (see the header).
+std::vector<NamedTensor> complete_from_start(const std::string& path, const std::vector<NamedTensor>& trained,
+                                             std::deque<Tensor>* owned, WeightsWritten* w) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const NamedTensor& t : trained) by_name[t.name] = t.tensor;
+  std::vector<std::pair<std::string, const Tensor*>> start;  // kept in *owned, for the writer
+  for (auto& [key, t] : read_safetensors(path)) start.emplace_back(key, &owned->emplace_back(std::move(t)));
+  const auto bytes = [](const Tensor& t) { return std::string(reinterpret_cast<const char*>(t.data.data()), t.data.size()); };
+  std::map<std::string, std::string> trained_by_start;  // start bytes -> a trained key
+  for (const auto& [key, t] : start)
+    if (by_name.count(key)) trained_by_start.emplace(bytes(*t), key);
+  std::vector<NamedTensor> out;
+  std::set<std::string> named;
+  for (const auto& [key, sp] : start) {
+    const Tensor& s = *sp;
+    named.insert(key);
+    auto t = by_name.find(key);
+    if (t != by_name.end() && t->second->type == s.type) {
+      out.push_back({key, t->second});
+      continue;
+    }
+    if (t != by_name.end()) {
+      const TensorType& have = t->second->type;
+      if (have.dtype != s.type.dtype || have.numel() > s.type.numel() || have.shape.empty() || s.type.shape.empty() ||
+          have.shape.back() != s.type.shape.back())
+        throw UserError(path + ": tensor '" + key + "'",
+                        "is " + s.type.str() + ", and the trained one " + have.str() + " is not its leading rows",
+                        "save the state_dict of the module that was exported");
+      Tensor& whole = owned->emplace_back(s);  // the rows the file holds, trained; the rest as they started
+      std::memcpy(whole.data.data(), t->second->data.data(), t->second->data.size());
+      w->completed.push_back(key);
+      out.push_back({key, &whole});
+      continue;
+    }
+    auto twin = trained_by_start.find(bytes(s));
+    bool one_value = true;
+    const size_t e = dtype_size(s.type.dtype);
+    for (size_t i = e; i < s.data.size() && one_value; i += e) one_value = std::memcmp(&s.data[i], &s.data[0], e) == 0;
+    if (twin != trained_by_start.end() && !one_value && by_name.at(twin->second)->type == s.type)
+      out.push_back({key, by_name.at(twin->second)});
+    else
+      out.push_back({key, sp});
+  }
+  for (const NamedTensor& t : trained)
+    if (!named.count(t.name)) {
+      w->not_in_start.push_back(t.name);
+      out.push_back(t);
+    }
+  return out;
+}
+
 }  // namespace
 
 WeightsWritten write_trained_weights(const std::string& model_path, const std::optional<ModuleState>& module,
@@ -77,11 +140,8 @@ WeightsWritten write_trained_weights(const std::string& model_path, const std::o
   std::vector<NamedTensor> tensors;
   std::deque<Tensor> owned;  // made here: transposed back, integer buffers, read from the file
   if (!module) {
-    for (const auto& [name, t] : trained.tensors) {
-      auto m = trained.module_names.find(name);
-      if (m == trained.module_names.end()) tensors.push_back({name, t});
-      else tensors.push_back({m->second.parameter, m->second.transposed ? &owned.emplace_back(transpose_2d(*t)) : t});
-    }
+    tensors = by_module_name(trained, &owned);
+    if (!trained.start_state.empty()) tensors = complete_from_start(trained.start_state, tensors, &owned, &w);
     write_safetensors(out, tensors, metadata, kWhatToDo);
     w.tensors = static_cast<int64_t>(tensors.size());
     return w;
@@ -113,6 +173,13 @@ WeightsWritten write_trained_weights(const std::string& model_path, const std::o
   write_safetensors(out, tensors, metadata, kWhatToDo);
   w.tensors = static_cast<int64_t>(tensors.size());
   return w;
+}
+
+void check_start_state(const TrainedState& trained) {
+  if (trained.start_state.empty()) return;
+  std::deque<Tensor> owned;
+  WeightsWritten w;
+  complete_from_start(trained.start_state, by_module_name(trained, &owned), &owned, &w);
 }
 
 }  // namespace pt

@@ -13,6 +13,15 @@
 // (any other exporter) the trained tensors are written under their initializer names, which the
 // default exporter makes the state_dict keys, or under the module parameter import found for
 // them (a weight the default exporter's optimizer stored transposed as val_N, transposed back).
+//
+// A file without a record may lack state_dict entries the module has (a tied twin's key, rows of
+// a position table the export never gathered, buffers). Given the module's state_dict at the
+// start (`output.start_state`, a .safetensors file), the output has exactly its keys, in its
+// order: each from the trained tensor of that name (or of its module parameter), a tensor of
+// which the file holds only the leading elements (a table's first rows) as the start with those
+// elements trained, a tied twin (its start equal to a trained key's, bit for bit, and not one
+// value throughout) as that key's trained tensor, anything else as it started. Trained tensors
+// the start does not name are written too and reported.
 #pragma once
 
 #include <cstdint>
@@ -34,12 +43,20 @@ struct TrainedState {
   // Without a record: the module parameter an initializer holds where import found its name
   // (onnx_import/module_params.h: a weight stored transposed under a generated name).
   std::map<std::string, ModuleName> module_names;
+  std::string start_state;  // without a record: the module's state_dict at the start, or ""
 };
 
 struct WeightsWritten {
   int64_t tensors = 0;
   std::vector<std::string> missing;  // state_dict keys the file could not give
+  std::vector<std::string> completed;    // start_state keys of which training changed only a part
+  std::vector<std::string> not_in_start;  // trained tensors start_state does not name, written too
 };
+
+// Without a record: the errors write_trained_weights would meet in trained.start_state (a file
+// that does not read, a key whose shape is not the trained tensor's nor a whole of its leading
+// rows), met before training, on the tensors' start values.
+void check_start_state(const TrainedState& trained);
 
 WeightsWritten write_trained_weights(const std::string& model_path, const std::optional<ModuleState>& module,
                                      const TrainedState& trained, const std::map<std::string, std::string>& metadata,

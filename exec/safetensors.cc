@@ -90,4 +90,55 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   write_file_atomic(path, parts, todo);
 }
 
+std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path) {
+  const std::string blob = read_file(path, "name a .safetensors file (safetensors.torch.save_file writes one)");
+  const auto bad = [&](const std::string& where, const std::string& what) {
+    return UserError(path + where, what, "write it again with safetensors.torch.save_file(model.state_dict(), path)");
+  };
+  if (blob.size() < 8) throw bad("", "is " + std::to_string(blob.size()) + " bytes, shorter than a safetensors header");
+  uint64_t n = 0;
+  std::memcpy(&n, blob.data(), 8);  // little-endian host (static_assert above)
+  if (n > blob.size() - 8) throw bad("", "says its header is " + std::to_string(n) + " bytes, past the file's end");
+  const size_t data = 8 + static_cast<size_t>(n);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(blob.begin() + 8, blob.begin() + static_cast<long>(data),
+                                                           nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw bad("", "has a header that is not a JSON object");
+  static const std::map<std::string, DType> dtypes = {
+      {"F64", DType::kFloat64}, {"F32", DType::kFloat32}, {"F16", DType::kFloat16}, {"BF16", DType::kBFloat16},
+      {"I64", DType::kInt64},   {"I32", DType::kInt32},   {"I16", DType::kInt16},   {"I8", DType::kInt8},
+      {"U64", DType::kUInt64},  {"U32", DType::kUInt32},  {"U16", DType::kUInt16},  {"U8", DType::kUInt8},
+      {"BOOL", DType::kBool}};
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, e] : j.items()) {
+    if (name == "__metadata__") continue;
+    const std::string where = ": tensor '" + name + "'";
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
+        !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2)
+      throw bad(where, "is not an entry of dtype, shape and data_offsets");
+    auto dt = dtypes.find(e["dtype"].get<std::string>());
+    if (dt == dtypes.end()) throw bad(where, "has dtype " + e["dtype"].get<std::string>() + ", which pipetrain does not take");
+    Tensor t;
+    t.type.dtype = dt->second;
+    uint64_t numel = 1;  // kept below the file's size, so that no product overflows
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned()) throw bad(where, "has a shape that is not a list of sizes");
+      const uint64_t size = d.get<uint64_t>();
+      if (size != 0 && numel > blob.size() / size) throw bad(where, "has a shape larger than the file");
+      numel *= size;
+      t.type.shape.push_back(static_cast<int64_t>(size));
+    }
+    const auto& off = e["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) throw bad(where, "has offsets that are not sizes");
+    const uint64_t b = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (b > end || end > blob.size() - data) throw bad(where, "has data_offsets past the file's end");
+    if (end - b != static_cast<uint64_t>(t.type.bytes()))
+      throw bad(where, "holds " + std::to_string(end - b) + " bytes for " + t.type.str());
+    t.data.resize(static_cast<size_t>(end - b));
+    std::memcpy(t.data.data(), blob.data() + data + b, t.data.size());
+    out.emplace_back(name, std::move(t));
+  }
+  return out;
+}
+
 }  // namespace pt

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ir.h"
@@ -36,5 +37,11 @@ std::string safetensors_header(const std::vector<NamedTensor>& tensors,
 // Header and data to `path`, through write_file_atomic; `todo` ends its error if that fails.
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata, const std::string& todo);
+
+// The tensors of a .safetensors file (any writer's: torch's save_file, pipetrain's), in the
+// header's order. UserError naming the file and the tensor for anything the format does not
+// allow: a short file, a header that is not a JSON object of entries, an unknown dtype, offsets
+// that leave the data or do not match the shape.
+std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path);
 
 }  // namespace pt

@@ -4,6 +4,7 @@
 #
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]     SECONDS defaults to 30 (CI's smoke); TARGETs to
 #                                                  all: model config schedule_csv npy tokens checkpoint
+#                                                  safetensors
 #
 # The targets are built by scripts/sanitize.sh's ASan + UBSan build (build-asan/, clang, PT_FUZZ=ON).
 # Each starts from the committed corpus (tests/fuzz/corpus/TARGET, read only) and keeps what it
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(model config schedule_csv npy tokens checkpoint)
+((${#targets[@]})) || targets=(model config schedule_csv npy tokens checkpoint safetensors)
 
 dir=build-asan
 if [ ! -f "$dir/CMakeCache.txt" ] || ! grep -q '^PT_FUZZ:BOOL=ON' "$dir/CMakeCache.txt"; then

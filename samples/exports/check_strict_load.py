@@ -2,7 +2,9 @@
 """The weights pipetrain trains load back into the transformers module with strict=True.
 
 For each NAME (default: every fixture but MobileNetV3, whose reference trains in eval mode), trains samples/exports/NAME_noopt.onnx (made
-by samples/export_model.py, with its record of the module's state_dict) for the reference's 3
+by samples/export_model.py, with its record of the module's state_dict), and NAME.onnx (the
+no-flags export, with output.start_state: NAME.start.safetensors; not for ResNet and the
+BatchNorm convnet, whose no-flags file fused BatchNorm into its convolutions) for the reference's 3
 SGD-momentum steps on 4 stages under zb-v, loads the safetensors file pipetrain writes into a
 fresh module built as make_exports.py builds it with `load_state_dict(strict=True)`, and compares
 that module's output on the held-out input with the PyTorch-trained module's (probe_trained).
@@ -28,7 +30,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "oracle"))
 import make_exports as me  # noqa: E402
 from export_model_vs_torch import read_safetensors  # noqa: E402
 
-NAMES = ["gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "bert", "vit", "convnext", "resnet", "bnconv"]
+NAMES = ["nanogpt", "gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "bert", "vit", "convnext", "resnet", "bnconv"]
 CONFIG = """model: {model}
 dims: {{batch: {batch}}}
 loss: {{kind: cross_entropy}}
@@ -38,19 +40,22 @@ pipeline: {{stages: 4, micro_batches: {micro}, schedule: zb-v}}
 steps: {steps}
 eval_every: 0
 checkpoint: {{dir: "", every: 0}}
-output: {{model: {tmp}/trained.onnx, metrics: "", trace: "", timeline: ""}}
+output: {{model: {tmp}/trained.onnx, metrics: "", trace: "", timeline: ""{start}}}
 """
+FUSED = {"resnet", "bnconv"}
 
 
-def check(name, tmp):
-    model_path = os.path.join(ROOT, "samples", "exports", f"{name}_noopt.onnx")
-    ref = np.load(os.path.join(ROOT, "samples", "exports", f"{name}_noopt.npz"))
+def check(name, variant, tmp):
+    model_path = os.path.join(ROOT, "samples", "exports", f"{name}{variant}.onnx")
+    ref = np.load(os.path.join(ROOT, "samples", "exports", f"{name}{variant}.npz"))
+    start = os.path.join(ROOT, "samples", "exports", f"{name}.start.safetensors")
     np.save(os.path.join(tmp, "x.npy"), ref["x"])
     np.save(os.path.join(tmp, "y.npy"), ref["y"])
     cfg = os.path.join(tmp, "train.yaml")
     with open(cfg, "w") as f:
         f.write(CONFIG.format(model=model_path, tmp=tmp, batch=me.BATCH, lr=me.LR, momentum=me.MOMENTUM,
-                              micro=me.MICRO, steps=me.STEPS))
+                              micro=me.MICRO, steps=me.STEPS,
+                              start=f", start_state: {start}" if variant == "" else ""))
     res = subprocess.run([os.path.join(ROOT, "build", "pipetrain"), "train", cfg, "-q"], capture_output=True, text=True)
     if res.returncode != 0:
         return f"pipetrain train failed: {res.stderr.strip()[:300]}"
@@ -69,12 +74,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--names", nargs="+", default=NAMES)
     failed = 0
-    for name in ap.parse_args().names:
+    cases = [(n, v) for n in ap.parse_args().names for v in ("_noopt", "") if not (v == "" and n in FUSED)]
+    for name, variant in cases:
         with tempfile.TemporaryDirectory() as tmp:
-            err = check(name, tmp)
-        print(f"{'ok  ' if err is None else 'FAIL'} {name}_noopt{': ' + err if err else ''}")
+            err = check(name, variant, tmp)
+        print(f"{'ok  ' if err is None else 'FAIL'} {name}{variant}{': ' + err if err else ''}")
         failed += err is not None
-    print(f"{len(ap.parse_args().names) - failed} passed, {failed} failed")
+    print(f"{len(cases) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

@@ -17,6 +17,9 @@ For each model NAME it writes, under --out:
   NAME_opset23.onnx              the default exporter asked for opset 23 (Llama: RMSNormalization
                                  and Attention as fused ops)
   NAME[_VARIANT].npz             the reference for each file (see below)
+  NAME.start.safetensors         the module's state_dict before training, which `train` takes as
+                                 output.start_state to write a state_dict load_state_dict(strict=True)
+                                 takes from a file without samples/export_model.py's record
 
 The reference, made in float64 from the same module: `x` (inputs for the training steps, first axis
 samples), `y` (targets), `probe` (a held-out input) and `probe_out` (the module's output on it
@@ -537,6 +540,8 @@ def make(name, out, export=True):
     # The start, before any export: exporting in training mode runs the forward, which moves
     # BatchNorm's running statistics; each export starts from it too.
     start = {k: v.detach().clone() for k, v in wrapped.state_dict().items()}
+    from safetensors.torch import save_file  # the state_dict before training: train's output.start_state
+    save_file({k: v.contiguous() for k, v in start.items()}, os.path.join(out, f"{name}.start.safetensors"))
     files = {"": os.path.join(out, f"{name}.onnx")}
     if not export:
         files = {v: os.path.join(out, f"{name}{v}.onnx") for v in ("", "_noopt", "_legacy", "_opset23")}

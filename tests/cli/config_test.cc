@@ -46,7 +46,7 @@ dropout: off
 steps: 200
 eval_every: 50
 checkpoint: {dir: out/ckpt, every: 100}
-output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.json}
+output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.json, start_state: start.safetensors}
 )");
   const TrainConfig c = load_config(path);
   EXPECT_EQ(c.model, "samples/gpt/gpt.onnx");
@@ -77,6 +77,7 @@ output: {model: out/trained.onnx, metrics: out/metrics.jsonl, trace: out/trace.j
   EXPECT_EQ(c.steps, 200);
   EXPECT_EQ(c.checkpoint.every, 100);
   EXPECT_EQ(c.output.trace, "out/trace.json");
+  EXPECT_EQ(c.output.start_state, "start.safetensors");
 }
 
 // output.safetensors: beside output.model unless set; none without a model output; off when

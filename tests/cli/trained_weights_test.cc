@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "exec/safetensors.h"
 #include "onnx_import/module_state.h"
 #include "tests/exec/safetensors_reader.h"
 
@@ -188,6 +189,47 @@ TEST(TrainedWeights, WithoutARecordTheInitializerNames) {
   EXPECT_EQ(f.values<float>("fc.weight"), (std::vector<float>{1, 2}));
   EXPECT_EQ(f.values<float>("fc.bias"), (std::vector<float>{3}));
   fs::remove(out);
+}
+
+// A file without a record, completed by the module's state_dict at the start: the output has the
+// start's keys and shapes (what load_state_dict(strict=True) needs), the trained values where
+// training has them, a table's trained leading rows over its start, a tied twin as its trained
+// key, and everything else as it started; trained tensors the start does not name are kept.
+TEST(TrainedWeights, WithoutARecordTheStartStateCompletesTheStateDict) {
+  const Tensor head = floats({2, 2}, {9, 8, 7, 6}), rows = floats({1, 2}, {5, 4}), extra = floats({1}, {3});
+  const Tensor head0 = floats({2, 2}, {0.5f, -1, 2, 0.25f}), wpe0 = floats({3, 2}, {1, 1.5f, 2, 2.5f, 3, 3.5f});
+  const Tensor ln0 = floats({2}, {1, 1}), ln_other0 = floats({2}, {1, 1});
+  const std::string start = temp("start.safetensors");
+  write_safetensors(start, {{"wte.weight", &head0}, {"wpe.weight", &wpe0}, {"lm_head.weight", &head0},
+                            {"ln.weight", &ln0}, {"ln2.weight", &ln_other0}}, {}, "");
+  TrainedState t;
+  t.tensors = {{"lm_head.weight", &head}, {"wpe.weight", &rows}, {"ln.weight", &extra}, {"val_3", &extra}};
+  t.tensors.at("ln.weight") = &ln0;
+  t.start_state = start;
+  const std::string out = temp("completed.safetensors");
+  const WeightsWritten r = write_trained_weights("unused.onnx", std::nullopt, t, {}, out);
+  const test::StFile f = test::read_safetensors_for_test(out);
+  EXPECT_EQ(f.tensors.size(), 6u);
+  EXPECT_EQ(f.values<float>("lm_head.weight"), (std::vector<float>{9, 8, 7, 6}));
+  EXPECT_EQ(f.values<float>("wte.weight"), (std::vector<float>{9, 8, 7, 6}));  // the tie, trained once
+  EXPECT_EQ(f.tensors.at("wpe.weight").shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(f.values<float>("wpe.weight"), (std::vector<float>{5, 4, 2, 2.5f, 3, 3.5f}));
+  EXPECT_EQ(f.values<float>("ln2.weight"), (std::vector<float>{1, 1}));  // one value: no tie, as it started
+  EXPECT_EQ(f.values<float>("val_3"), (std::vector<float>{3}));
+  EXPECT_EQ(r.completed, (std::vector<std::string>{"wpe.weight"}));
+  EXPECT_EQ(r.not_in_start, (std::vector<std::string>{"val_3"}));
+  // A start whose entry is neither the trained tensor's shape nor room for it as leading rows.
+  const Tensor wide = floats({1, 3}, {1, 2, 3});
+  t.tensors = {{"wpe.weight", &wide}};
+  try {
+    check_start_state(t);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), start + ": tensor 'wpe.weight': is float32[3,2], and the trained one float32[1,3] "
+                                     "is not its leading rows; save the state_dict of the module that was exported");
+  }
+  fs::remove(out);
+  fs::remove(start);
 }
 
 }  // namespace

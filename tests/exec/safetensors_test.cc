@@ -8,8 +8,10 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "tests/exec/safetensors_reader.h"
 
 namespace pt {
@@ -114,6 +116,55 @@ TEST(Safetensors, Refusals) {
     EXPECT_EQ(std::string(e.what()), path + ": cannot be written; choose another output.safetensors");
   }
   EXPECT_FALSE(fs::exists(fs::path(path).parent_path()));
+}
+
+// The reader: what the writer wrote comes back in header order, and each thing the format does not
+// allow is one line naming the file (and the tensor) and how to write it again.
+TEST(Safetensors, ReadsBackAndRefusesWhatTheFormatDoesNotAllow) {
+  const Tensor w = tensor<float>({2, 3}, {1.5f, -2, 3, 4, 5, 6.25f});
+  const Tensor count = tensor<int64_t>({}, {7});
+  const std::string path = temp("read.safetensors");
+  write_safetensors(path, {{"layer.weight", &w}, {"steps", &count}}, {{"format", "pt"}}, "todo");
+  const auto back = read_safetensors(path);
+  ASSERT_EQ(back.size(), 2u);
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : back) by_name[name] = &t;
+  ASSERT_TRUE(by_name.count("layer.weight") && by_name.count("steps"));
+  EXPECT_EQ(by_name["layer.weight"]->type, w.type);
+  EXPECT_EQ(by_name["layer.weight"]->data, w.data);
+  EXPECT_EQ(by_name["steps"]->data, count.data);
+  const std::string blob = read_file(path, "");
+  const std::string todo = "; write it again with safetensors.torch.save_file(model.state_dict(), path)";
+  const auto refusal = [&](const std::string& bytes) {
+    write_file_atomic(path, bytes, "");
+    try {
+      read_safetensors(path);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(refusal("abc"), path + ": is 3 bytes, shorter than a safetensors header" + todo);
+  EXPECT_EQ(refusal(std::string("\xff\0\0\0\0\0\0\0{}", 10)),
+            path + ": says its header is 255 bytes, past the file's end" + todo);
+  const auto with_header = [](const std::string& json, size_t data_bytes) {
+    std::string out(8, '\0');
+    const uint64_t n = json.size();
+    std::memcpy(out.data(), &n, 8);
+    return out + json + std::string(data_bytes, '\0');
+  };
+  EXPECT_EQ(refusal(with_header("[1, 2]", 0)), path + ": has a header that is not a JSON object" + todo);
+  EXPECT_EQ(refusal(with_header(R"({"a": {"dtype": "F32", "shape": [2]}})", 8)),
+            path + ": tensor 'a': is not an entry of dtype, shape and data_offsets" + todo);
+  EXPECT_EQ(refusal(with_header(R"({"a": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}})", 8)),
+            path + ": tensor 'a': has dtype C64, which pipetrain does not take" + todo);
+  EXPECT_EQ(refusal(with_header(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 16]}})", 8)),
+            path + ": tensor 'a': has data_offsets past the file's end" + todo);
+  EXPECT_EQ(refusal(with_header(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8)),
+            path + ": tensor 'a': holds 8 bytes for float32[3]" + todo);
+  EXPECT_EQ(refusal(with_header(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}})", 8)),
+            path + ": tensor 'a': has a shape larger than the file" + todo);
+  fs::remove(path);
 }
 
 }  // namespace

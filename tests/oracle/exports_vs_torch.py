@@ -85,8 +85,23 @@ def check_run(args, name, path, ref, tmp):
     return None if err <= args.tol else f"output differs by {err:.3g} > {args.tol}"
 
 
+def start_state(path):
+    """NAME.start.safetensors (the module's state_dict before training) for a file without
+    samples/export_model.py's record that holds the module (not one with BatchNorm fused into its
+    convolutions, which is another module), else None."""
+    name, variant = os.path.basename(path).split(".")[0], ""
+    for v in ("_noopt", "_legacy", "_opset23"):
+        if name.endswith(v):
+            name, variant = name[:-len(v)], v
+    start = os.path.join(os.path.dirname(path), f"{name}.start.safetensors")
+    if NOT_COMPARED.get((name, variant)) == FUSED or recorded_state_dict(path) is not None:
+        return None
+    return start if os.path.exists(start) else None
+
+
 def write_config(tmp, path, stages, schedule, trained):
     cfg = os.path.join(tmp, f"t_{stages}_{schedule}.yaml")
+    start = start_state(path)
     with open(cfg, "w") as f:
         f.write(f"""model: {path}
 dims: {{batch: 2}}
@@ -97,7 +112,7 @@ pipeline: {{stages: {stages}, micro_batches: {MICRO}, schedule: {schedule}}}
 steps: {STEPS}
 eval_every: 0
 checkpoint: {{dir: {tmp}/ckpt_{stages}_{schedule}, every: 0}}
-output: {{model: {trained}, metrics: {trained}.jsonl, trace: "", timeline: ""}}
+output: {{model: {trained}, metrics: {trained}.jsonl, trace: "", timeline: ""{f", start_state: {start}" if start else ""}}}
 """)
     return cfg
 
@@ -123,7 +138,7 @@ def check_train(args, name, path, ref, tmp, compare, compared):
             if v.tobytes() != other[k].tobytes():
                 return f"{run[0]} stages {run[1]}: '{k}' differs from the 1-stage run"
     if not compare:
-        return None
+        return check_safetensors(args, results[RUNS[0]], None, path)
     with open(results[RUNS[0]] + ".jsonl") as f:
         losses = [json.loads(line)["loss"] for line in f if '"step"' in line and '"loss"' in line]
     for s, (have, want) in enumerate(zip(losses, ref["losses"])):
@@ -181,12 +196,22 @@ def check_safetensors(args, trained, ref, path):
     reference trained is there under its module name (or a tied twin's) with PyTorch's value; for
     a file that holds the whole module (optimize=False, legacy) that is every parameter of
     module_params; and where the file carries samples/export_model.py's record (NAME_noopt), its
-    keys are exactly the module's state_dict keys, so load_state_dict(strict=True) takes it."""
+    keys are exactly the module's state_dict keys, so load_state_dict(strict=True) takes it; for
+    any other file, trained with output.start_state (NAME.start.safetensors), its keys and shapes
+    are exactly the start's. `ref` None: keys and shapes only."""
     weights, _ = read_safetensors(os.path.splitext(trained)[0] + ".safetensors")
-    keys = recorded_state_dict(path)
+    keys, shapes = recorded_state_dict(path), None
+    if start_state(path):
+        start, _ = read_safetensors(start_state(path))
+        keys, shapes = list(start), {k: v.shape for k, v in start.items()}
     if keys is not None and set(weights) != set(keys):  # what load_state_dict(strict=True) needs
         missing, extra = sorted(set(keys) - set(weights)), sorted(set(weights) - set(keys))
         return f"the safetensors keys are not the module's state_dict: missing {missing[:3]}, extra {extra[:3]}"
+    for k, shape in (shapes or {}).items():
+        if weights[k].shape != shape:
+            return f"safetensors '{k}' is {weights[k].shape}, the module's {shape}"
+    if ref is None:
+        return None
     worst, where = 0.0, ""
     for key in ref.files:
         if not key.startswith("state."):
@@ -196,6 +221,8 @@ def check_safetensors(args, trained, ref, path):
         have = next((weights[n] for n in names if n in weights), None)
         if have is None:
             return f"the safetensors file has no '{param}'"
+        if have.shape != ref[key].shape and shapes:  # a table the file holds in part: its leading rows
+            have = have.reshape(-1)[:ref[key].size].reshape(ref[key].shape)
         if have.shape != ref[key].shape:
             return f"safetensors '{param}' is {have.shape}, PyTorch's {ref[key].shape}"
         err = relative_error(have, ref[key], floor=KEY_BIAS_FLOOR)

@@ -19,7 +19,7 @@
 
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
-#include "exec/fold_batch_norm.h"
+#include "onnx_import/fold_batch_norm.h"
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"
 

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/npy.h"
-#include "exec/reference_step.h"
+#include "train/reference_step.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"

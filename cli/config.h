@@ -22,7 +22,7 @@
 //                                    # (partition/link.h); by default cpu, or nvlink with
 //                                    # device: cuda (however many processes: the same cuts);
 //                                    # plan: auto lets the planner choose schedule, chunks and
-//                                    # recompute under memory_limit (cli/planner.h)
+//                                    # recompute under memory_limit (plan/planner.h)
 //   parameters: {frozen: [mask], tied: [wte], untied: ["*.ln_*"], trained: [embedding_1]}   # names or globs
 //   device: cpu                      # cpu | cuda | cuda:I,J,... (see below)
 //   parallel: {data: 1, zero: 0}     # data-parallel replicas of the pipeline (mpirun -n: a
@@ -118,7 +118,7 @@ struct TrainConfig {
     std::string recompute = "none";
     std::string memory_limit;    // per device; empty: none
     LinkArgs link{"", "", "", 0};  // preset "": the runtime's (default_link in train_cmd.cc)
-    std::string plan;            // "auto": cli/planner.h picks schedule, chunks and recompute
+    std::string plan;            // "auto": plan/planner.h picks schedule, chunks and recompute
   } pipeline;
 
   std::vector<std::string> frozen;  // parameters.frozen

@@ -1,5 +1,5 @@
 // cli/plan_cmd.cc: `pipetrain plan`. The model as `train` would train it -> every plan the
-// planner tries (cli/planner.h) -> the best, the runner-ups and why each lost, and with --write
+// planner tries (plan/planner.h) -> the best, the runner-ups and why each lost, and with --write
 // a train config that runs the plan as is.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -16,7 +16,7 @@
 #include "cli/args.h"
 #include "cli/config.h"
 #include "cli/model_inputs.h"
-#include "cli/planner.h"
+#include "plan/planner.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/files.h"

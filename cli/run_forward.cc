@@ -14,7 +14,7 @@
 #include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
-#include "exec/fold_batch_norm.h"
+#include "onnx_import/fold_batch_norm.h"
 #include "exec/npy.h"
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"

@@ -41,7 +41,7 @@
 #include "cli/driver.h"
 #include "cli/interrupt.h"
 #include "cli/train_devices.h"
-#include "cli/planner.h"
+#include "plan/planner.h"
 #include "cli/report.h"
 #include "cli/train_ranks.h"
 #include "cli/trained_weights.h"
@@ -50,7 +50,7 @@
 #include "train/checkpoint.h"
 #include "train/comm.h"
 #include "exec/cpu/cpu_backend.h"
-#include "exec/reference_step.h"
+#include "train/reference_step.h"
 #include "train/data.h"
 #include "train/executor.h"
 #include "train/optimizer.h"
@@ -559,7 +559,7 @@ PartitionOptions Trainer::partition_options(int chunks_per_stage) const {
   return po;
 }
 
-// pipeline.plan: auto: the planner's best plan under pipeline.memory_limit (cli/planner.h), its
+// pipeline.plan: auto: the planner's best plan under pipeline.memory_limit (plan/planner.h), its
 // schedule run as is, its cuts and its recompute policies, on the graph this run trains.
 void Trainer::plan_pipeline(const std::vector<NodeCost>& costs) {
   for (const char* key : {"pipeline.schedule", "pipeline.chunks", "pipeline.recompute", "pipeline.partition",

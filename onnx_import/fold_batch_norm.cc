@@ -1,4 +1,4 @@
-#include "exec/fold_batch_norm.h"
+#include "onnx_import/fold_batch_norm.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// exec/fold_batch_norm.h: an inference graph with each BatchNormalization that follows a Conv
-// folded into that Conv's weights and bias, as inference runtimes do. In: a graph that is run
+// onnx_import/fold_batch_norm.h: an inference graph with each BatchNormalization that follows a
+// Conv folded into that Conv's weights and bias, as inference runtimes do. In: a graph that is run
 // forward only (`pipetrain run`, forward_bench); out: the same graph with fewer nodes.
 //
 // A BatchNormalization in its inference form (one output; scale, B, mean and var float32

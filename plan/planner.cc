@@ -1,4 +1,4 @@
-#include "cli/planner.h"
+#include "plan/planner.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-// cli/planner.h: the whole pipeline plan from the cost model, before step 1. In: the graph
+// plan/planner.h: the whole pipeline plan from the cost model, before step 1. In: the graph
 // `train` trains (training mode, parameter sites split), its per-node costs, the devices, the
 // micro-batches, a memory cap per device and the link. Out: every plan tried, best first.
 //

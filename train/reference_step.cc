@@ -1,4 +1,4 @@
-#include "exec/reference_step.h"
+#include "train/reference_step.h"
 
 #include <cmath>
 #include <cstring>

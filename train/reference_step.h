@@ -1,4 +1,4 @@
-// exec/reference_step.h: one training step's gradients the plain way. In: every chunk's F, B and
+// train/reference_step.h: one training step's gradients the plain way. In: every chunk's F, B and
 // W graphs (autodiff/chunk_backward.h) and a backend. Per micro-batch it runs F of every chunk in
 // order, then B and W of every chunk in reverse, passing tensors by name; parameter gradients
 // accumulate over micro-batches in order. The reference that scheduled runs are compared with.

@@ -12,7 +12,7 @@
 #include "autodiff/chunk_backward.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
-#include "exec/reference_step.h"
+#include "train/reference_step.h"
 #include "tests/autodiff/sample_chunks.h"
 
 namespace pt {

@@ -22,7 +22,7 @@
 #include "core/error.h"
 #include "core/pipetrain_ops.h"
 #include "exec/cpu/cpu_backend.h"
-#include "exec/reference_step.h"
+#include "train/reference_step.h"
 #include "exec/stage_program.h"
 #include "tests/autodiff/sample_chunks.h"
 #include "tests/exec/test_tensors.h"

@@ -16,7 +16,7 @@
 #include "exec/channels_last.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/cpu/dnnl_util.h"
-#include "exec/fold_batch_norm.h"
+#include "onnx_import/fold_batch_norm.h"
 #include "onnx_import/import.h"
 
 namespace pt {

@@ -1,7 +1,7 @@
-// The planner (cli/planner.h) against the grid of plans a user would try by hand, on every sample
+// The planner (plan/planner.h) against the grid of plans a user would try by hand, on every sample
 // at 2, 4 and 8 devices under three memory caps; and its plan run by `train`, whose executor
 // must keep exactly the bytes the plan counted.
-#include "cli/planner.h"
+#include "plan/planner.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -16,7 +16,7 @@
 #include "autodiff/loss.h"
 #include "train/comm.h"
 #include "exec/cpu/cpu_backend.h"
-#include "exec/reference_step.h"
+#include "train/reference_step.h"
 #include "train/timeline.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"

@@ -19,7 +19,7 @@
 #include "autodiff/training_mode.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/cuda/cuda_backend.h"
-#include "exec/reference_step.h"
+#include "train/reference_step.h"
 #include "exec/stage_program.h"
 #include "tests/autodiff/sample_chunks.h"
 #include "tests/exec/cuda/gradient_compare.h"

@@ -23,6 +23,7 @@
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"  // format_bytes
 #include "partition/partitioner.h"
+#include "plan/schedule_choice.h"
 #include "schedule/auto.h"
 #include "schedule/generators.h"
 #include "schedule/lower.h"
@@ -133,37 +134,20 @@ struct Planned {
 };
 
 Planned plan(const ScheduleArgs& a) {
-  Planned p;
-  if (!a.from_csv.empty()) {
-    if (!a.kind.empty())
-      throw UserError("--from-csv", "takes the schedule from the file", "drop --kind");
-    p.schedule = parse_csv(read_file(a.from_csv, "check the path given to --from-csv"), a.from_csv);
-    p.costs = costs_for(a, p.schedule.stages, p.schedule.chunks);
-    return p;
-  }
-  if (a.kind.empty()) throw UserError("", "no schedule given", "pass --kind K or --from-csv FILE");
-  if (a.stages < 1 || a.micro_batches < 1)
+  if (!a.from_csv.empty() && !a.kind.empty())
+    throw UserError("--from-csv", "takes the schedule from the file", "drop --kind");
+  if (a.from_csv.empty() && a.kind.empty()) throw UserError("", "no schedule given", "pass --kind K or --from-csv FILE");
+  if (a.from_csv.empty() && (a.stages < 1 || a.micro_batches < 1))
     throw UserError("--kind " + a.kind, "needs --stages and --micro-batches", "");
-  if (a.kind != "auto") {
-    p.schedule = generate(a.kind, a.stages, a.micro_batches, a.chunks);
-    p.costs = costs_for(a, a.stages, p.schedule.chunks);
-    return p;
-  }
-  AutoOptions o;
-  for (int v : a.chunks ? std::vector<int>{a.chunks} : std::vector<int>{1, 2})
-    o.chunkings.push_back(costs_for(a, a.stages, v));
-  o.memory_limit = memory_limit(a);
-  AutoResult r = auto_schedule(a.stages, a.micro_batches, o);
-  p.schedule = r.schedule;
-  p.costs = o.chunkings[0];
-  for (const Costs& c : o.chunkings)
-    if (static_cast<int>(c.chunks.size()) == r.schedule.total_chunks()) p.costs = c;
-  std::ostringstream note;
-  note << "auto: " << r.how << " (" << r.tried << " schedules simulated)\n";
-  if (!r.best_hand_made.empty())
-    note << "best hand-made schedule that fits: " << r.best_hand_made << ", makespan "
-         << r.best_hand_made_makespan << "\n";
-  p.note = note.str();
+  // A CSV's stages, micro-batches and chunks are the file's.
+  const bool csv = !a.from_csv.empty();
+  ScheduleSpec spec{a.kind, a.from_csv, csv ? 0 : a.stages, csv ? 0 : a.micro_batches, csv ? 0 : a.chunks, 0};
+  spec.memory_limit = memory_limit(a);  // auto's
+  ScheduleChoice c = choose_schedule(spec, [&](int v) { return costs_for(a, a.stages, v); });
+  Planned p;
+  p.schedule = std::move(c.lowered_csv ? c.lowered : c.schedule);  // a lowered CSV is shown as written
+  p.costs = c.costs ? *c.costs : costs_for(a, p.schedule.stages, p.schedule.chunks);
+  p.note = std::move(c.note);
   return p;
 }
 

@@ -42,6 +42,7 @@
 #include "cli/interrupt.h"
 #include "cli/train_devices.h"
 #include "plan/planner.h"
+#include "plan/schedule_choice.h"
 #include "cli/report.h"
 #include "cli/train_ranks.h"
 #include "cli/trained_weights.h"
@@ -504,14 +505,6 @@ bool set_on_command_line(const TrainConfig& cfg, const std::string& key) {
   return cfg.where(key).rfind("--set ", 0) == 0;
 }
 
-// The schedule's actions less sends, receives and optimizer steps: a lowered CSV (`schedule
-// --lowered --csv`) read back as the compute-only schedule it was lowered from.
-Schedule compute_only(Schedule s) {
-  for (std::vector<Action>& list : s.devices)
-    list.erase(std::remove_if(list.begin(), list.end(), [](const Action& a) { return !is_compute(a.op); }), list.end());
-  return s;
-}
-
 // pipeline.chunks (0: the kind's default). Chunks from the file belong to the file's schedule:
 // a kind given with --set alone (the README's `--set pipeline.schedule=1f1b` on a zb-v config)
 // takes its own default where it does not allow the file's chunks, and says so.
@@ -597,42 +590,35 @@ void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
     return;
   }
   const std::string key = "pipeline.schedule";
-  const bool csv = lowercase(p.schedule).ends_with(".csv");
-  const std::string kind = csv ? p.schedule : lowercase(p.schedule);  // kind names in any case
-  int chunks = csv ? p.chunks : chunks_for(kind);
-  if (csv && set_on_command_line(cfg_, key) && !set_on_command_line(cfg_, "pipeline.chunks")) chunks = 0;  // the file's
-  if (csv) {
-    schedule_ = at_key(cfg_, key, [&] { return parse_csv(read_file(p.schedule, "check the path of the CSV schedule"), p.schedule); });
-    if (schedule_.lowered()) {  // written by `schedule --lowered --csv`: run its sends as they are
-      at_key(cfg_, key, [&] { validate(schedule_, p.schedule); });
-      lowered_ = schedule_;
-      schedule_ = compute_only(schedule_);
+  const bool csv = is_csv_schedule(p.schedule);
+  ScheduleSpec spec{csv ? "" : p.schedule, csv ? p.schedule : "", p.stages, p.micro_batches, 0, 0};
+  if (!csv) spec.chunks = chunks_for(lowercase(p.schedule));  // kind names in any case
+  else if (!set_on_command_line(cfg_, key) || set_on_command_line(cfg_, "pipeline.chunks")) spec.chunks = p.chunks;
+  if (!p.memory_limit.empty())  // auto: kept bytes per device
+    spec.memory_limit = static_cast<double>(at_key(cfg_, "pipeline.memory_limit", [&] { return parse_bytes(p.memory_limit, "pipeline.memory_limit"); }));
+  // auto's costs per chunking, from the partition of each. A partition that must succeed (one
+  // chunk per device, or the chunks asked for) fails with its own error, which names its key;
+  // at two chunks when none were asked for, choose_schedule takes a failure as "not possible".
+  struct PartitionFailed {
+    UserError error;
+  };
+  const auto costs_at = [&](int v) {
+    try {
+      const PartitionPlan plan = plan_partition(train_, costs, partition_options(v));
+      return derived_costs(train_, plan, backward_options(plan));
+    } catch (const UserError& e) {
+      if (v == 1 || spec.chunks) throw PartitionFailed{e};
+      throw;
     }
-    if (schedule_.stages != p.stages || schedule_.micro_batches != p.micro_batches ||
-        (chunks && schedule_.chunks != chunks))
-      throw UserError(cfg_.where(key), "the schedule in '" + p.schedule + "' has " +
-                                           std::to_string(schedule_.stages) + " stages, " +
-                                           std::to_string(schedule_.chunks) + " chunk(s) per stage and " +
-                                           std::to_string(schedule_.micro_batches) + " micro-batches",
-                      "set pipeline.stages, chunks and micro_batches to match it");
-  } else if (kind == "auto") {
-    // Costs per chunking from the partition of each; the limit counts kept bytes per device.
-    AutoOptions o;
-    for (int v : chunks ? std::vector<int>{chunks} : std::vector<int>{1, 2}) {
-      try {
-        const PartitionPlan plan = plan_partition(train_, costs, partition_options(v));
-        o.chunkings.push_back(derived_costs(train_, plan, backward_options(plan)));
-      } catch (const UserError&) {
-        if (v == 1) throw;  // the model cannot be cut even once per stage: say so
-      }
-    }
-    if (!p.memory_limit.empty())
-      o.memory_limit = static_cast<double>(at_key(cfg_, "pipeline.memory_limit", [&] { return parse_bytes(p.memory_limit, "pipeline.memory_limit"); }));
-    schedule_ = at_key(cfg_, key, [&] { return auto_schedule(p.stages, p.micro_batches, o).schedule; });
-  } else {
-    schedule_ = at_key(cfg_, key, [&] { return generate(kind, p.stages, p.micro_batches, chunks); });
+  };
+  ScheduleChoice c;
+  try {
+    c = at_key(cfg_, key, [&] { return choose_schedule(spec, costs_at); });
+  } catch (const PartitionFailed& f) {
+    throw f.error;
   }
-  if (lowered_.devices.empty()) lowered_ = add_send_recv(schedule_);
+  schedule_ = std::move(c.schedule);
+  lowered_ = std::move(c.lowered);
 }
 
 void Trainer::open_data() {

@@ -213,6 +213,91 @@ class MaxPoolGrad final : public Kernel {
   int threads_;
 };
 
+// dW = ConvGradWeight(dY, X) of a depthwise Conv (group = C = M: W is (C, 1, k...)), where
+// oneDNN has no JIT kernel for it (its jit_dw takes no plane smaller than the kernel, as
+// MobileNetV2's 3x3 convolutions on 2x2 and 1x1 maps): it falls back to one small GEMM per
+// channel, 0.25 ms for 240 channels of 8 x 1 x 1 pixels, 100x its work. Here per channel c and
+// tap (kd, kh, kw): dW[c, 0, kd, kh, kw] = sum over n, then output positions in row-major order,
+// of dY[n, c, o] * X[n, c, the tap's input position] (taps in the padding add nothing).
+// Channels run in parallel, each summed by one thread, so the bits do not depend on the count.
+class DepthwiseConvGradWeight final : public Kernel {
+ public:
+  DepthwiseConvGradWeight(int64_t batch, int64_t channels, std::array<PoolDim, 3> dims,
+                          std::array<int64_t, 3> kernel, int threads)
+      : batch_(batch), channels_(channels), d_(std::move(dims)), k_(kernel), threads_(threads) {}
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float* dy = in[0].as<const float>();
+    const float* x = in[1].as<const float>();
+    float* dw = out[0].as<float>();
+    const int64_t in_size = d_[0].in * d_[1].in * d_[2].in;
+    const int64_t out_size = d_[0].out * d_[1].out * d_[2].out;
+    const int64_t taps = k_[0] * k_[1] * k_[2];
+    const bool parallel = channels_ > 1 && batch_ * channels_ * out_size * taps >= (1 << 15);
+#pragma omp parallel for num_threads(threads_) if (parallel)
+    for (int64_t c = 0; c < channels_; ++c) {
+      float* acc = dw + c * taps;
+      std::fill(acc, acc + taps, 0.f);
+      for (int64_t n = 0; n < batch_; ++n) {
+        const int64_t plane = n * channels_ + c;
+        channel(dy + plane * out_size, x + plane * in_size, acc);
+      }
+    }
+  }
+
+ private:
+  // acc[kd, kh, kw] += dY[o] * X[tap of o] over the output positions o of one (n, c) plane.
+  void channel(const float* dy, const float* x, float* acc) const {
+    const PoolDim &pd = d_[0], &ph = d_[1], &pw = d_[2];
+    int64_t o = 0;
+    for (int64_t od = 0; od < pd.out; ++od)
+      for (int64_t oh = 0; oh < ph.out; ++oh)
+        for (int64_t ow = 0; ow < pw.out; ++ow, ++o)
+          for (int64_t kd = pd.lo[od]; kd < pd.hi[od]; ++kd)
+            for (int64_t kh = ph.lo[oh]; kh < ph.hi[oh]; ++kh) {
+              const int64_t id = pd.start[od] + kd * pd.dilation, ih = ph.start[oh] + kh * ph.dilation;
+              const float* row = x + (id * ph.in + ih) * pw.in + pw.start[ow];
+              float* a = acc + (kd * k_[1] + kh) * k_[2];
+              for (int64_t kw = pw.lo[ow]; kw < pw.hi[ow]; ++kw) a[kw] += dy[o] * row[kw * pw.dilation];
+            }
+  }
+
+  int64_t batch_, channels_;
+  std::array<PoolDim, 3> d_;
+  std::array<int64_t, 3> k_;
+  int threads_;
+};
+
+// Whether oneDNN has a JIT kernel for the weight gradient of a depthwise Conv of geometry g.
+bool dnnl_depthwise_weights_jit(const KernelSpec& s, const ConvGeometry& g) {
+  const dnnl::engine& engine = *s.cpu->engine;
+  const Window& w = g.window;
+  const dnnl::convolution_backward_weights::primitive_desc pd(
+      {dnnl::algorithm::convolution_direct, conv_layout(g, g.x), conv_layout(g, g.w_grouped),
+       conv_layout(g, g.y), w.strides, w.dilation, w.pad_l, w.pad_r},
+      engine, conv_hint(g, engine));
+  return implementation_is(pd, "jit_dw");
+}
+
+// The direct depthwise kernel for g, or nullptr where the Conv is not depthwise or oneDNN has a
+// JIT kernel for it.
+std::unique_ptr<Kernel> make_depthwise_grad_weight(const KernelSpec& s, const ConvGeometry& g) {
+  const int64_t channels = g.x[1];
+  if (g.group == 1 || g.group != channels || g.w[0] != channels || g.w[1] != 1 || g.x.size() > 5)
+    return nullptr;
+  if (dnnl_depthwise_weights_jit(s, g)) return nullptr;
+  const size_t r = g.x.size() - 2, lead = 3 - r;
+  std::array<PoolDim, 3> dims;
+  std::array<int64_t, 3> kernel{1, 1, 1};
+  for (size_t i = 0; i < r; ++i) {
+    kernel[lead + i] = g.w[i + 2];
+    dims[lead + i] = PoolDim(g.x[i + 2], g.y[i + 2], g.w[i + 2], g.window.strides[i],
+                             g.window.dilation[i] + 1, g.window.pad_l[i]);
+  }
+  return std::make_unique<DepthwiseConvGradWeight>(g.x[0], channels, std::move(dims), kernel,
+                                                   s.cpu->threads);
+}
+
 }  // namespace
 
 // ConvGradInput(dY, W) -> dX, attributes of Conv plus input_shape (X's shape).
@@ -235,6 +320,7 @@ std::unique_ptr<Kernel> make_conv_grad_weight(const KernelSpec& s) {
   // dW = ConvGradWeight(dY, X): backward weights, X bound as the src (no bias gradient:
   // autodiff reduces dY for that).
   return build_or_null(s, [&] {
+    if (auto direct = make_depthwise_grad_weight(s, *g)) return direct;
     return build_conv_backward<dnnl::convolution_backward_weights>(
         s, *g, DNNL_ARG_SRC, g->x, DNNL_ARG_DIFF_WEIGHTS, g->w_grouped);
   });

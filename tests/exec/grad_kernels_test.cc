@@ -434,6 +434,15 @@ TEST(ConvGrad, Grouped) {
 TEST(ConvGrad, DepthwiseStrided) {
   check_conv_adjoint({2, 16, 16, 16, {10, 10}, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 1}});
 }
+// Planes smaller than the kernel (MobileNetV2's late 3x3 depthwise convolutions on 2x2 and 1x1
+// maps), where oneDNN has no JIT weight gradient and the direct depthwise kernel runs; strided,
+// dilated, asymmetric pads and 1-D too.
+TEST(ConvGrad, DepthwiseSmallPlanes) {
+  check_conv_adjoint({8, 24, 24, 24, {1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}});
+  check_conv_adjoint({3, 40, 40, 40, {2, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}});
+  check_conv_adjoint({2, 16, 16, 16, {2, 3}, {3, 3}, {2, 1}, {1, 2}, {1, 2, 0, 1}});
+  check_conv_adjoint({2, 8, 8, 8, {3}, {5}, {1}, {1}, {2, 2}});
+}
 TEST(ConvGrad, Pointwise) {
   check_conv_adjoint({2, 24, 16, 1, {6, 5}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
 }

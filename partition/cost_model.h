@@ -3,7 +3,9 @@
 //
 // Formulas (N = elements of the node's main output, shapes as in ONNX):
 //   MatMul [..,M,K]x[..,K,N]   F = 2*b*M*K*N; each input's gradient costs the same again
-//   Gemm                       as MatMul, plus M*N for the bias and its gradient
+//   Gemm                       as MatMul, plus M*N for the bias and its gradient; with transA (a
+//                              weight gradient X^T dY) A's bytes are read and written once more:
+//                              the product copies A into row blocks first
 //   Conv                       F = 2*N_out*(C_in/group)*prod(kernel); dX and dW the same again
 //   element-wise               F = N * per-element FLOPs (table in cost_model.cc); gradient
 //                              per input N * per-element backward FLOPs
@@ -11,7 +13,14 @@
 //   LayerNorm, BatchNorm       F = 8N, dX = 10N, dScale and dBias = 4N (BatchNormTraining too)
 //   pooling, reductions        F = elements read, backward = elements written
 //   data movement              0 FLOPs; bytes only (views such as Reshape move nothing)
-//   SoftmaxCrossEntropy        as LogSoftmax over the logits (the loss autodiff/loss.h appends)
+//   Add after a MatMul or Gemm that alone reads the product (a row bias, or a weight gradient
+//                              summed into its accumulator): the product applies it as it
+//                              writes, so it runs no kernel and moves only its other operand
+//   SoftmaxCrossEntropy        per logit: the row max, x - max, an exp, the sum (11); it sweeps the
+//                              logits twice (max, then exp), so they are read twice. Its gradient
+//                              (SoftmaxCrossEntropyGrad) the same plus the scale (12), reading the
+//                              logits twice and writing dX then rescaling it in place: 3 reads,
+//                              2 writes of the logits' size. (The loss autodiff/loss.h appends.)
 //   gradient ops               (core/pipetrain_ops.h: GeluGrad, LayerNormGrad, ConvGradWeight...)
 //                              F = what the forward op's gradient costs above, so the B and W
 //                              graphs autodiff derives are counted by these same rules
@@ -38,6 +47,7 @@ struct NodeCost {
   int64_t bytes_written = 0;     // forward
   int64_t param_bytes = 0;       // trainable parameters this node reads
   int64_t saved_bytes = 0;       // outputs kept for backward, per micro-batch
+  int64_t kernels = 0;           // 1 where the node runs a kernel (not a view: Graph::moves_no_bytes)
 
   int64_t flops_bwd() const { return flops_bwd_input + flops_bwd_weight; }
   // One number for balancing: FLOPs of F, B and W plus kFlopsPerByte per byte moved (forward
@@ -47,6 +57,15 @@ struct NodeCost {
 
 // FLOP-equivalents of moving one byte: the balance of a CPU doing ~100 GFLOP/s out of ~25 GB/s.
 constexpr int64_t kFlopsPerByte = 4;
+
+// FLOP-equivalents of one exp (exp_poly: a degree-6 polynomial, the range reduction and the
+// exponent placed), as the element-wise table prices Exp.
+constexpr int64_t kFlopsPerExp = 8;
+
+// FLOP-equivalents of running one kernel whatever its size: the dispatch, a oneDNN primitive's
+// execute, the first touches (~0.3 us on a CPU core doing ~200 GFLOP/s). The time of a graph's
+// work (plan/chunk_costs.h work_units) counts it per kernel; a small model's nodes are mostly it.
+constexpr int64_t kFlopsPerKernel = 60'000;
 
 // Which values carry a gradient: trainable parameters and every floating-point value computed
 // from one through differentiable ops. Graph inputs (images, token ids) need none.

@@ -443,6 +443,14 @@ TEST(ConvGrad, DepthwiseSmallPlanes) {
   check_conv_adjoint({2, 16, 16, 16, {2, 3}, {3, 3}, {2, 1}, {1, 2}, {1, 2, 0, 1}});
   check_conv_adjoint({2, 8, 8, 8, {3}, {5}, {1}, {1}, {2, 2}});
 }
+// 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections),
+// where the direct pointwise kernel runs: 1x1, 4x4, 2x3 and a 1-D plane.
+TEST(ConvGrad, PointwiseSmallPlanes) {
+  check_conv_adjoint({8, 40, 24, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
+  check_conv_adjoint({3, 16, 24, 1, {4, 4}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
+  check_conv_adjoint({2, 5, 7, 1, {2, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
+  check_conv_adjoint({2, 6, 3, 1, {5}, {1}, {1}, {1}, {0, 0}});
+}
 TEST(ConvGrad, Pointwise) {
   check_conv_adjoint({2, 24, 16, 1, {6, 5}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
 }

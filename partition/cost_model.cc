@@ -334,6 +334,7 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
       c.bytes_read = nbytes(g, b);
     } else if (!g.moves_no_bytes(n)) {
       c.kernels = 1;
+      c.products = is_product(n) ? 1 : 0;
       for (ValueId v : n.inputs) c.bytes_read += nbytes(g, v);
       for (ValueId v : n.outputs) c.bytes_written += nbytes(g, v);
       add_extra_sweeps(g, n, &c);
@@ -360,6 +361,11 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
   return costs;
 }
 
+bool is_product(const Node& n) {
+  if (n.domain.empty()) return n.op_type == "MatMul" || n.op_type == "Gemm" || n.op_type == "Conv";
+  return n.domain == kPipetrainDomain && (n.op_type == "ConvGradInput" || n.op_type == "ConvGradWeight");
+}
+
 NodeCost total_cost(const std::vector<NodeCost>& costs) {
   NodeCost t;
   for (const NodeCost& c : costs) {
@@ -371,6 +377,7 @@ NodeCost total_cost(const std::vector<NodeCost>& costs) {
     t.param_bytes += c.param_bytes;
     t.saved_bytes += c.saved_bytes;
     t.kernels += c.kernels;
+    t.products += c.products;
   }
   return t;
 }

@@ -48,6 +48,7 @@ struct NodeCost {
   int64_t param_bytes = 0;       // trainable parameters this node reads
   int64_t saved_bytes = 0;       // outputs kept for backward, per micro-batch
   int64_t kernels = 0;           // 1 where the node runs a kernel (not a view: Graph::moves_no_bytes)
+  int64_t products = 0;          // 1 where that kernel is a matrix product (is_product)
 
   int64_t flops_bwd() const { return flops_bwd_input + flops_bwd_weight; }
   // One number for balancing: FLOPs of F, B and W plus kFlopsPerByte per byte moved (forward
@@ -62,10 +63,13 @@ constexpr int64_t kFlopsPerByte = 4;
 // exponent placed), as the element-wise table prices Exp.
 constexpr int64_t kFlopsPerExp = 8;
 
-// FLOP-equivalents of running one kernel whatever its size: the dispatch, a oneDNN primitive's
-// execute, the first touches (~0.3 us on a CPU core doing ~200 GFLOP/s). The time of a graph's
-// work (plan/chunk_costs.h work_units) counts it per kernel; a small model's nodes are mostly it.
-constexpr int64_t kFlopsPerKernel = 60'000;
+// FLOP-equivalents of running one kernel whatever its size, at the ~200 GFLOP-equivalents/s one
+// CPU core's runs fit: a matrix product's call on oneDNN (~1.5 us: checking and binding its
+// arguments, packing, the first touches; exec/cpu/small_product.cc measured 2.4 us for a product
+// whose multiply-adds take 0.3), any other kernel's dispatch (~0.6 us). The time of a graph's work
+// (plan/chunk_costs.h work_units) counts them; a small model's chunks are mostly them.
+constexpr int64_t kFlopsPerProduct = 300'000;
+constexpr int64_t kFlopsPerKernel = 120'000;
 
 // Which values carry a gradient: trainable parameters and every floating-point value computed
 // from one through differentiable ops. Graph inputs (images, token ids) need none.
@@ -82,6 +86,10 @@ std::vector<bool> gradient_reaches(const Graph& g);
 // statistics, masks or indices). autodiff follows the same predicates.
 bool input_differentiable(const Node& n, size_t i);
 bool output_differentiable(const Node& n, size_t k);
+
+// MatMul, Gemm, Conv and Conv's gradients (ConvGradInput, ConvGradWeight): the products a
+// library runs on blocked FMA kernels.
+bool is_product(const Node& n);
 
 std::vector<NodeCost> estimate_costs(const Graph& g);
 

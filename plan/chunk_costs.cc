@@ -11,7 +11,7 @@ ChunkWork chunk_work(const BackwardGraphs& chunk) {
 
 double work_units(const NodeCost& total) {
   return static_cast<double>(total.flops_fwd + kFlopsPerByte * (total.bytes_read + total.bytes_written) +
-                             kFlopsPerKernel * total.kernels) *
+                             kFlopsPerProduct * total.products + kFlopsPerKernel * (total.kernels - total.products)) *
          1e-9;
 }
 

@@ -77,10 +77,13 @@ void grad_div(GradContext& c) {
     c.give(1, c.neg(c.sum_to(c.div(c.mul(c.dy(), c.y(0)), c.x(1)), c.shape(c.x(1)))));
 }
 
-// Y = A ^ E  =>  dA = sum_to(dY * E * A^(E-1)); dE (= dY * Y * ln A) is not supported.
+// Y = A ^ E  =>  dA = sum_to(dY * E * A^(E-1)); dE (= dY * Y * ln A) is not supported. A constant
+// float scalar E gives E - 1 as a constant (the same float), so that the Pow's kernel sees it.
 void grad_pow(GradContext& c) {
   if (c.wants(1)) unsupported(c, "the gradient of Pow's exponent is not supported");
-  const ValueId e1 = c.sub(c.x(1), c.scalar(1.0f));
+  const Tensor* e = c.constant(1);
+  const bool scalar = e && e->type.dtype == DType::kFloat32 && e->type.numel() == 1;
+  const ValueId e1 = scalar ? c.scalar(e->as<float>()[0] - 1.0f) : c.sub(c.x(1), c.scalar(1.0f));
   const ValueId p = c.emit("Pow", {c.x(0), e1}, c.type(c.y(0)));
   c.give(0, c.sum_to(c.mul(c.dy(), c.mul(c.x(1), p)), c.shape(c.x(0))));
 }

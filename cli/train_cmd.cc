@@ -938,24 +938,37 @@ void trim_metrics(const std::string& path, int64_t steps_done) {
 }
 
 // --profile: per pass (F, B, W) and op type, the kernel time per step summed over every device,
-// largest first, and the share of all kernel time.
+// largest first, and the share of all kernel time; beside it what the cost model counts for the
+// same nodes (plan/chunk_costs.h work units), in ms at the one rate that makes the two totals
+// equal, and the ratio: a row far from 1 is an op the model misprices (or a slow kernel).
 void Trainer::print_profile() const {
   const std::vector<PipelineExecutor::OpTime> rows = executor_->op_profile();
   const double steps = static_cast<double>(cfg_.steps - profiled_from_);
-  double total = 0;
-  for (const auto& r : rows) total += r.seconds;
+  double total = 0, units = 0;
+  for (const auto& r : rows) {
+    total += r.seconds;
+    units += work_units(r.cost);
+  }
   if (total <= 0 || steps <= 0) return;
+  units *= schedule_.micro_batches;  // each chunk's F, B and W run once per micro-batch
+  const double ms_per_unit = units > 0 ? total / steps * 1e3 / units : 0;
   std::cout << "kernel time per step, steps " << profiled_from_ + 1 << " to " << cfg_.steps
             << " (each kernel timed alone, all devices): " << std::fixed << std::setprecision(2)
-            << total / steps * 1e3 << " ms\n";
-  std::cout << "  pass  op                          nodes        ms  share\n";
+            << total / steps * 1e3 << " ms; model ms at " << std::setprecision(2)
+            << (ms_per_unit > 0 ? 1 / (ms_per_unit * 1e-3) : 0) << " GFLOP-equivalents/s\n";
+  std::cout << "  pass  op                          nodes        ms  share  model ms  ratio\n";
   double shown = 0;
   for (size_t i = 0; i < rows.size() && (i < 12 || shown < 0.995 * total) && i < 40; ++i) {
     const auto& r = rows[i];
     shown += r.seconds;
+    const double ms = r.seconds / steps * 1e3, model = work_units(r.cost) * schedule_.micro_batches * ms_per_unit;
     std::cout << "  " << std::left << std::setw(6) << r.pass << std::setw(28) << r.op << std::right << std::setw(5)
-              << r.nodes << std::setw(10) << std::setprecision(3) << r.seconds / steps * 1e3 << std::setw(6)
-              << std::setprecision(1) << 100 * r.seconds / total << "%\n";
+              << r.nodes << std::setw(10) << std::setprecision(3) << ms << std::setw(6) << std::setprecision(1)
+              << 100 * r.seconds / total << "%" << std::setw(10) << std::setprecision(3) << model << std::setw(7);
+    if (model > 0)
+      std::cout << std::setprecision(2) << ms / model << "\n";
+    else
+      std::cout << "-" << "\n";
   }
 }
 

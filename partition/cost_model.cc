@@ -34,6 +34,9 @@ const std::map<std::string, Elementwise>& elementwise_table() {
   return t;
 }
 
+// Per element of a row the loss sweeps: the max, x - max, an exp and the sum.
+constexpr int64_t kSoftmaxRowFlops = 3 + kFlopsPerExp;
+
 int64_t numel(const Graph& g, ValueId v) { return v == kNoValue ? 0 : g.value(v).type.numel(); }
 int64_t nbytes(const Graph& g, ValueId v) { return v == kNoValue ? 0 : g.value(v).type.bytes(); }
 
@@ -107,11 +110,57 @@ bool gradient_op_flops(const Graph& g, const Node& n, NodeCost* c) {
   } else if (op == "GatherGrad") {
     c->flops_fwd = dy;  // scatter-add into the table
   } else if (op == "SoftmaxCrossEntropyGrad") {
-    c->flops_fwd = 4 * numel(g, n.inputs[1]);  // LogSoftmax's backward over the logits
+    c->flops_fwd = (kSoftmaxRowFlops + 1) * numel(g, n.inputs[1]);  // softmax again, then the scale
   } else {
     return false;
   }
   return true;
+}
+
+// Whether n is an Add that a matrix product applies as it writes its output (exec/cpu/linalg.cc
+// take_add: the CPU backend's epilogue, cuBLAS's beta): Add(P, B) or Add(B, P), P the output of a
+// MatMul or a Gemm without a C of its own, read by this Add alone (and not a graph output), B a
+// float tensor of P's shape (a weight gradient summed into its accumulator) or a row bias (N
+// elements, every leading dim 1). It runs no kernel: the product reads B, nothing else moves.
+bool fused_into_product(const Graph& g, const Node& n, ValueId* other) {
+  if (n.op_type != "Add" || !n.domain.empty() || n.inputs.size() != 2) return false;
+  for (size_t k = 0; k < 2; ++k) {
+    const Value& p = g.value(n.inputs[k]);
+    if (p.producer < 0 || p.consumers.size() != 1 ||
+        std::find(g.outputs.begin(), g.outputs.end(), n.inputs[k]) != g.outputs.end())
+      continue;
+    const Node& product = g.nodes[static_cast<size_t>(p.producer)];
+    if (!product.domain.empty() || (product.op_type != "MatMul" && product.op_type != "Gemm") ||
+        product.inputs.size() > 2 || product.attr_float("alpha", 1.f) != 1.f)
+      continue;
+    const TensorType& b = g.value(n.inputs[1 - k]).type;
+    const TensorType& y = g.value(n.outputs[0]).type;
+    if (b.dtype != DType::kFloat32 || !(y == p.type)) continue;
+    const bool row_bias = !b.shape.empty() && !y.shape.empty() && b.shape.back() == y.shape.back() &&
+                          std::all_of(b.shape.begin(), b.shape.end() - 1, [](int64_t d) { return d == 1; });
+    if (b.shape == y.shape || row_bias) {
+      *other = n.inputs[1 - k];
+      return true;
+    }
+  }
+  return false;
+}
+
+// Bytes a kernel moves beyond reading its inputs and writing its outputs once. The loss's kernels
+// (exec/cpu/loss.cc) sweep the logits more than once: the forward reads them for the row max and
+// again for the exps; the gradient reads them twice, writes dX and rescales it in place.
+void add_extra_sweeps(const Graph& g, const Node& n, NodeCost* c) {
+  // A Gemm reading A transposed (transA: a weight gradient X^T dY, the reduction along X's rows)
+  // copies A into row blocks before multiplying (oneDNN's brgemm): A is read and written again.
+  if (n.op_type == "Gemm" && n.domain.empty() && n.attr_int("transA", 0) != 0)
+    c->bytes_read += nbytes(g, n.inputs[0]), c->bytes_written += nbytes(g, n.inputs[0]);
+  if (n.domain != kPipetrainDomain) return;
+  if (n.op_type == "SoftmaxCrossEntropy") c->bytes_read += nbytes(g, n.inputs[0]);
+  if (n.op_type == "SoftmaxCrossEntropyGrad") {
+    const int64_t logits = nbytes(g, n.inputs[1]);
+    c->bytes_read += 2 * logits;
+    c->bytes_written += logits;
+  }
 }
 
 void compute_flops(const Graph& g, const std::vector<bool>& needs, const Node& n, NodeCost* c) {
@@ -135,9 +184,9 @@ void compute_flops(const Graph& g, const std::vector<bool>& needs, const Node& n
   } else if (op == "Softmax" || op == "LogSoftmax") {
     c->flops_fwd = 5 * out;
     add_grad(g, needs, n, 0, 4 * out, c);
-  } else if (op == "SoftmaxCrossEntropy") {  // the loss (autodiff/loss.h): LogSoftmax's costs
-    c->flops_fwd = 5 * in0;
-    add_grad(g, needs, n, 0, 4 * in0, c);
+  } else if (op == "SoftmaxCrossEntropy") {  // the loss (autodiff/loss.h): max, exp, sum per logit
+    c->flops_fwd = kSoftmaxRowFlops * in0;
+    add_grad(g, needs, n, 0, (kSoftmaxRowFlops + 1) * in0, c);
   } else if (op == "LayerNormalization" || op == "BatchNormalization" ||
              op == "BatchNormTraining") {
     c->flops_fwd = 8 * out;
@@ -281,9 +330,14 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
     for (ValueId v : n.inputs)
       if (v != kNoValue && g.value(v).is_parameter()) params.insert(v);
     for (ValueId v : params) c.param_bytes += nbytes(g, v);
-    if (!g.moves_no_bytes(n)) {
+    if (ValueId b = kNoValue; fused_into_product(g, n, &b)) {
+      c.bytes_read = nbytes(g, b);
+    } else if (!g.moves_no_bytes(n)) {
+      c.kernels = 1;
+      c.products = is_product(n) ? 1 : 0;
       for (ValueId v : n.inputs) c.bytes_read += nbytes(g, v);
       for (ValueId v : n.outputs) c.bytes_written += nbytes(g, v);
+      add_extra_sweeps(g, n, &c);
     }
     // Mark what this node's backward reads; it is charged to the producer below.
     bool any_grad = false;
@@ -307,6 +361,11 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
   return costs;
 }
 
+bool is_product(const Node& n) {
+  if (n.domain.empty()) return n.op_type == "MatMul" || n.op_type == "Gemm" || n.op_type == "Conv";
+  return n.domain == kPipetrainDomain && (n.op_type == "ConvGradInput" || n.op_type == "ConvGradWeight");
+}
+
 NodeCost total_cost(const std::vector<NodeCost>& costs) {
   NodeCost t;
   for (const NodeCost& c : costs) {
@@ -317,6 +376,8 @@ NodeCost total_cost(const std::vector<NodeCost>& costs) {
     t.bytes_written += c.bytes_written;
     t.param_bytes += c.param_bytes;
     t.saved_bytes += c.saved_bytes;
+    t.kernels += c.kernels;
+    t.products += c.products;
   }
   return t;
 }

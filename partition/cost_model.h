@@ -3,7 +3,9 @@
 //
 // Formulas (N = elements of the node's main output, shapes as in ONNX):
 //   MatMul [..,M,K]x[..,K,N]   F = 2*b*M*K*N; each input's gradient costs the same again
-//   Gemm                       as MatMul, plus M*N for the bias and its gradient
+//   Gemm                       as MatMul, plus M*N for the bias and its gradient; with transA (a
+//                              weight gradient X^T dY) A's bytes are read and written once more:
+//                              the product copies A into row blocks first
 //   Conv                       F = 2*N_out*(C_in/group)*prod(kernel); dX and dW the same again
 //   element-wise               F = N * per-element FLOPs (table in cost_model.cc); gradient
 //                              per input N * per-element backward FLOPs
@@ -11,7 +13,14 @@
 //   LayerNorm, BatchNorm       F = 8N, dX = 10N, dScale and dBias = 4N (BatchNormTraining too)
 //   pooling, reductions        F = elements read, backward = elements written
 //   data movement              0 FLOPs; bytes only (views such as Reshape move nothing)
-//   SoftmaxCrossEntropy        as LogSoftmax over the logits (the loss autodiff/loss.h appends)
+//   Add after a MatMul or Gemm that alone reads the product (a row bias, or a weight gradient
+//                              summed into its accumulator): the product applies it as it
+//                              writes, so it runs no kernel and moves only its other operand
+//   SoftmaxCrossEntropy        per logit: the row max, x - max, an exp, the sum (11); it sweeps the
+//                              logits twice (max, then exp), so they are read twice. Its gradient
+//                              (SoftmaxCrossEntropyGrad) the same plus the scale (12), reading the
+//                              logits twice and writing dX then rescaling it in place: 3 reads,
+//                              2 writes of the logits' size. (The loss autodiff/loss.h appends.)
 //   gradient ops               (core/pipetrain_ops.h: GeluGrad, LayerNormGrad, ConvGradWeight...)
 //                              F = what the forward op's gradient costs above, so the B and W
 //                              graphs autodiff derives are counted by these same rules
@@ -38,6 +47,8 @@ struct NodeCost {
   int64_t bytes_written = 0;     // forward
   int64_t param_bytes = 0;       // trainable parameters this node reads
   int64_t saved_bytes = 0;       // outputs kept for backward, per micro-batch
+  int64_t kernels = 0;           // 1 where the node runs a kernel (not a view: Graph::moves_no_bytes)
+  int64_t products = 0;          // 1 where that kernel is a matrix product (is_product)
 
   int64_t flops_bwd() const { return flops_bwd_input + flops_bwd_weight; }
   // One number for balancing: FLOPs of F, B and W plus kFlopsPerByte per byte moved (forward
@@ -47,6 +58,18 @@ struct NodeCost {
 
 // FLOP-equivalents of moving one byte: the balance of a CPU doing ~100 GFLOP/s out of ~25 GB/s.
 constexpr int64_t kFlopsPerByte = 4;
+
+// FLOP-equivalents of one exp (exp_poly: a degree-6 polynomial, the range reduction and the
+// exponent placed), as the element-wise table prices Exp.
+constexpr int64_t kFlopsPerExp = 8;
+
+// FLOP-equivalents of running one kernel whatever its size, at the ~200 GFLOP-equivalents/s one
+// CPU core's runs fit: a matrix product's call on oneDNN (~1.5 us: checking and binding its
+// arguments, packing, the first touches; exec/cpu/small_product.cc measured 2.4 us for a product
+// whose multiply-adds take 0.3), any other kernel's dispatch (~0.6 us). The time of a graph's work
+// (plan/chunk_costs.h work_units) counts them; a small model's chunks are mostly them.
+constexpr int64_t kFlopsPerProduct = 300'000;
+constexpr int64_t kFlopsPerKernel = 120'000;
 
 // Which values carry a gradient: trainable parameters and every floating-point value computed
 // from one through differentiable ops. Graph inputs (images, token ids) need none.
@@ -63,6 +86,10 @@ std::vector<bool> gradient_reaches(const Graph& g);
 // statistics, masks or indices). autodiff follows the same predicates.
 bool input_differentiable(const Node& n, size_t i);
 bool output_differentiable(const Node& n, size_t k);
+
+// MatMul, Gemm, Conv and Conv's gradients (ConvGradInput, ConvGradWeight): the products a
+// library runs on blocked FMA kernels.
+bool is_product(const Node& n);
 
 std::vector<NodeCost> estimate_costs(const Graph& g);
 

@@ -10,7 +10,9 @@ ChunkWork chunk_work(const BackwardGraphs& chunk) {
 }
 
 double work_units(const NodeCost& total) {
-  return static_cast<double>(total.flops_fwd + kFlopsPerByte * (total.bytes_read + total.bytes_written)) * 1e-9;
+  return static_cast<double>(total.flops_fwd + kFlopsPerByte * (total.bytes_read + total.bytes_written) +
+                             kFlopsPerProduct * total.products + kFlopsPerKernel * (total.kernels - total.products)) *
+         1e-9;
 }
 
 Costs chunk_costs(const std::vector<BackwardGraphs>& chunks) {

@@ -10,7 +10,9 @@
 // see which input is an initializer, is for balancing cuts, not for this.
 //
 // Time unit: FLOP-equivalents, as NodeCost::cost() and partition/link.h count them: FLOPs plus
-// kFlopsPerByte per byte read or written, in units of 1e9 (GFLOP-equivalents).
+// kFlopsPerByte per byte read or written, plus kFlopsPerProduct per matrix product and
+// kFlopsPerKernel per other kernel run (partition/cost_model.h), in units of 1e9
+// (GFLOP-equivalents).
 #pragma once
 
 #include <vector>

@@ -350,12 +350,14 @@ std::vector<PipelineExecutor::OpTime> PipelineExecutor::op_profile() const {
     const StageProgram* programs[3] = {&*c->f, &*c->b, &*c->w};
     for (int k = 0; k < 3; ++k) {
       const Graph& g = programs[k]->graph();
+      const std::vector<NodeCost> costs = estimate_costs(g);
       for (size_t i = 0; i < c->profile[k].size() && i < g.nodes.size(); ++i) {
         OpTime& t = by[{std::string(1, "FBW"[k]), g.nodes[i].op_type}];
         t.pass = std::string(1, "FBW"[k]);
         t.op = g.nodes[i].op_type;
         t.seconds += c->profile[k][i];
         ++t.nodes;
+        t.cost = total_cost({t.cost, costs[i]});
       }
     }
   }

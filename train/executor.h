@@ -46,6 +46,7 @@
 #include "core/error.h"
 #include "core/ir.h"
 #include "exec/backend.h"
+#include "partition/cost_model.h"
 #include "train/comm.h"
 #include "schedule/schedule.h"
 
@@ -112,12 +113,14 @@ class PipelineExecutor {
 
   // From the next step on, every kernel of every chunk is timed on its own (the backend
   // synchronised after each, which slows the step): op_profile() sums the times per pass
-  // (F, B, W) and op type over the profiled steps, largest first.
+  // (F, B, W) and op type over the profiled steps, largest first, each beside what the cost
+  // model (partition/cost_model.h) counts for the same nodes.
   void profile_ops();
   struct OpTime {
     std::string pass, op;
     double seconds = 0;
     int64_t nodes = 0;  // nodes of this op type in the pass, over every chunk
+    NodeCost cost;      // their costs summed, one run of each chunk's program
   };
   std::vector<OpTime> op_profile() const;
 

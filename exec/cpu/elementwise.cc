@@ -16,6 +16,7 @@
 #include "exec/cpu/dispatch.h"
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
+#include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
 namespace {
@@ -282,6 +283,42 @@ std::unique_ptr<Kernel> make_arith(const KernelSpec& s, Arith op) {
   });
 }
 
+// y = x^2 or x^3 for float x and a constant float exponent of 2 or 3 (GPT-2's GELU cubes, and
+// its gradient squares): x * x and x * x * x, as PyTorch's and onnxruntime's Pow take these
+// exponents. std::pow per element took 7 ns an element, 14 us on GPT-2's 2 x 8 x 128.
+template <int E>
+PT_VECTOR_CLONES void power_loop(const float* x, float* y, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) y[i] = E == 2 ? x[i] * x[i] : x[i] * x[i] * x[i];
+}
+
+class SmallPower final : public Kernel {
+ public:
+  SmallPower(int exponent, int64_t n, int threads) : exponent_(exponent), n_(n), threads_(threads) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float* x = in[0].as<const float>();
+    float* y = out[0].as<float>();
+    for_blocks(n_, threads_, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+      if (exponent_ == 2) power_loop<2>(x, y, b, e);
+      else power_loop<3>(x, y, b, e);
+    });
+  }
+
+ private:
+  int exponent_;
+  int64_t n_;
+  int threads_;
+};
+
+std::unique_ptr<Kernel> make_small_power(const KernelSpec& s) {
+  const Tensor* e = s.constant(1);
+  if (s.inputs[0].dtype != DType::kFloat32 || !e || e->type.dtype != DType::kFloat32 || e->type.numel() != 1 ||
+      !(s.outputs[0] == s.inputs[0]))
+    return nullptr;
+  const float v = e->as<float>()[0];
+  if (v != 2.f && v != 3.f) return nullptr;
+  return std::make_unique<SmallPower>(static_cast<int>(v), s.inputs[0].numel(), s.cpu->threads);
+}
+
 }  // namespace
 
 std::unique_ptr<Kernel> make_add(const KernelSpec& s) { return make_arith(s, Arith::kAdd); }
@@ -292,6 +329,7 @@ std::unique_ptr<Kernel> make_div(const KernelSpec& s) { return make_arith(s, Ari
 // Pow(a: A, b: B) -> y: A, A and B in PowTypes.
 std::unique_ptr<Kernel> make_pow(const KernelSpec& s) {
   if (!has_io(s, 2) || s.outputs[0].dtype != s.inputs[0].dtype) return nullptr;
+  if (auto small = make_small_power(s)) return small;
   const auto bc = make_broadcast(s, 2);
   if (!bc) return nullptr;
   return visit(PowTypes{}, s.inputs[0].dtype, [&]<class A>() {

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
 namespace {
@@ -25,7 +26,7 @@ constexpr int64_t kParallelMin = int64_t{1} << 15;  // elements below which one 
 // max_j x[j] over a row of c > 0 values, in 8 independent lanes: without finite-math GCC will
 // not vectorise a float max, and one running max is a chain of dependent maxss (9x slower on a
 // row of 8192).
-float row_max(const float* x, int64_t c) {
+PT_VECTOR_CLONES float row_max(const float* x, int64_t c) {
   constexpr int kMaxLanes = 8;
   float lane[kMaxLanes];
   std::fill(lane, lane + kMaxLanes, x[0]);
@@ -41,7 +42,7 @@ float row_max(const float* x, int64_t c) {
 // double total every kBlock values, so no float partial sums more than 32 values <= 1. With
 // kStore, also writes each exp to e[j].
 template <bool kStore>
-double exp_sum(const float* x, int64_t c, float m, float* e) {
+PT_VECTOR_CLONES double exp_sum(const float* x, int64_t c, float m, float* e) {
   constexpr int64_t kBlock = 512;
   double total = 0;
   for (int64_t b = 0; b < c; b += kBlock) {
@@ -62,6 +63,14 @@ double exp_sum(const float* x, int64_t c, float m, float* e) {
     for (float l : lane) total += l;
   }
   return total;
+}
+
+// d[j] = k * softmax(x)[j] over a row of c > 0 values: the exps written to d, then scaled by
+// k / their sum.
+PT_VECTOR_CLONES void softmax_row_scaled(const float* x, int64_t c, float k, float* d) {
+  const float m = row_max(x, c);
+  const float scale = static_cast<float>(double(k) / exp_sum<true>(x, c, m, d));
+  for (int64_t j = 0; j < c; ++j) d[j] *= scale;
 }
 
 // Shared by the loss and its gradient: T rows of C classes, targets in [0, C) or ignore_index.
@@ -138,10 +147,7 @@ class SoftmaxCrossEntropyGrad final : public Kernel {
         std::fill(d, d + c, 0.f);
         continue;
       }
-      const float* row = x + t * c;
-      const float m = row_max(row, c);
-      const float scale = static_cast<float>(double(k) / exp_sum<true>(row, c, m, d));
-      for (int64_t j = 0; j < c; ++j) d[j] *= scale;
+      softmax_row_scaled(x + t * c, c, k, d);
       d[target[t]] -= k;
     }
   }

@@ -19,6 +19,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
+#include "exec/cpu/vector_clones.h"
 #include "exec/window.h"
 
 namespace pt::cpu {
@@ -213,6 +214,141 @@ class MaxPoolGrad final : public Kernel {
   int threads_;
 };
 
+// dW = ConvGradWeight(dY, X) of a depthwise Conv (group = C = M: W is (C, 1, k...)), where
+// oneDNN has no JIT kernel for it (its jit_dw takes no plane smaller than the kernel, as
+// MobileNetV2's 3x3 convolutions on 2x2 and 1x1 maps): it falls back to one small GEMM per
+// channel, 0.25 ms for 240 channels of 8 x 1 x 1 pixels, 100x its work. Here per channel c and
+// tap t: dW[c, 0, t] = sum over n, then the tap's (output, input) pixel pairs in row-major output
+// order, of dY[n, c, o] * X[n, c, i]; the pairs of each tap (taps in the padding have none) are
+// listed once, when the kernel is made. Channels run in parallel, each summed by one thread, so
+// the bits do not depend on the count.
+class DepthwiseConvGradWeight final : public Kernel {
+ public:
+  using Pairs = std::vector<std::pair<int32_t, int32_t>>;  // (output pixel, input pixel) of a plane
+  DepthwiseConvGradWeight(int64_t batch, int64_t channels, int64_t in_size, int64_t out_size,
+                          std::vector<Pairs> taps, int threads)
+      : batch_(batch), channels_(channels), in_size_(in_size), out_size_(out_size), taps_(std::move(taps)),
+        threads_(threads) {}
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    const float* dy = in[0].as<const float>();
+    const float* x = in[1].as<const float>();
+    float* dw = out[0].as<float>();
+    const int64_t taps = static_cast<int64_t>(taps_.size());
+    const bool parallel = channels_ > 1 && batch_ * channels_ * out_size_ * taps >= (1 << 15);
+#pragma omp parallel for num_threads(threads_) if (parallel)
+    for (int64_t c = 0; c < channels_; ++c)
+      for (int64_t t = 0; t < taps; ++t) {
+        float acc = 0.f;
+        for (int64_t n = 0; n < batch_; ++n) {
+          const float* d = dy + (n * channels_ + c) * out_size_;
+          const float* xs = x + (n * channels_ + c) * in_size_;
+          for (const auto& [o, i] : taps_[static_cast<size_t>(t)]) acc += d[o] * xs[i];
+        }
+        dw[c * taps + t] = acc;
+      }
+  }
+
+ private:
+  int64_t batch_, channels_, in_size_, out_size_;
+  std::vector<Pairs> taps_;  // per tap (kd, kh, kw), row-major
+  int threads_;
+};
+
+// Whether oneDNN has a JIT kernel for the weight gradient of a depthwise Conv of geometry g.
+bool dnnl_depthwise_weights_jit(const KernelSpec& s, const ConvGeometry& g) {
+  const dnnl::engine& engine = *s.cpu->engine;
+  const Window& w = g.window;
+  const dnnl::convolution_backward_weights::primitive_desc pd(
+      {dnnl::algorithm::convolution_direct, conv_layout(g, g.x), conv_layout(g, g.w_grouped),
+       conv_layout(g, g.y), w.strides, w.dilation, w.pad_l, w.pad_r},
+      engine, conv_hint(g, engine));
+  return implementation_is(pd, "jit_dw");
+}
+
+// The direct depthwise kernel for g, or nullptr where the Conv is not depthwise or oneDNN has a
+// JIT kernel for it.
+std::unique_ptr<Kernel> make_depthwise_grad_weight(const KernelSpec& s, const ConvGeometry& g) {
+  const int64_t channels = g.x[1];
+  if (g.group == 1 || g.group != channels || g.w[0] != channels || g.w[1] != 1 || g.x.size() > 5)
+    return nullptr;
+  if (dnnl_depthwise_weights_jit(s, g)) return nullptr;
+  const size_t r = g.x.size() - 2, lead = 3 - r;
+  std::array<PoolDim, 3> d;
+  std::array<int64_t, 3> k{1, 1, 1};
+  for (size_t i = 0; i < r; ++i) {
+    k[lead + i] = g.w[i + 2];
+    d[lead + i] = PoolDim(g.x[i + 2], g.y[i + 2], g.w[i + 2], g.window.strides[i], g.window.dilation[i] + 1,
+                          g.window.pad_l[i]);
+  }
+  std::vector<DepthwiseConvGradWeight::Pairs> taps(static_cast<size_t>(k[0] * k[1] * k[2]));
+  int32_t o = 0;
+  for (int64_t od = 0; od < d[0].out; ++od)
+    for (int64_t oh = 0; oh < d[1].out; ++oh)
+      for (int64_t ow = 0; ow < d[2].out; ++ow, ++o)
+        for (int64_t kd = d[0].lo[od]; kd < d[0].hi[od]; ++kd)
+          for (int64_t kh = d[1].lo[oh]; kh < d[1].hi[oh]; ++kh)
+            for (int64_t kw = d[2].lo[ow]; kw < d[2].hi[ow]; ++kw) {
+              const int64_t id = d[0].start[od] + kd * d[0].dilation, ih = d[1].start[oh] + kh * d[1].dilation,
+                            iw = d[2].start[ow] + kw * d[2].dilation;
+              taps[static_cast<size_t>((kd * k[1] + kh) * k[2] + kw)].emplace_back(
+                  o, static_cast<int32_t>((id * d[1].in + ih) * d[2].in + iw));
+            }
+  return std::make_unique<DepthwiseConvGradWeight>(g.x[0], channels, d[0].in * d[1].in * d[2].in,
+                                                   d[0].out * d[1].out * d[2].out, std::move(taps), s.cpu->threads);
+}
+
+// dW = ConvGradWeight(dY, X) of a pointwise Conv (1x1 kernel, stride 1, no padding, group 1) on
+// planes of at most kSmallPlane pixels (MobileNetV2's late 1x1 convolutions on 4x4 to 1x1 maps):
+// dW[m, c] = sum over n, then pixels p, of dY[n, m, p] * X[n, c, p]. oneDNN runs these on its
+// im2col GEMM path, 20-50 us a call for 0.1-1.6 MFLOP (2-30 GFLOP/s). Here per image X[n] is
+// transposed into scratch (HW x C) and each dY value scales a row of it into dW's row: the inner
+// loop runs along C, contiguous. One thread; images in order, so the bits do not depend on it.
+constexpr int64_t kSmallPlane = 16;
+
+PT_VECTOR_CLONES void axpy_row(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+class PointwiseConvGradWeight final : public Kernel {
+ public:
+  PointwiseConvGradWeight(int64_t batch, int64_t m, int64_t c, int64_t hw)
+      : batch_(batch), m_(m), c_(c), hw_(hw) {}
+
+  size_t scratch_bytes() const override { return static_cast<size_t>(hw_ * c_) * sizeof(float); }
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
+    const float* dy = in[0].as<const float>();  // (N, M, HW)
+    const float* x = in[1].as<const float>();   // (N, C, HW)
+    float* dw = out[0].as<float>();              // (M, C)
+    auto* xt = static_cast<float*>(scratch);     // (HW, C): X[n] transposed
+    std::fill(dw, dw + m_ * c_, 0.f);
+    for (int64_t n = 0; n < batch_; ++n) {
+      const float* xn = x + n * c_ * hw_;
+      for (int64_t c = 0; c < c_; ++c)
+        for (int64_t p = 0; p < hw_; ++p) xt[p * c_ + c] = xn[c * hw_ + p];
+      const float* dyn = dy + n * m_ * hw_;
+      for (int64_t m = 0; m < m_; ++m)
+        for (int64_t p = 0; p < hw_; ++p) axpy_row(dyn[m * hw_ + p], xt + p * c_, dw + m * c_, c_);
+    }
+  }
+
+ private:
+  int64_t batch_, m_, c_, hw_;
+};
+
+// The direct pointwise kernel for g, or nullptr where the Conv is not pointwise on a small plane.
+std::unique_ptr<Kernel> make_pointwise_grad_weight(const ConvGeometry& g) {
+  if (!g.pointwise) return nullptr;
+  const Window& w = g.window;
+  const auto all = [](const Dims& d, int64_t v) { return std::all_of(d.begin(), d.end(), [v](int64_t x) { return x == v; }); };
+  if (!all(w.strides, 1) || !all(w.pad_l, 0) || !all(w.pad_r, 0) || !all(w.dilation, 0)) return nullptr;
+  int64_t hw = 1;
+  for (size_t i = 2; i < g.x.size(); ++i) hw *= g.x[i];
+  if (hw > kSmallPlane || g.y[1] != g.w[0] || g.x[1] != g.w[1]) return nullptr;
+  return std::make_unique<PointwiseConvGradWeight>(g.x[0], g.w[0], g.w[1], hw);
+}
+
 }  // namespace
 
 // ConvGradInput(dY, W) -> dX, attributes of Conv plus input_shape (X's shape).
@@ -235,6 +371,8 @@ std::unique_ptr<Kernel> make_conv_grad_weight(const KernelSpec& s) {
   // dW = ConvGradWeight(dY, X): backward weights, X bound as the src (no bias gradient:
   // autodiff reduces dY for that).
   return build_or_null(s, [&] {
+    if (auto direct = make_depthwise_grad_weight(s, *g)) return direct;
+    if (auto direct = make_pointwise_grad_weight(*g)) return direct;
     return build_conv_backward<dnnl::convolution_backward_weights>(
         s, *g, DNNL_ARG_SRC, g->x, DNNL_ARG_DIFF_WEIGHTS, g->w_grouped);
   });

@@ -268,12 +268,13 @@ TEST(TrainRuns, ProfileSaysWhereTheStepsTimeGoes) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(slurp(d / "trained.onnx"), plain);
   const size_t at = r.out.find("kernel time per step, steps 2 to 3 (each kernel timed alone, all devices): ");
+  // ... " ms; model ms at R GFLOP-equivalents/s": the cost model's figure for each row beside it
   ASSERT_NE(at, std::string::npos) << r.out;
   std::istringstream rows(r.out.substr(at));
   std::string line;
   std::getline(rows, line);
   std::getline(rows, line);
-  EXPECT_EQ(line, "  pass  op                          nodes        ms  share");
+  EXPECT_EQ(line, "  pass  op                          nodes        ms  share  model ms  ratio");
   double share = 0;
   std::set<std::string> passes, ops;
   while (std::getline(rows, line) && line.rfind("  ", 0) == 0) {

@@ -434,6 +434,23 @@ TEST(ConvGrad, Grouped) {
 TEST(ConvGrad, DepthwiseStrided) {
   check_conv_adjoint({2, 16, 16, 16, {10, 10}, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 1}});
 }
+// Planes smaller than the kernel (MobileNetV2's late 3x3 depthwise convolutions on 2x2 and 1x1
+// maps), where oneDNN has no JIT weight gradient and the direct depthwise kernel runs; strided,
+// dilated, asymmetric pads and 1-D too.
+TEST(ConvGrad, DepthwiseSmallPlanes) {
+  check_conv_adjoint({8, 24, 24, 24, {1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}});
+  check_conv_adjoint({3, 40, 40, 40, {2, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}});
+  check_conv_adjoint({2, 16, 16, 16, {2, 3}, {3, 3}, {2, 1}, {1, 2}, {1, 2, 0, 1}});
+  check_conv_adjoint({2, 8, 8, 8, {3}, {5}, {1}, {1}, {2, 2}});
+}
+// 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections),
+// where the direct pointwise kernel runs: 1x1, 4x4, 2x3 and a 1-D plane.
+TEST(ConvGrad, PointwiseSmallPlanes) {
+  check_conv_adjoint({8, 40, 24, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
+  check_conv_adjoint({3, 16, 24, 1, {4, 4}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
+  check_conv_adjoint({2, 5, 7, 1, {2, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
+  check_conv_adjoint({2, 6, 3, 1, {5}, {1}, {1}, {1}, {0, 0}});
+}
 TEST(ConvGrad, Pointwise) {
   check_conv_adjoint({2, 24, 16, 1, {6, 5}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time of today's exports (samples/exports) through pipetrain, for the README's fixture table.
+"""Time of today's exports (samples/exports) through pipetrain, for the fixture table of docs/measured.md.
 
 For each fixture NAME (the no-flags export and NAME_noopt):
   - forward: `pipetrain run --repeats N` on one micro-batch (2 rows) with 1 thread (the median

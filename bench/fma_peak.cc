@@ -1,5 +1,5 @@
 // bench/fma_peak.cc: the cores' fp32 multiply-add peak, the ceiling every matmul rate in the
-// README is measured against.
+// docs/measured.md is measured against.
 //
 //   fma_peak [THREADS]
 // Each of THREADS OpenMP threads runs 12 independent chains of vector FMAs (AVX-512 where the CPU

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The partition figures of the README:
+# The partition figures of docs/measured.md:
 #  1. scale: a generated 10,000+-node transformer-like graph cut into 8 stages, transfers free
 #     and priced (the cpu and tcp links);
 #  2. balance: imbalance of each strategy on the GPT sample at 4 stages (transfers free, so the

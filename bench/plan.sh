@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planner's figures of the README (`pipetrain plan`, cli/planner.h):
+# The planner's figures of docs/measured.md (`pipetrain plan`, cli/planner.h):
 #  1. planning time: a generated 991-node transformer-like model at 8 devices, a loose and a
 #     tight memory cap (64 and 8 MiB);
 #  2. charlm at 2 devices under a 24 MiB cap: the plan and the best hand-made plan (a kind x one

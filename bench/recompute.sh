@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recompute figures of the README: per sample and policy, kept activation bytes per
+# The recompute figures of docs/measured.md: per sample and policy, kept activation bytes per
 # micro-batch (summed over 4 stages, micro-batch 8) and the extra FLOPs recompute costs.
 # Run after scripts/setup.sh.
 set -euo pipefail

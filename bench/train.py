@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Training figures of the README, on the charlm sample (samples/charlm/train.yaml).
+"""Training figures of docs/measured.md, on the charlm sample (samples/charlm/train.yaml).
 
   1. p = 2 (one thread per stage): every schedule kind trained for a few steps; the measured bubble
      and step time (mean of the steps after the first) beside the simulator's prediction on the

@@ -146,7 +146,7 @@ int run_cli(int argc, char** argv) {
        [&] { return run_grad(grad); }},
       {"train", "train a model as config.yaml says: pipelined, with progress, metrics, checkpoints",
        [&](CLI::App* c) {
-         c->add_option("config", train.config, "the YAML config (see README: Training)")->required();
+         c->add_option("config", train.config, "the YAML config (see docs/configuration.md)")->required();
          c->add_option("--set", train.set, "override a config key: dotted.key=value (repeatable)");
          CLI::Option* resume = c->add_flag("--resume", train.resume, "continue from checkpoint.dir's latest checkpoint");
          c->add_flag("--overwrite", train.overwrite,

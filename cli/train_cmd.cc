@@ -506,7 +506,7 @@ bool set_on_command_line(const TrainConfig& cfg, const std::string& key) {
 }
 
 // pipeline.chunks (0: the kind's default). Chunks from the file belong to the file's schedule:
-// a kind given with --set alone (the README's `--set pipeline.schedule=1f1b` on a zb-v config)
+// a kind given with --set alone (docs/training.md's `--set pipeline.schedule=1f1b` on a zb-v config)
 // takes its own default where it does not allow the file's chunks, and says so.
 int Trainer::chunks_for(const std::string& kind) const {
   const int chunks = cfg_.pipeline.chunks;

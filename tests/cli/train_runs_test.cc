@@ -193,7 +193,7 @@ TEST(TrainRuns, ResumingWithAnotherConfigSaysWhatWroteTheCheckpoint) {
                              "with --set optimizer.kind=adamw, or start over with --overwrite");
 }
 
-// Item 6: the README's `--set pipeline.stages=2 --set pipeline.schedule=1f1b` on the charlm
+// Item 6: docs/training.md's `--set pipeline.stages=2 --set pipeline.schedule=1f1b` on the charlm
 // sample (chunks: 2 for its zb-v) runs, with one line on the chunks; chunks given with --set
 // too are the user's and checked against the kind.
 TEST(TrainRuns, ASchedulePickedWithSetTakesItsOwnChunks) {

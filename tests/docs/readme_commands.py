@@ -1,5 +1,5 @@
-"""The README is tested (issue 21): every shell command in README.md, samples/README.md and
-samples/*/README.md runs as typed, in order, and writes what it says it writes.
+"""The README and the docs are tested (issues 21, 41): every shell command in README.md, docs/*.md,
+samples/README.md and samples/*/README.md runs as typed, in order, and writes what it says it writes.
 
 Where it sits: ctest `docs.readme_commands` (tests/CMakeLists.txt) runs it with ${PT_PYTHON} and
 the built binary after the build; it reads the Markdown files and nothing of the program's source.
@@ -12,9 +12,9 @@ What counts as a command:
     `.venv`, `/usr/bin/...`, `python3`, `bash`, `cd`): the samples' READMEs write commands so.
     Indented blocks of other text (a model's greedy continuation) are printed as text, not run.
 
-How they run: documents in reading order (README.md, samples/README.md, samples/*/README.md),
-commands in document order, each with `bash -c` from the root of one scratch folder for all the
-documents. The scratch folder holds a copy of samples/ (the regeneration commands write into it,
+How they run: documents in reading order (README.md; then docs/ in the order of DOCS below, any
+other docs/*.md after them by name; then samples/README.md and samples/*/README.md), commands in
+document order, each with `bash -c` from the root of one scratch folder for all the documents. The scratch folder holds a copy of samples/ (the regeneration commands write into it,
 never into the checkout), `build` -> the folder of --pipetrain, `.venv` -> the venv of --python,
 and its own out/; nothing in the checkout is written. A `cd DIR` line moves the following lines of
 its block (a reader's terminal); each block starts again at the scratch root. Every `pipetrain
@@ -69,6 +69,12 @@ SKIP = [
 STAND_IN = {
     r"bash scripts/main_job\.sh": "./build/pipetrain train samples/charlm/train.yaml --overwrite",
 }
+
+# docs/ in reading order (the order of the README's table of pages): a page may use what an
+# earlier one wrote (out/ files; a `--resume` after a `train`). A page missing from this list still
+# runs, after these, in name order.
+DOCS = ["docs/cli.md", "docs/configuration.md", "docs/export.md", "docs/training.md",
+        "docs/schedules.md", "docs/measured.md", "docs/testing.md", "docs/design.md"]
 
 STEPS = "--set steps=3"
 OUTPUT_FLAGS = ("--output", "--out", "-o", "--export", "--csv", "--svg")
@@ -220,8 +226,10 @@ def main():
     args = ap.parse_args()
     repo = os.path.abspath(args.repo)
 
-    docs = ["README.md", "samples/README.md"] + sorted(
-        os.path.relpath(p, repo) for p in glob.glob(os.path.join(repo, "samples", "*", "README.md")))
+    in_docs = sorted(os.path.relpath(p, repo) for p in glob.glob(os.path.join(repo, "docs", "*.md")))
+    docs = (["README.md"] + [d for d in DOCS if d in in_docs] + [d for d in in_docs if d not in DOCS]
+            + ["samples/README.md"] + sorted(
+                os.path.relpath(p, repo) for p in glob.glob(os.path.join(repo, "samples", "*", "README.md"))))
     commands, failures = [], []
     for rel in docs:
         cmds, texts = extract(os.path.join(repo, rel), rel)
@@ -280,7 +288,7 @@ def main():
                     problems.append("trains but names no trained model (`trained model -> PATH`)")
                 for want in c.expect_lines:
                     if want not in out:
-                        problems.append("the README shows the line %r, not in the output" % want)
+                        problems.append("the document shows the line %r, not in the output" % want)
             if problems:
                 tail = "\n".join("        " + l for l in out.rstrip().split("\n")[-15:])
                 failures.append("%s: %s\n      %s\n%s" % (c.where(), text, "; ".join(problems), tail))

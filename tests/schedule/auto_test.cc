@@ -85,7 +85,7 @@ TEST(Auto, NeverWorseThanAFittingHandMadeScheduleAndSometimesBetter) {
 
 TEST(Auto, BeatsEveryHandMadeKindOnAHeavyLastStage) {
   // p=4, m=8, the last stage twice as heavy, 3 micro-batches of memory per device: the best
-  // hand-made kind that fits is v-half (43); auto finds 38 (see README).
+  // hand-made kind that fits is v-half (43); auto finds 38 (see docs/schedules.md).
   std::vector<Costs> by_v;
   for (int v : {1, 2}) by_v.push_back(split_stages(stage_costs(4, 0, 0, 0), v));
   AutoOptions o;

@@ -26,8 +26,16 @@
 # (in-process and MPI), the data loaders and the signal handling are what TSan checks.
 # Suppressions, each with its reason, are in scripts/sanitize/; none names pipetrain's code.
 #
-# Measured on the 2-core development machine, beside two other builds (so slower than CI's own
-# 2 cores), clang 14, -O1: see MEASURED below (filled in from the runs of this commit).
+# Measured on the 2-core development machine beside two other engineers' builds (load 2 to 7, so
+# slower than CI's own 2 cores), clang 14, -O1 -g, on 5908163:
+#   asan build, from nothing, 259 steps: 1153 s at ninja -j1 (the first 512 s beside the tsan build)
+#   asan tests, 1062 (all but cuda.*), ctest -j2: 996 s from a fresh tree, 846 s once ctest's cost
+#     data ran the longest first (the tests' own times add up to 1986 s); 0 failed, no report
+#   tsan build, from nothing, 135 steps: 512 s at ninja -j1
+#   tsan tests, 76 (30 of them under mpirun), ctest -j2: 148 s (326 s one at a time); 0 failed,
+#     no report, no suppression beyond the OpenMP runtimes'
+# The longest under ASan: Planner.NeverSlowerThanTheHandMadeGridAndFasterInHalf 277 s,
+# oracle.exports_pytorch 124 s, conformance.onnx_package_run 109 s; none is left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}

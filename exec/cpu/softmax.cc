@@ -133,7 +133,8 @@ class SoftmaxGradRows final : public Kernel {
     auto* rows = static_cast<float*>(scratch);
     const int64_t block = rows_per_block(n_) * n_;
     for_row_blocks(rows_, n_, threads_, [&](int64_t r0, int64_t r1) {
-      float* mine = rows + omp_get_thread_num() * block;
+      // No scratch without links (scratch_bytes() is 0, so `rows` is null and is not offset).
+      float* mine = links_.empty() ? nullptr : rows + omp_get_thread_num() * block;
       if (log_) softmax_grad_rows<true>(dy, y, dx, r0, r1, n_, links_, in, mine);
       else softmax_grad_rows<false>(dy, y, dx, r0, r1, n_, links_, in, mine);
     });

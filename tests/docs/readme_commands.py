@@ -50,7 +50,7 @@ SKIP = [
     # The whole test suite, this test included.
     (r"bash scripts/test\.sh", "set-up and the whole test suite (this test is part of it)"),
     # The sanitizer and fuzz builds: clang from apt (root, network), a build of their own of
-    # tens of minutes; CI runs `sanitize.sh asan-ci` and `fuzz.sh 30` as steps of .ci/run.
+    # tens of minutes; CI runs `sanitize.sh asan`, `sanitize.sh tsan` and `fuzz.sh 30` as steps of .ci/run.
     (r"bash scripts/sanitize\.sh", "a sanitizer build of its own (clang from apt), run by .ci/run"),
     (r"bash scripts/fuzz\.sh", "the fuzz build (clang from apt) and minutes of fuzzing, run by .ci/run"),
     # The export venv (.venv-export: PyTorch 2.15, transformers from PyPI, about 5 GB): CI has

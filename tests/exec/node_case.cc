@@ -86,7 +86,8 @@ std::string compare(const Tensor& want, const void* have_data, const TensorType&
     }
     return "";
   }
-  if (std::memcmp(want.data.data(), have_data, want.data.size()) != 0)
+  // An empty tensor's data may be a null pointer, which memcmp must not be given even for 0 bytes.
+  if (!want.data.empty() && std::memcmp(want.data.data(), have_data, want.data.size()) != 0)
     return name + ": values differ";
   return "";
 }

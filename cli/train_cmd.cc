@@ -311,7 +311,27 @@ class Trainer {
   void claim_checkpoint_dir() const;
   void resume();
   void print_profile() const;
+  // One training step and its parts (step reads as the script of them).
+  struct StepFeeds {
+    std::vector<FeedMap> feeds;  // this replica's micro-batches
+    int first = 0;               // the global index of its first
+  };
+  // Times within a step from the start of the executor's run (the actions' clock): the spans of
+  // the collectives across processes ([2k], [2k+1]: start and end of kind k) for the trace.
+  struct StepClock {
+    Clock::time_point run_begin = Clock::now();
+    std::vector<double> spans = std::vector<double>(2 * kCollectives, 0.0);
+    double since() const { return std::chrono::duration<double>(Clock::now() - run_begin).count(); }
+  };
   void step(int64_t s);
+  StepFeeds draw_feeds(int64_t s);
+  void reduce_gradients(StepClock* clock);
+  void update_batch_norm_statistics();
+  double gradient_norm();
+  double summed_loss();
+  double update_parameters(double norm, StepClock* clock);
+  void record_step(int64_t s, Clock::time_point begin, const StepClock& clock, double norm, double lr);
+  void after_step(int64_t done);
   void save_checkpoint(int64_t steps_done);
   int stop_interrupted(int64_t steps_done, int signal);
   // Step s made a NaN or an Inf (loss or gradient norm): one line naming the step and where the
@@ -811,85 +831,121 @@ void Trainer::resume() {
   if (first_step_ < cfg_.steps) std::cout << "resumed from step " << c->step << " (" << cfg_.checkpoint.dir << ")\n";
 }
 
+// One step, as a script: the feeds, the pipeline step, the gradients over the replicas, the
+// BatchNorm statistics, the norm and the loss, the update, the record, then evaluation and a
+// checkpoint when due.
 void Trainer::step(int64_t s) {
   const Clock::time_point begin = Clock::now();
-  const int M = cfg_.pipeline.micro_batches;
-  // Data parallelism: every replica draws the global batch (D x M micro-batches, the loss
-  // scaled over all of it) and runs its own M; micro-batch m of replica k is global k * M + m.
-  const int D = ranks_.replicas(), first = ranks_.replica() * M;
+  const StepFeeds in = draw_feeds(s);
+  StepClock clock;  // the executor's action times count from here
+  executor_->run_step(in.feeds);
+  reduce_gradients(&clock);
+  update_batch_norm_statistics();
+  const double norm = gradient_norm();
+  last_loss_ = summed_loss();
+  // A NaN or an Inf stops the run before the update: the parameters stay those of the last step.
+  if (!std::isfinite(last_loss_) || !std::isfinite(norm)) stop_nonfinite(s, norm, in.feeds, in.first);
+  const double lr = update_parameters(norm, &clock);
+  record_step(s, begin, clock, norm, lr);
+  after_step(s + 1);
+}
+
+// Data parallelism: every replica draws the global batch (D x M micro-batches, the loss scaled
+// over all of it) and runs its own M; micro-batch m of replica k is global k * M + m.
+Trainer::StepFeeds Trainer::draw_feeds(int64_t s) {
+  const int M = cfg_.pipeline.micro_batches, D = ranks_.replicas();
+  StepFeeds in;
+  in.first = ranks_.replica() * M;
   std::vector<FeedMap> all = data_->next(D * M);
   std::vector<const Tensor*> targets;
   for (const FeedMap& f : all) targets.push_back(&f.at(kLossTarget));
   const float scale = loss_scale(loss_, targets, cfg_.where("data"));
-  std::vector<FeedMap> feeds(std::make_move_iterator(all.begin() + first), std::make_move_iterator(all.begin() + first + M));
+  in.feeds.assign(std::make_move_iterator(all.begin() + in.first), std::make_move_iterator(all.begin() + in.first + M));
   for (int m = 0; m < M; ++m) {
-    feeds[static_cast<size_t>(m)][kLossScale] = scalar_tensor(scale);
+    in.feeds[static_cast<size_t>(m)][kLossScale] = scalar_tensor(scale);
     if (form_.dropout_key)
-      feeds[static_cast<size_t>(m)][kDropoutKey] = scalar_tensor(dropout_key_for(cfg_.seed, s, first + m));
+      in.feeds[static_cast<size_t>(m)][kDropoutKey] = scalar_tensor(dropout_key_for(cfg_.seed, s, in.first + m));
   }
-  const Clock::time_point run_begin = Clock::now();  // the executor's action times count from here
-  const auto since = [&] { return std::chrono::duration<double>(Clock::now() - run_begin).count(); };
-  executor_->run_step(feeds);
-  // Collectives across processes, for the trace: [kind] = (start, end), seconds like the actions'.
-  std::vector<double> spans(2 * kCollectives, 0.0);
-  // Each parameter's gradient over the replicas, added in replica order: the same on every
-  // replica and from run to run.
-  spans[0] = since();
-  if (sharded()) reduce_scatter_gradients();  // ZeRO-1: each replica sums its shard only
-  else if (D > 1)
+  return in;
+}
+
+// Each parameter's gradient over the replicas, added in replica order: the same on every replica
+// and from run to run (ZeRO-1: each replica sums its shard only).
+void Trainer::reduce_gradients(StepClock* clock) {
+  clock->spans[0] = clock->since();
+  if (sharded()) reduce_scatter_gradients();
+  else if (ranks_.replicas() > 1)
     for (auto& [p, g] : executor_->grads()) ranks_.sum_in_replica_order(g.as<float>(), static_cast<size_t>(g.type.numel()));
-  spans[1] = since();
-  // BatchNorm buffers, micro-batch by micro-batch as torch updates them.
-  for (int m = 0; m < M; ++m)
+  clock->spans[1] = clock->since();
+  sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
+}
+
+// BatchNorm buffers, micro-batch by micro-batch as torch updates them.
+void Trainer::update_batch_norm_statistics() {
+  for (int m = 0; m < cfg_.pipeline.micro_batches; ++m)
     for (size_t i = 0; i < form_.batch_norms.size(); ++i) {
       const BatchNormStats& bn = form_.batch_norms[i];
       const std::vector<Tensor>& side = executor_->side_outputs(m);
       update_running_statistics(mutable_initializer(bn.running_mean), mutable_initializer(bn.running_var),
                                 side[2 * i], side[2 * i + 1], bn.momentum);
     }
-  sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
+}
+
+// Each device's squared norm from its rank, summed: the same norm as in one process.
+double Trainer::gradient_norm() {
   std::vector<double> squares;
   for (size_t d = 0; d < optimizers_.size(); ++d)
     squares.push_back(!here(d)           ? 0.0
                       : sharded()        ? sharded_squared_norm(d)
                       : device_updates() ? optimizers_[d]->squared_norm(device_grads_[d])
                                          : Optimizer::squared_norm(whole_[d], executor_->grads()));
-  ranks_.sum(squares, Over::kReplica);  // each device's from its rank: the same norm as in one process
-  const double norm = Optimizer::global_norm(squares);
-  // Each replica's loss is held where its last chunk runs; their sum, in replica order.
-  std::vector<double> losses(static_cast<size_t>(D), 0.0);
+  ranks_.sum(squares, Over::kReplica);
+  return Optimizer::global_norm(squares);
+}
+
+// Each replica's loss is held where its last chunk runs; their sum, in replica order.
+double Trainer::summed_loss() {
+  std::vector<double> losses(static_cast<size_t>(ranks_.replicas()), 0.0);
   losses[static_cast<size_t>(ranks_.replica())] = executor_->loss();
   ranks_.sum(losses);
-  last_loss_ = 0;
-  for (double l : losses) last_loss_ += l;
-  // A NaN or an Inf stops the run before the update: the parameters stay those of the last step.
-  if (!std::isfinite(last_loss_) || !std::isfinite(norm)) stop_nonfinite(s, norm, feeds, first);
+  double sum = 0;
+  for (double l : losses) sum += l;
+  return sum;
+}
+
+// Every device of this rank steps its optimizer; ZeRO-1: each replica updated its shard, and
+// every replica takes the others' (exactly). Then the devices' copies of what changed. Returns
+// the step's learning rate.
+double Trainer::update_parameters(double norm, StepClock* clock) {
   const double lr = optimizers_.front()->current_lr();
   for (size_t d = 0; d < optimizers_.size(); ++d) {
     if (!here(d)) continue;
     if (device_updates()) optimizers_[d]->step(device_grads_[d], norm);
     else optimizers_[d]->step(executor_->grads(), norm);
   }
-  // ZeRO-1: each replica updated its shard; every replica takes the others' (exactly).
-  spans[2] = since();
+  clock->spans[2] = clock->since();
   if (sharded()) gather_parameter_shards();
-  spans[3] = since();
+  clock->spans[3] = clock->since();
   if (!device_updates()) devices_.refresh_constants();  // device copies of the parameters and BatchNorm buffers
   else
     for (const BatchNormStats& bn : form_.batch_norms)
       for (const std::string& buffer : {bn.running_mean, bn.running_var}) devices_.refresh_constant(mutable_initializer(buffer));
-  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  return lr;
+}
 
+// The step's times, bubble and peak kept bytes: to the progress line, the metrics, the trace (the
+// first steps; its gathers are collectives on every rank alike, so they stop with it) and the
+// costs the summary measures.
+void Trainer::record_step(int64_t s, Clock::time_point begin, const StepClock& clock, double norm, double lr) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
   const std::vector<std::vector<ActionTime>> times = step_times();
   const Simulation measured = measured_step(lowered_, times);
   std::vector<int64_t> peak_kept = executor_->peak_kept_bytes();
   ranks_.max(peak_kept, Over::kReplica);
-  const double samples_per_s = static_cast<double>(rows_ * M * D) / seconds;
+  const double samples_per_s = static_cast<double>(rows_ * cfg_.pipeline.micro_batches * ranks_.replicas()) / seconds;
   if (s > first_step_) step_seconds_.push_back(seconds);
-  // The trace holds the first steps only: the gathers for it (collectives on every rank alike)
-  // stop with it.
   if (s - first_step_ < kTraceSteps)
-    trace_step(s, std::chrono::duration<double>(run_begin - t0_).count(), times, collective_spans(spans));
+    trace_step(s, std::chrono::duration<double>(clock.run_begin - t0_).count(), times, collective_spans(clock.spans));
   if (s > first_step_ && timed_.size() < 8) timed_.push_back(times);  // the first warms up
   for (size_t d = 0; d < peak_kept_.size(); ++d) peak_kept_[d] = std::max(peak_kept_[d], peak_kept[d]);
   progress_->step(s, last_loss_, lr, samples_per_s, measured.bubble);
@@ -899,7 +955,10 @@ void Trainer::step(int64_t s) {
                         {"bubble", measured.bubble}, {"peak_kept_bytes", peak_kept}};
     metrics_ << j.dump() << "\n" << std::flush;
   }
-  const int64_t done = s + 1;
+}
+
+// After `done` steps: the held-out evaluation and a checkpoint, each when due (and after the last).
+void Trainer::after_step(int64_t done) {
   const bool last = done == cfg_.steps;
   if (cfg_.eval_every > 0 && data_->eval_batches() > 0 && (done % cfg_.eval_every == 0 || last)) {
     share_parameters();  // the whole model evaluates on every rank; rank 0 reports

@@ -1187,7 +1187,8 @@ void Trainer::check_plan_across_processes() const {
     if (ranks.size() > 1)
       throw UserError("parameter '" + s.parameter + "'",
                       "is read by stages on " + std::to_string(ranks.size()) + " processes (a tie across processes)",
-                      "untie it (parameters.untied), or train in one process");
+                      "train in one process, or under a V-shaped schedule (zb-v, v-half, v-min, dualpipev), "
+                      "which puts the first and last chunks on one device");
   }
 }
 

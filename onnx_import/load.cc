@@ -1,11 +1,14 @@
 #include "onnx_import/load.h"
 
+#include <fnmatch.h>
 #include <onnx/checker.h>
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -264,6 +267,19 @@ void take_shape_inputs(onnx::GraphProto* g, const std::map<std::string, Tensor>&
   g->mutable_input()->Swap(&kept);
 }
 
+// Every name or glob of parameters.tied / untied / trained matches an initializer of the file, as
+// it came or as import made it: a misspelt name is one line, not a silent no-op.
+void check_parameter_choices(const ParameterChoices& c, const std::set<std::string>& names, const std::string& path) {
+  for (const auto& [key, patterns] : {std::pair<const char*, const std::vector<std::string>&>{"tied", c.tied},
+                                      {"untied", c.untied},
+                                      {"trained", c.trained}})
+    for (const std::string& p : patterns)
+      if (std::none_of(names.begin(), names.end(),
+                       [&](const std::string& n) { return fnmatch(p.c_str(), n.c_str(), 0) == 0; }))
+        throw UserError(path + ": parameters." + key + " '" + p + "'", "matches no initializer of the model",
+                        "`pipetrain inspect` lists them (and what import untied, restored or folded)");
+}
+
 }  // namespace
 
 onnx::ModelProto load_model(const std::string& path, int64_t* source_opset,
@@ -273,7 +289,13 @@ onnx::ModelProto load_model(const std::string& path, int64_t* source_opset,
   check_opsets(m, path);
   if (source_opset) *source_opset = default_opset(m);
   check_ops(m, path);
-  if (choices) *restored = restore_module_parameters(m.mutable_graph(), *choices);
+  if (choices) {
+    std::set<std::string> names;
+    for (const auto& t : m.graph().initializer()) names.insert(t.name());
+    *restored = restore_module_parameters(m.mutable_graph(), *choices);
+    for (const auto& t : m.graph().initializer()) names.insert(t.name());
+    check_parameter_choices(*choices, names, path);
+  }
   if (given_inputs && !given_inputs->empty()) take_shape_inputs(m.mutable_graph(), *given_inputs);
   adapt_to_canonical_opset(&m, path);
   // Newer exporters write IR versions past what this onnx library knows (9 adds float8 types,

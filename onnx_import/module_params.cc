@@ -205,6 +205,7 @@ class Restorer {
     untie_by_value(with_fx);
     restore_folded();
     drop_unread();
+    warn_untied_kept();
     return std::move(out_);
   }
 
@@ -665,6 +666,22 @@ class Restorer {
                           "the exporter's optimizer folded the elements it selected (" + ops[0] +
                               "); they train as the module's, under its name"});
     return true;
+  }
+
+  // parameters.untied naming an initializer that several nodes read and no rule untied: the
+  // file's nodes read it as one module parameter (the module's own tie: an embedding and its LM
+  // head), which stays one tensor; said in one line rather than ignored.
+  void warn_untied_kept() {
+    std::set<std::string> untied;
+    for (const ParameterNote& n : out_.notes)
+      if (n.action.rfind("untied into", 0) == 0) untied.insert(n.initializer);
+    std::map<std::string, int> readers;
+    for (const auto& n : g_->node())
+      for (const std::string& i : std::set<std::string>(n.input().begin(), n.input().end())) ++readers[i];
+    for (const auto& t : g_->initializer())
+      if (is_float(t) && readers[t.name()] > 1 && matches(choices_.untied, t.name()) && !untied.count(t.name()))
+        out_.warnings.push_back("parameters.untied names '" + t.name() + "', which stays one tensor: the file's nodes "
+                                "read it as one module parameter (a tie in the module, not a merge by the exporter)");
   }
 
   std::string fresh_name(const std::string& want) const {

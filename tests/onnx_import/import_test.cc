@@ -94,6 +94,23 @@ TEST(ImportErrors, MissingFile) {
             "no/such/model.onnx: no such file; check the path to the model");
 }
 
+// A name or glob of parameters.tied / untied / trained that matches no initializer is one line
+// (a misspelt name used to be a silent no-op); a glob that matches some, or a name import made
+// (a parameter given back), is taken.
+TEST(ImportErrors, AParameterChoiceThatMatchesNothing) {
+  ImportOptions o;
+  o.parameters.untied = {"lm_head.wieght"};
+  EXPECT_EQ(import_error("samples/exports/gpt2.onnx", o),
+            "samples/exports/gpt2.onnx: parameters.untied 'lm_head.wieght': matches no initializer of the model; "
+            "`pipetrain inspect` lists them (and what import untied, restored or folded)");
+  o.parameters.untied = {};
+  o.parameters.trained = {"no_such_constant"};
+  EXPECT_NE(import_error("samples/exports/gpt2.onnx", o).find("parameters.trained 'no_such_constant'"), std::string::npos);
+  o.parameters.trained = {};
+  o.parameters.tied = {"*.ln_1.*", "model.transformer.wpe.weight"};
+  EXPECT_EQ(import_error("samples/exports/gpt2.onnx", o), "");
+}
+
 TEST(ImportErrors, GarbageFile) {
   fs::path p = scratch("garbage.onnx");
   write_bytes(p, std::string("\xff\xfe this is not a protobuf \x01\x02\x03", 30));

@@ -353,5 +353,23 @@ TEST(ModuleParams, ParametersTrainedTrainsAFoldedConstantAsHeld) {
   EXPECT_EQ(r.notes[0].action, "trained as the file holds it");
 }
 
+// parameters.untied naming a parameter the module itself ties (one placeholder read by two FX
+// nodes) changes nothing, and says so in one line.
+TEST(ModuleParams, UntiedOnTheModulesOwnTieSaysItStaysOne) {
+  GraphBuilder b;
+  b.declared("emb.weight", {2, 2}, {0.3f, -1.2f, 0.8f, 0.1f});
+  GraphBuilder::fx(b.node("gather", "Gather", {"emb.weight", "ids"}, "h"), "embedding", "embedding.default",
+                   "%p_emb_weight, %ids", "emb");
+  GraphBuilder::fx(b.node("head", "MatMul", {"h", "emb.weight"}, "y"), "linear", "linear.default",
+                   "%h, %p_emb_weight", "head");
+  ParameterChoices choices;
+  choices.untied = {"emb.weight"};
+  const ModuleParameters r = restore_module_parameters(&b.g, choices);
+  EXPECT_EQ(b.named("head").input(1), "emb.weight");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0], "parameters.untied names 'emb.weight', which stays one tensor: the file's nodes read it "
+                           "as one module parameter (a tie in the module, not a merge by the exporter)");
+}
+
 }  // namespace
 }  // namespace pt

@@ -516,11 +516,6 @@ void Trainer::build() {
   eval_ = std::make_unique<Evaluator>(model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(cfg_.threads * schedule_.stages))));
 }
 
-std::string lowercase(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
 bool set_on_command_line(const TrainConfig& cfg, const std::string& key) {
   return cfg.where(key).rfind("--set ", 0) == 0;
 }
@@ -612,7 +607,7 @@ void Trainer::plan_schedule(const std::vector<NodeCost>& costs) {
   const std::string key = "pipeline.schedule";
   const bool csv = is_csv_schedule(p.schedule);
   ScheduleSpec spec{csv ? "" : p.schedule, csv ? p.schedule : "", p.stages, p.micro_batches, 0, 0};
-  if (!csv) spec.chunks = chunks_for(lowercase(p.schedule));  // kind names in any case
+  if (!csv) spec.chunks = chunks_for(schedule_kind(p.schedule));
   else if (!set_on_command_line(cfg_, key) || set_on_command_line(cfg_, "pipeline.chunks")) spec.chunks = p.chunks;
   if (!p.memory_limit.empty())  // auto: kept bytes per device
     spec.memory_limit = static_cast<double>(at_key(cfg_, "pipeline.memory_limit", [&] { return parse_bytes(p.memory_limit, "pipeline.memory_limit"); }));

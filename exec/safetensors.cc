@@ -103,11 +103,10 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(blob.begin() + 8, blob.begin() + static_cast<long>(data),
                                                            nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw bad("", "has a header that is not a JSON object");
-  static const std::map<std::string, DType> dtypes = {
-      {"F64", DType::kFloat64}, {"F32", DType::kFloat32}, {"F16", DType::kFloat16}, {"BF16", DType::kBFloat16},
-      {"I64", DType::kInt64},   {"I32", DType::kInt32},   {"I16", DType::kInt16},   {"I8", DType::kInt8},
-      {"U64", DType::kUInt64},  {"U32", DType::kUInt32},  {"U16", DType::kUInt16},  {"U8", DType::kUInt8},
-      {"BOOL", DType::kBool}};
+  // The writer's names read back: every DType safetensors_dtype names (DType numbers ONNX's types).
+  std::map<std::string, DType> dtypes;
+  for (int v = 0; v <= static_cast<int>(DType::kBFloat16); ++v)
+    if (const char* name = safetensors_dtype(static_cast<DType>(v))) dtypes[name] = static_cast<DType>(v);
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [name, e] : j.items()) {
     if (name == "__metadata__") continue;

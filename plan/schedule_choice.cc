@@ -15,11 +15,6 @@
 namespace pt {
 namespace {
 
-std::string lowercase(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // A lowered CSV's compute actions: the schedule it was lowered from.
 Schedule compute_only(Schedule s) {
   for (std::vector<Action>& list : s.devices)
@@ -29,10 +24,16 @@ Schedule compute_only(Schedule s) {
 
 }  // namespace
 
-bool is_csv_schedule(const std::string& schedule) { return lowercase(schedule).ends_with(".csv"); }
+std::string schedule_kind(std::string name) {
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+bool is_csv_schedule(const std::string& schedule) { return schedule_kind(schedule).ends_with(".csv"); }
 
 ScheduleChoice choose_schedule(const ScheduleSpec& spec, const std::function<Costs(int chunks)>& costs_for) {
   ScheduleChoice c;
+  const std::string kind = schedule_kind(spec.kind);
   if (!spec.csv.empty()) {
     c.schedule = parse_csv(read_file(spec.csv, "check the path of the CSV schedule"), spec.csv);
     if (c.schedule.lowered()) {  // written by `schedule --lowered --csv`: its sends run as they are
@@ -47,7 +48,7 @@ ScheduleChoice choose_schedule(const ScheduleSpec& spec, const std::function<Cos
                       "has " + std::to_string(c.schedule.stages) + " stages, " + std::to_string(c.schedule.chunks) +
                           " chunk(s) per stage and " + std::to_string(c.schedule.micro_batches) + " micro-batches",
                       "set stages, chunks and micro-batches to match it");
-  } else if (lowercase(spec.kind) == "auto") {
+  } else if (kind == "auto") {
     AutoOptions o;
     for (int v : spec.chunks ? std::vector<int>{spec.chunks} : std::vector<int>{1, 2}) {
       try {
@@ -68,7 +69,7 @@ ScheduleChoice choose_schedule(const ScheduleSpec& spec, const std::function<Cos
       note << "best hand-made schedule that fits: " << r.best_hand_made << ", makespan " << r.best_hand_made_makespan << "\n";
     c.note = note.str();
   } else {
-    c.schedule = generate(lowercase(spec.kind), spec.stages, spec.micro_batches, spec.chunks);
+    c.schedule = generate(kind, spec.stages, spec.micro_batches, spec.chunks);
   }
   if (c.lowered.devices.empty()) c.lowered = add_send_recv(c.schedule);
   return c;

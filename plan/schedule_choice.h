@@ -43,6 +43,8 @@ struct ScheduleChoice {
 
 // A config's pipeline.schedule names a CSV file when it ends in .csv (any case), else a kind.
 bool is_csv_schedule(const std::string& schedule);
+// A kind as the generators name it: kinds are written in any case.
+std::string schedule_kind(std::string name);
 
 ScheduleChoice choose_schedule(const ScheduleSpec& spec, const std::function<Costs(int chunks)>& costs_for);
 

@@ -47,8 +47,8 @@ struct NodeCost {
   int64_t bytes_written = 0;     // forward
   int64_t param_bytes = 0;       // trainable parameters this node reads
   int64_t saved_bytes = 0;       // outputs kept for backward, per micro-batch
-  int64_t kernels = 0;           // 1 where the node runs a kernel (not a view: Graph::moves_no_bytes)
-  int64_t products = 0;          // 1 where that kernel is a matrix product (is_product)
+  int64_t launch = 0;            // FLOP-equivalents of running its kernel whatever its size
+                                 // (launch_flops); 0 for a view (Graph::moves_no_bytes)
 
   int64_t flops_bwd() const { return flops_bwd_input + flops_bwd_weight; }
   // One number for balancing: FLOPs of F, B and W plus kFlopsPerByte per byte moved (forward
@@ -64,12 +64,16 @@ constexpr int64_t kFlopsPerByte = 4;
 constexpr int64_t kFlopsPerExp = 8;
 
 // FLOP-equivalents of running one kernel whatever its size, at the ~200 GFLOP-equivalents/s one
-// CPU core's runs fit: a matrix product's call on oneDNN (~1.5 us: checking and binding its
-// arguments, packing, the first touches; exec/cpu/small_product.cc measured 2.4 us for a product
-// whose multiply-adds take 0.3), any other kernel's dispatch (~0.6 us). The time of a graph's work
-// (plan/chunk_costs.h work_units) counts them; a small model's chunks are mostly them.
-constexpr int64_t kFlopsPerProduct = 300'000;
-constexpr int64_t kFlopsPerKernel = 120'000;
+// CPU core's runs fit. Measured per call on the nodes of a few microseconds in the samples and
+// samples/exports (train --profile, AMD Zen 5, AVX-512; what is left after the size-dependent
+// part at the run's rate): a convolution or a convolution gradient on oneDNN ~2 us (binding its
+// arguments, its jit's blocking of small planes), a matrix product on oneDNN ~0.5 us, oneDNN's
+// pooling and layer normalisation ~0.7 us, a kernel of pipetrain's own ~0.3 us. A small model's
+// chunks are mostly these (plan/chunk_costs.h work_units counts them).
+constexpr int64_t kFlopsPerConvolution = 400'000;
+constexpr int64_t kFlopsPerProduct = 100'000;
+constexpr int64_t kFlopsPerLibraryCall = 140'000;
+constexpr int64_t kFlopsPerKernel = 60'000;
 
 // Which values carry a gradient: trainable parameters and every floating-point value computed
 // from one through differentiable ops. Graph inputs (images, token ids) need none.
@@ -90,6 +94,10 @@ bool output_differentiable(const Node& n, size_t k);
 // MatMul, Gemm, Conv and Conv's gradients (ConvGradInput, ConvGradWeight): the products a
 // library runs on blocked FMA kernels.
 bool is_product(const Node& n);
+
+// The fixed part of running n's kernel (the constants above by the kind of kernel), for a node
+// that runs one.
+int64_t launch_flops(const Node& n);
 
 std::vector<NodeCost> estimate_costs(const Graph& g);
 

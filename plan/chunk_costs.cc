@@ -11,8 +11,12 @@ ChunkWork chunk_work(const BackwardGraphs& chunk) {
 
 double work_units(const NodeCost& total) {
   return static_cast<double>(total.flops_fwd + kFlopsPerByte * (total.bytes_read + total.bytes_written) +
-                             kFlopsPerProduct * total.products + kFlopsPerKernel * (total.kernels - total.products)) *
+                             total.launch) *
          1e-9;
+}
+
+double action_units(const NodeCost& total) {
+  return total.launch > 0 ? work_units(total) + static_cast<double>(kFlopsPerAction) * 1e-9 : 0;
 }
 
 Costs chunk_costs(const std::vector<BackwardGraphs>& chunks) {
@@ -21,9 +25,9 @@ Costs chunk_costs(const std::vector<BackwardGraphs>& chunks) {
   for (const BackwardGraphs& b : chunks) {
     const ChunkWork work = chunk_work(b);
     ChunkCost c;
-    c.f = work_units(work.f);
-    c.b = work_units(work.b);
-    c.w = work_units(work.w);
+    c.f = action_units(work.f);
+    c.b = action_units(work.b);
+    c.w = action_units(work.w);
     c.activation = static_cast<double>(b.kept_bytes);
     c.w_keep = static_cast<double>(b.passed_bytes);
     for (const std::string& k : b.kept_for_weight)

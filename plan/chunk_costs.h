@@ -10,9 +10,8 @@
 // see which input is an initializer, is for balancing cuts, not for this.
 //
 // Time unit: FLOP-equivalents, as NodeCost::cost() and partition/link.h count them: FLOPs plus
-// kFlopsPerByte per byte read or written, plus kFlopsPerProduct per matrix product and
-// kFlopsPerKernel per other kernel run (partition/cost_model.h), in units of 1e9
-// (GFLOP-equivalents).
+// kFlopsPerByte per byte read or written, plus each kernel run's fixed part (partition/cost_model.h
+// launch_flops), in units of 1e9 (GFLOP-equivalents).
 #pragma once
 
 #include <vector>
@@ -32,10 +31,20 @@ struct ChunkWork {
 
 ChunkWork chunk_work(const BackwardGraphs& chunk);
 
-// The time a graph's work takes in FLOP-equivalents / 1e9 (ChunkCost's f, b and w).
+// The time a graph's work takes in FLOP-equivalents / 1e9.
 double work_units(const NodeCost& total);
 
-// Per chunk: f, b and w = work_units of the F, B and W graphs; F keeps kept_bytes until B, and B
+// FLOP-equivalents of running one F, B or W action whatever its graph: the executor taking and
+// releasing the action's slots and binding its program's buffers (train/executor.cc), measured
+// ~0.5 us on chunks of one small kernel (a Relu of 1,024 elements: 1 us, the kernel's 0.3 us
+// and the bytes the rest).
+constexpr int64_t kFlopsPerAction = 100'000;
+
+// One action's time (ChunkCost's f, b and w): work_units plus kFlopsPerAction; 0 for a graph
+// that runs no kernel (a first chunk's B).
+double action_units(const NodeCost& total);
+
+// Per chunk: f, b and w = action_units of the F, B and W graphs; F keeps kept_bytes until B, and B
 // leaves what W still reads (kept_for_weight) plus what it passes W, so the simulator's peak
 // equals the executor's measured peak_kept_bytes(); comm = the plan's link_out / 1e9.
 Costs chunk_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPlan& plan);

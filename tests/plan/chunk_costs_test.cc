@@ -87,9 +87,9 @@ TEST(ChunkCosts, CostsAreTheGraphsWorkUnits) {
   ASSERT_EQ(costs.chunks.size(), 2u);
   for (size_t c = 0; c < 2; ++c) {
     const ChunkWork w = chunk_work(chunks[c]);
-    EXPECT_DOUBLE_EQ(costs.chunks[c].f, work_units(w.f));
-    EXPECT_DOUBLE_EQ(costs.chunks[c].b, work_units(w.b));
-    EXPECT_DOUBLE_EQ(costs.chunks[c].w, work_units(w.w));
+    EXPECT_DOUBLE_EQ(costs.chunks[c].f, action_units(w.f));
+    EXPECT_DOUBLE_EQ(costs.chunks[c].b, action_units(w.b));
+    EXPECT_DOUBLE_EQ(costs.chunks[c].w, action_units(w.w));
     EXPECT_DOUBLE_EQ(costs.chunks[c].activation, static_cast<double>(chunks[c].kept_bytes));
     EXPECT_DOUBLE_EQ(costs.chunks[c].comm, static_cast<double>(plan.chunks[c].link_out) * 1e-9);
   }

@@ -59,7 +59,7 @@
 // device: `cpu` runs every stage on the CPU backend. `cuda` puts pipeline stage d on GPU
 // d mod G (G: the GPUs found), so stages share GPUs where there are fewer GPUs than stages;
 // across processes a rank's k-th device goes on GPU (its rank among its host's ranks x its
-// devices + k) mod G, one GPU per rank as clusters place them (cli/train_devices.h).
+// devices + k) mod G, one GPU per rank as clusters place them (train/train_devices.h).
 // `cuda:I,J,...` names the GPU of each stage: one index per pipeline stage, or a single index
 // for every stage (`cuda:1`); several stages may name the same GPU.
 #pragma once
@@ -71,6 +71,7 @@
 
 #include "cli/args.h"
 #include "core/ir.h"
+#include "plan/pipeline.h"
 
 namespace pt {
 
@@ -108,18 +109,7 @@ struct TrainConfig {
     double min_lr = 0.0;
   } optimizer;
 
-  struct Pipeline {
-    int stages = 1;
-    int chunks = 0;              // chunks per device; 0: the schedule kind's default (2 for V kinds)
-    int micro_batches = 1;
-    std::string schedule = "1f1b";
-    std::string partition = "balanced";  // balanced | params | uniform | manual
-    std::vector<std::string> cut_after;  // manual: the nodes each cut follows
-    std::string recompute = "none";
-    std::string memory_limit;    // per device; empty: none
-    LinkArgs link{"", "", "", 0};  // preset "": the runtime's (default_link in train_cmd.cc)
-    std::string plan;            // "auto": plan/planner.h picks schedule, chunks and recompute
-  } pipeline;
+  PipelineConfig pipeline;  // plan/pipeline.h
 
   std::vector<std::string> frozen;  // parameters.frozen
   ParameterChoices parameters;      // parameters.tied / untied / trained (onnx_import/module_params.h)

@@ -19,6 +19,7 @@
 #include "partition/cut.h"
 #include "partition/partitioner.h"
 #include "plan/chunk_costs.h"
+#include "plan/pipeline.h"
 #include "schedule/generators.h"
 #include "schedule/schedule.h"
 
@@ -33,20 +34,6 @@ ImportOptions import_options(const ModelArgs& m) {
   return o;
 }
 
-PartitionOptions partition_options(const PartitionArgs& a) {
-  PartitionOptions o;
-  o.stages = a.stages;
-  o.chunks_per_stage = a.chunks_per_stage;
-  o.strategy = parse_strategy(a.strategy);
-  o.cut_after = a.cut_after;
-  o.slack = a.slack;
-  o.link = link_model(a.link, [](const std::string& key) { return "--" + key; });
-  if (!a.memory_limit.empty()) o.memory.limit = parse_bytes(a.memory_limit, "--memory-limit");
-  if (o.strategy == Strategy::kManual && a.cut_after.empty())
-    throw UserError("--strategy manual", "needs the nodes to cut after",
-                    "pass --cut-after NODE,NODE,...");
-  return o;
-}
 
 // `partition --export` without --micro-batch: the stage files hold concrete shapes, the batch
 // bound to 1 where the model's is symbolic; one line says so and how to choose it.
@@ -62,15 +49,7 @@ void note_fixed_batch(const ModelArgs& m) {
 
 }  // namespace
 
-Graph training_form(Graph g, const std::vector<std::string>& frozen, bool dropout) {
-  to_training_mode(g, TrainingModeOptions{dropout});
-  split_parameter_sites(g, frozen_parameters(g, frozen));
-  return g;
-}
-
-Costs derived_costs(const Graph& g, const PartitionPlan& plan, const ChunkBackwardOptions& options) {
-  return chunk_costs(build_chunk_backward(g, plan, options), plan);
-}
+std::string flag_name(const std::string& key) { return "--" + key; }
 
 namespace {
 
@@ -90,14 +69,16 @@ int first_gradient_node(const Graph& g) {
 InspectWork inspect_work(const Graph& imported) {
   try {
     const Graph g = training_form(imported, {}, false);
-    PartitionOptions po;
-    po.stages = 1;
+    PartitionArgs a;
+    a.stages = 1;
+    a.link.preset = "none";
     const int cut = first_gradient_node(g);
     if (cut >= 0) {
-      po.stages = 2;
-      po.strategy = Strategy::kManual;
-      po.cut_after = {g.nodes[static_cast<size_t>(cut)].name};
+      a.stages = 2;
+      a.strategy = "manual";
+      a.cut_after = {g.nodes[static_cast<size_t>(cut)].name};
     }
+    const PartitionOptions po = partition_options(a, flag_name);
     const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
     InspectWork out;
     for (const BackwardGraphs& chunk : build_chunk_backward(g, plan, ChunkBackwardOptions{})) {
@@ -189,7 +170,7 @@ int run_partition(const PartitionArgs& given) {
   if (!a.backward && given.bwd.recompute != "none")
     throw UserError("--recompute " + a.bwd.recompute, "applies to the backward graphs, which only --backward builds",
                     "add --backward, or leave --recompute out");
-  const PartitionOptions options = partition_options(a);
+  const PartitionOptions options = partition_options(a, flag_name);
   Graph g = import_model(a.model.model, import_options(a.model));
   if (!a.plan.empty()) g = training_form(std::move(g), a.bwd.frozen, read_plan_file(a.plan).dropout);  // the graph train trains, whose cuts the plan runs
   std::vector<NodeCost> costs = estimate_costs(g);

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -27,6 +28,9 @@ int run_grad(const GradArgs& a);
 int run_train(const TrainArgs& a);
 int run_plan(const PlanArgs& a);  // plan_cmd.cc
 
+// "--" + key: where a command-line value came from.
+std::string flag_name(const std::string& key);
+
 // Writes each (file name, graph) into dir. Every model is built and checked by the onnx checker
 // before the first file is written, and each file is written atomically.
 void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir);
@@ -38,14 +42,6 @@ void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, con
                      const PartitionArgs& a);
 // `recompute`: one policy, one per device, or one per chunk (forward order).
 ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks);
-
-// The graph `train` trains: training mode (autodiff/training_mode.h; dropout on or off) and
-// parameter sites split (autodiff/parameter_sites.h) with `frozen` (names or globs) left out.
-Graph training_form(Graph g, const std::vector<std::string>& frozen, bool dropout);
-
-// The simulator's costs of a partition of g (in training form), chunk by chunk: each chunk's F,
-// B and W graphs derived under `options` and counted (plan/chunk_costs.h chunk_costs).
-Costs derived_costs(const Graph& g, const PartitionPlan& plan, const ChunkBackwardOptions& options);
 
 // `inspect`'s F, B and W: the model in training form (no dropout, nothing frozen) cut after its
 // first node whose output carries a gradient (the embedding, the first layer), so that the rest

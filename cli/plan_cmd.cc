@@ -224,7 +224,7 @@ int run_plan(const PlanArgs& a) {
   loss.output = a.loss_output;
   r.backward.loss = loss;
 
-  // The graph `train` trains: training mode, each parameter site its own copy (train_cmd.cc).
+  // The graph `train` trains: training mode, each parameter site its own copy (plan/pipeline.h).
   ImportOptions io;
   io.batch = a.model.micro_batch;
   io.dims = model_dims(a.model.model, a.model.dims);

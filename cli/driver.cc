@@ -51,55 +51,6 @@ void note_fixed_batch(const ModelArgs& m) {
 
 std::string flag_name(const std::string& key) { return "--" + key; }
 
-namespace {
-
-// The first node with an output that carries a gradient (the embedding, the first layer): cut
-// after it, the rest of the model is a chunk whose input carries a gradient, as every chunk but
-// the first of a pipeline is. -1 when there is none or it is the last node.
-int first_gradient_node(const Graph& g) {
-  const std::vector<bool> needs = needs_gradient(g);
-  for (size_t i = 0; i + 1 < g.nodes.size(); ++i)
-    for (ValueId o : g.nodes[i].outputs)
-      if (o != kNoValue && needs[static_cast<size_t>(o)]) return static_cast<int>(i);
-  return -1;
-}
-
-}  // namespace
-
-InspectWork inspect_work(const Graph& imported) {
-  try {
-    const Graph g = training_form(imported, {}, false);
-    PartitionArgs a;
-    a.stages = 1;
-    a.link.preset = "none";
-    const int cut = first_gradient_node(g);
-    if (cut >= 0) {
-      a.stages = 2;
-      a.strategy = "manual";
-      a.cut_after = {g.nodes[static_cast<size_t>(cut)].name};
-    }
-    const PartitionOptions po = partition_options(a, flag_name);
-    const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
-    InspectWork out;
-    for (const BackwardGraphs& chunk : build_chunk_backward(g, plan, ChunkBackwardOptions{})) {
-      const ChunkWork w = chunk_work(chunk);
-      out.work.f = total_cost({out.work.f, w.f});
-      out.work.b = total_cost({out.work.b, w.b});
-      out.work.w = total_cost({out.work.w, w.w});
-    }
-    if (cut >= 0) out.cut_after = po.cut_after[0];
-    return out;
-  } catch (const UserError& e) {
-    const NodeCost total = total_cost(estimate_costs(imported));
-    InspectWork w;
-    w.work.f.flops_fwd = total.flops_fwd;
-    w.work.b.flops_fwd = total.flops_bwd_input;
-    w.work.w.flops_fwd = total.flops_bwd_weight;
-    w.why_estimated = e.what();
-    return w;
-  }
-}
-
 void export_graphs(const std::vector<std::pair<std::string, Graph>>& files,
                    const std::string& dir) {
   namespace fs = std::filesystem;
@@ -135,7 +86,7 @@ int run_inspect(const InspectArgs& a) {
   }
   Graph g = import_model(a.model.model, import_options(a.model));
   std::vector<NodeCost> costs = estimate_costs(g);
-  const InspectWork work = inspect_work(g);
+  const ModelWork work = model_work(g);
   if (a.json)
     std::cout << inspect_json(g, costs, work).dump(2) << "\n";
   else

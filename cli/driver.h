@@ -43,14 +43,5 @@ void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, con
 // `recompute`: one policy, one per device, or one per chunk (forward order).
 ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks);
 
-// `inspect`'s F, B and W: the model in training form (no dropout, nothing frozen) cut after its
-// first node whose output carries a gradient (the embedding, the first layer), so that the rest
-// splits its backward as a pipeline's chunks after the first do: B what passes the gradient down
-// to that activation, W the parameters' gradients. Both chunks' B and W graphs are derived (no
-// loss: B starts from the outputs' gradients) and counted as every chunk is (plan/chunk_costs.h
-// chunk_work), then summed. (The model as one chunk would put all its backward in W: no input of
-// a token model carries a gradient.) Where autodiff refuses the model, the cost model's per-node
-// totals instead (f, b, w.flops_fwd; no bytes), why_estimated saying why.
-InspectWork inspect_work(const Graph& imported);
 
 }  // namespace pt

@@ -5,7 +5,7 @@
 // What it writes: progress lines, metrics as JSON lines, checkpoints (the Trainer), the trained
 // model (the input model with new weights), the trained state_dict as safetensors
 // (cli/trained_weights.h), a Chrome trace and an SVG of the measured timeline above the
-// simulated one. Every file is written whole or not at all. Ctrl-C or SIGTERM (cli/interrupt.h)
+// simulated one. Every file is written whole or not at all. Ctrl-C or SIGTERM (train/interrupt.h)
 // stops the loop at the next step boundary: a checkpoint of the last finished step, one line, exit
 // 130 (SIGINT) or 143 (SIGTERM).
 #include <unistd.h>
@@ -21,7 +21,7 @@
 
 #include "cli/config.h"
 #include "cli/driver.h"
-#include "cli/interrupt.h"
+#include "train/interrupt.h"
 #include "cli/train_plan.h"
 #include "cli/train_report.h"
 #include "cli/trained_weights.h"

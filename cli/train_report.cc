@@ -2,10 +2,7 @@
 
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -18,22 +15,6 @@
 namespace pt {
 namespace {
 
-// Keeps the metrics lines of steps a resumed run has already taken, drops the rest.
-void trim_metrics(const std::string& path, int64_t steps_done) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    try {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      if (j.contains("step") && j.at("step").get<int64_t>() <= steps_done) kept += line + "\n";
-    } catch (const nlohmann::json::exception&) {
-      // a line cut short by the kill: dropped
-    }
-  }
-  write_file_atomic(path, kept, "choose another output.metrics");
-}
-
 std::string first_keys(const std::vector<std::string>& keys) {
   std::string s;
   for (size_t i = 0; i < keys.size() && i < 5; ++i) s += " " + keys[i];
@@ -41,12 +22,6 @@ std::string first_keys(const std::vector<std::string>& keys) {
 }
 
 }  // namespace
-
-void make_parent(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-}
 
 void print_weights_written(std::ostream& os, const WeightsWritten& w, bool weight_decay) {
   if (!w.completed.empty() && weight_decay)
@@ -61,13 +36,8 @@ void print_weights_written(std::ostream& os, const WeightsWritten& w, bool weigh
 }
 
 TrainPrinter::TrainPrinter(const TrainConfig& cfg, const TrainArgs& args, int64_t first_step)
-    : cfg_(cfg), quiet_(args.quiet), tty_(::isatty(STDOUT_FILENO) != 0), every_(std::max<int64_t>(1, cfg.steps / 20)) {
-  if (cfg.output.metrics.empty()) return;
-  make_parent(cfg.output.metrics);
-  if (args.resume) trim_metrics(cfg.output.metrics, first_step);
-  metrics_.open(cfg.output.metrics, args.resume ? std::ios::app : std::ios::trunc);
-  if (!metrics_) throw UserError(cfg.where("output.metrics"), "cannot write '" + cfg.output.metrics + "'", "choose another file");
-}
+    : cfg_(cfg), quiet_(args.quiet), tty_(::isatty(STDOUT_FILENO) != 0), every_(std::max<int64_t>(1, cfg.steps / 20)),
+      metrics_(cfg.output.metrics, args.resume ? first_step : -1, cfg.where("output.metrics")) {}
 
 // A config without `data:` trains on seeded random samples (data.kind: synthetic, for benchmarks
 // and tries): one line says so at the start, and how to give real data (rank 0 alone prints).
@@ -108,12 +78,7 @@ void TrainPrinter::step(const StepRecord& r) {
       std::cout << line.str() << "\n" << std::flush;
     }
   }
-  if (metrics_.is_open()) {
-    nlohmann::json j = {{"step", r.step + 1},         {"loss", r.loss},       {"lr", r.lr},
-                        {"grad_norm", r.grad_norm},   {"step_s", r.seconds},  {"samples_per_s", r.samples_per_s},
-                        {"bubble", r.bubble},         {"peak_kept_bytes", r.peak_kept_bytes}};
-    metrics_ << j.dump() << "\n" << std::flush;
-  }
+  metrics_.step(r);
 }
 
 void TrainPrinter::evaluated(int64_t done, const EvalResult& r, bool last) {
@@ -122,11 +87,7 @@ void TrainPrinter::evaluated(int64_t done, const EvalResult& r, bool last) {
   if (r.accuracy >= 0) line << ", accuracy " << std::setprecision(3) << r.accuracy;
   line << " (" << r.samples << " held-out samples)";
   note(line.str(), last);
-  if (metrics_.is_open()) {
-    nlohmann::json j = {{"step", done}, {"eval_loss", r.loss}, {"eval_samples", r.samples}};
-    if (r.accuracy >= 0) j["eval_accuracy"] = r.accuracy;
-    metrics_ << j.dump() << "\n" << std::flush;
-  }
+  metrics_.evaluated(done, r, last);
 }
 
 void TrainPrinter::checkpointed(int64_t done) { note("checkpoint: step " + std::to_string(done) + " -> " + cfg_.checkpoint.dir); }
@@ -156,27 +117,7 @@ void TrainPrinter::summary(const Trainer& t, const TrainSummary& s) {
               << format_bytes(static_cast<int64_t>(s.planned_peak[d]));
   std::cout << "\n";
   print_chunk_times(std::cout, schedule, t.planned(), s.costs);
-  if (metrics_.is_open()) {
-    nlohmann::json chunk_costs_s = nlohmann::json::array(), chunk_costs_model = nlohmann::json::array();
-    for (const ChunkCost& c : s.costs.chunks) chunk_costs_s.push_back({c.f, c.b, c.w});
-    for (const ChunkCost& c : t.planned().chunks) chunk_costs_model.push_back({c.f, c.b, c.w});
-    nlohmann::json j = {{"schedule", schedule.kind},
-                        {"stages", schedule.stages},
-                        {"chunks", schedule.chunks},
-                        {"micro_batches", schedule.micro_batches},
-                        {"rows", t.rows()},
-                        {"threads", cfg_.threads},
-                        {"measured_bubble", s.bubble},
-                        {"measured_makespan_s", s.makespan},
-                        {"simulated_bubble", s.predicted.bubble},
-                        {"simulated_makespan_s", s.predicted.makespan},
-                        {"step_s_median", s.step_s_median},
-                        {"peak_kept_bytes_measured", s.peak_kept},
-                        {"peak_kept_bytes_planned", s.planned_peak},
-                        {"chunk_costs_s", chunk_costs_s},
-                        {"chunk_costs_model", chunk_costs_model}};
-    metrics_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
-  }
+  metrics_.summary(t, s, cfg_.threads);
   if (t.profiled_from() >= 0) print_profile(t);
 }
 

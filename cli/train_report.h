@@ -2,24 +2,21 @@
 // (train/trainer.h). In: the Trainer's records (a TrainObserver) and its summary; out: the start
 // lines, one progress line per step (on a terminal rewritten in place, otherwise every
 // steps/20), the evaluation and checkpoint lines, output.metrics as JSON lines (one per step and
-// evaluation, a summary last), the summary of the measured step against the simulated one, and
+// evaluation, a summary last: train/metrics.h), the summary of the measured step against the simulated one, and
 // with --profile the kernel time per pass and op.
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <iosfwd>
 #include <string>
 
 #include "cli/args.h"
 #include "cli/config.h"
 #include "cli/trained_weights.h"
+#include "train/metrics.h"
 #include "train/trainer.h"
 
 namespace pt {
-
-// Makes the folders above `path`.
-void make_parent(const std::string& path);
 
 // The lines below "trained weights -> PATH": what the state_dict completed, added or left out.
 void print_weights_written(std::ostream& os, const WeightsWritten& w, bool weight_decay);
@@ -45,7 +42,7 @@ class TrainPrinter : public TrainObserver {
   bool quiet_, tty_;
   int64_t every_;
   bool open_ = false;
-  std::ofstream metrics_;
+  MetricsWriter metrics_;
 };
 
 }  // namespace pt

@@ -14,7 +14,7 @@
 #include "autodiff/portable.h"
 #include "autodiff/training_mode.h"
 #include "cli/driver.h"
-#include "cli/model_inputs.h"
+
 #include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
@@ -131,7 +131,6 @@ Tensor slice_rows(const Tensor& t, int64_t m, int64_t rows) {
                   t.data.begin() + static_cast<long>(static_cast<size_t>(m + 1) * bytes));
   return out;
 }
-
 
 }  // namespace
 

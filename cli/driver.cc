@@ -2,13 +2,13 @@
 
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include <onnx/checker.h>
 
 #include "autodiff/chunk_backward.h"
 #include "autodiff/parameter_sites.h"
 #include "autodiff/training_mode.h"
-#include "cli/model_inputs.h"
 #include "cli/report.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -152,6 +152,28 @@ int run_partition(const PartitionArgs& given) {
     if (a.backward) report_backward(std::cout, nullptr, g, plan, a);
   }
   return 0;
+}
+
+void check_dims_named(const std::map<std::string, int64_t>& dims, const std::vector<onnx::ValueInfoProto>& declared) {
+  std::set<std::string> named;
+  for (const auto& in : declared)
+    for (const auto& d : in.type().tensor_type().shape().dim())
+      if (!d.has_dim_value() && !d.dim_param().empty()) named.insert(d.dim_param());
+  for (const auto& [name, value] : dims) {
+    if (named.count(name)) continue;
+    std::string list;
+    for (const std::string& n : named) list += (list.empty() ? "" : ", ") + n;
+    throw UserError("--dim " + name + "=" + std::to_string(value),
+                    "the model's inputs have no symbolic dimension '" + name + "'",
+                    named.empty() ? std::string("they have none, so leave --dim out")
+                                  : "name one of " + list);
+  }
+}
+
+std::map<std::string, int64_t> model_dims(const std::string& path, const std::vector<std::string>& dims) {
+  std::map<std::string, int64_t> out = parse_dims(dims);
+  if (!out.empty()) check_dims_named(out, declared_inputs(path));
+  return out;
 }
 
 }  // namespace pt

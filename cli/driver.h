@@ -15,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/report.h"
 #include "core/ir.h"
+#include "onnx_import/declared_inputs.h"
 #include "partition/partitioner.h"
 #include "schedule/costs.h"
 
@@ -43,5 +44,9 @@ void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, con
 // `recompute`: one policy, one per device, or one per chunk (forward order).
 ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks);
 
+// parse_dims(dims) (--dim NAME=VALUE), each NAME checked against the symbolic dims the model's
+// inputs declare: UserError naming the --dim and listing the model's symbolic dims otherwise.
+std::map<std::string, int64_t> model_dims(const std::string& path, const std::vector<std::string>& dims);
+void check_dims_named(const std::map<std::string, int64_t>& dims, const std::vector<onnx::ValueInfoProto>& declared);
 
 }  // namespace pt

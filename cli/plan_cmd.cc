@@ -15,7 +15,7 @@
 #include "autodiff/training_mode.h"
 #include "cli/args.h"
 #include "cli/config.h"
-#include "cli/model_inputs.h"
+#include "cli/driver.h"
 #include "plan/planner.h"
 #include "core/bytes.h"
 #include "core/error.h"

@@ -14,7 +14,7 @@
 #include "cli/args.h"
 #include "cli/driver.h"
 #include "plan/pipeline.h"
-#include "cli/model_inputs.h"
+
 #include "cli/schedule_args.h"
 #include "cli/suggest.h"
 #include "core/bytes.h"

@@ -72,6 +72,7 @@
 #include "cli/args.h"
 #include "core/ir.h"
 #include "plan/pipeline.h"
+#include "train/data.h"
 
 namespace pt {
 
@@ -86,15 +87,7 @@ struct TrainConfig {
     int64_t ignore_index = -100;
   } loss;
 
-  struct Data {
-    std::string kind = "synthetic";              // synthetic | npy | tokens
-    std::map<std::string, std::string> inputs;   // npy: model input name -> file
-    std::string targets;                         // npy: file
-    std::string file;                            // tokens: a file of token ids (uint8/uint16)
-    int64_t samples = 256;                       // synthetic: samples in the data set
-    bool shuffle = true;
-    double eval_fraction = 0.0;                  // held out for evaluation, [0, 1)
-  } data;
+  DataOptions data;  // train/data.h; seed, where and path_rule are the run's
 
   struct Optimizer {
     std::string kind = "adamw";  // sgd | adamw
@@ -145,6 +138,8 @@ struct TrainConfig {
     auto it = places.find(key);
     return it == places.end() ? "config: " + key : it->second;
   }
+  // The link preset that prices transfers where pipeline.link names none (plan/pipeline.h).
+  std::string default_link() const { return device == "cuda" ? "nvlink" : "cpu"; }
   // Where a relative path at `key` was read from, for the errors of a file that is not there.
   std::string path_rule(const std::string& key) const {
     return relative_to == "config" && where(key).rfind("--set ", 0) != 0

@@ -26,7 +26,7 @@ PipelineRequest pipeline_request(const TrainConfig& cfg, const LossSpec& loss) {
   r.config = cfg.pipeline;
   r.loss = loss;
   r.frozen = cfg.frozen;
-  r.default_link = cfg.device == "cuda" ? "nvlink" : "cpu";
+  r.default_link = cfg.default_link();
   r.chunks_for_schedule = !set_on_command_line(cfg, "pipeline.schedule") || set_on_command_line(cfg, "pipeline.chunks");
   r.where = [&cfg](const std::string& key) { return cfg.where(key); };
   return r;
@@ -101,13 +101,7 @@ TrainerOptions trainer_options(const TrainConfig& cfg, const TrainArgs& args, co
   o.device = {cfg.device, cfg.gpus, cfg.precision, cfg.threads, cfg.where("device")};
   o.optimizer = optimizer;
   o.optimizer_kind = cfg.optimizer.kind;
-  o.data.kind = cfg.data.kind;
-  o.data.inputs = cfg.data.inputs;
-  o.data.targets = cfg.data.targets;
-  o.data.file = cfg.data.file;
-  o.data.samples = cfg.data.samples;
-  o.data.shuffle = cfg.data.shuffle;
-  o.data.eval_fraction = cfg.data.eval_fraction;
+  o.data = cfg.data;
   o.data.seed = cfg.seed;
   o.data.where = [&cfg](const std::string& key) { return cfg.where(key); };
   o.data.path_rule = [&cfg](const std::string& key) { return cfg.path_rule(key); };

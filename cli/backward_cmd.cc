@@ -20,6 +20,7 @@
 #include "exec/cpu/cpu_backend.h"
 #include "exec/npy.h"
 #include "train/reference_step.h"
+#include "onnx_import/export.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"

@@ -4,8 +4,6 @@
 #include <iostream>
 #include <set>
 
-#include <onnx/checker.h>
-
 #include "autodiff/chunk_backward.h"
 #include "autodiff/parameter_sites.h"
 #include "autodiff/training_mode.h"
@@ -50,25 +48,6 @@ void note_fixed_batch(const ModelArgs& m) {
 }  // namespace
 
 std::string flag_name(const std::string& key) { return "--" + key; }
-
-void export_graphs(const std::vector<std::pair<std::string, Graph>>& files,
-                   const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::vector<onnx::ModelProto> models;
-  for (const auto& [name, graph] : files) {
-    models.push_back(to_model_proto(graph));
-    try {
-      onnx::checker::check_model(models.back());
-    } catch (const std::exception& e) {
-      PT_CHECK(false, name + " fails the onnx checker: " + e.what());
-    }
-  }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw UserError(dir, "cannot create the export folder: " + ec.message(), "choose another --export");
-  for (size_t k = 0; k < models.size(); ++k)
-    save_model(models[k], (fs::path(dir) / files[k].first).string());
-}
 
 int run_ops() {
   print_op_table(std::cout);

@@ -32,10 +32,6 @@ int run_plan(const PlanArgs& a);  // plan_cmd.cc
 // "--" + key: where a command-line value came from.
 std::string flag_name(const std::string& key);
 
-// Writes each (file name, graph) into dir. Every model is built and checked by the onnx checker
-// before the first file is written, and each file is written atomically.
-void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir);
-
 // `partition --backward`: builds F, B and W per chunk, exports them with --export, prints the
 // per-stage kept and passed bytes and recompute FLOPs to os, or with `json` puts them under its
 // "backward" key instead.

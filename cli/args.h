@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/bytes.h"
-#include "partition/link.h"
+#include "partition/partitioner.h"
 
 namespace CLI {
 class App;
@@ -27,24 +27,6 @@ struct ModelArgs {
 // How transfers between devices are priced (partition/link.h): a preset, then what the user
 // overrides of it. `partition` and `schedule` take them as --link, --bandwidth, --latency and
 // --device-rate; `train` as pipeline.link, bandwidth, latency and device_rate.
-struct LinkArgs {
-  std::string preset = "cpu";      // none | cpu | nvlink | pcie | tcp
-  std::string bandwidth, latency;  // empty: the preset's
-  double device_rate = 0;          // GFLOP/s; 0: the preset's
-};
-
-// The model the arguments describe; `place(key)` names where key ("link", "bandwidth",
-// "latency") was written, for errors.
-template <typename Place>
-LinkModel link_model(const LinkArgs& a, Place place) {
-  LinkModel m = link_preset(a.preset, place("link"));
-  if (!a.bandwidth.empty()) m.bandwidth = parse_bandwidth(a.bandwidth, place("bandwidth"));
-  if (!a.latency.empty()) m.latency = parse_latency(a.latency, place("latency"));
-  if (a.device_rate > 0) m.rate = a.device_rate * 1e9;
-  if (!a.bandwidth.empty() || !a.latency.empty() || a.device_rate > 0) m.name += " (adjusted)";
-  return m;
-}
-
 void add_link_args(CLI::App* cmd, LinkArgs* l);  // commands.cc
 
 // The pipeline keys of a plan written by `plan --write` (a train config), for `partition --plan`
@@ -78,15 +60,9 @@ struct BackwardArgs {
   std::vector<std::string> frozen;     // parameter names or globs that get no gradient
 };
 
-struct PartitionArgs {
+// stages (PartitionSpec's) is required unless --plan gives it.
+struct PartitionArgs : PartitionSpec {
   ModelArgs model;
-  int stages = 0;            // required unless --plan gives it
-  int chunks_per_stage = 1;
-  std::string strategy = "balanced";
-  std::vector<std::string> cut_after;
-  std::string memory_limit;  // "8GiB", "512MB", bytes; empty: none
-  double slack = 0.02;
-  LinkArgs link;
   std::string plan;          // a plan (`plan --write`): model, stages, chunks, link and the
                              // training graph's cuts from it
   std::string export_dir;

@@ -14,37 +14,27 @@
 #include "autodiff/portable.h"
 #include "autodiff/training_mode.h"
 #include "cli/driver.h"
-#include "cli/model_inputs.h"
+
 #include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/npy.h"
 #include "train/reference_step.h"
+#include "onnx_import/export.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"
 #include "plan/chunk_costs.h"
+#include "plan/pipeline.h"
 
 namespace pt {
 
 ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks) {
-  ChunkBackwardOptions o;
   LossSpec loss;
   loss.kind = LossSpec::parse_kind(a.loss, "--loss");
   loss.output = a.loss_output;
   loss.ignore_index = a.ignore_index;
-  o.loss = loss;
-  std::stringstream ss(a.recompute);
-  for (std::string item; std::getline(ss, item, ',');)
-    o.recompute.push_back(RecomputePolicy::parse(item, "--recompute"));
-  const int n = static_cast<int>(o.recompute.size());
-  if (n != 1 && n != devices && n != chunks)
-    throw UserError("--recompute", "gives " + std::to_string(n) + " policies for " + std::to_string(devices) +
-                                       " stages" + (chunks > devices ? " of " + std::to_string(chunks) + " chunks" : ""),
-                    chunks > devices ? "give one policy for all stages, one per stage or one per chunk separated by commas"
-                                     : "give one policy for all stages, or one per stage separated by commas");
-  o.frozen = a.frozen;
-  return o;
+  return backward_options(loss, a.recompute, a.frozen, devices, chunks);
 }
 
 namespace {
@@ -143,7 +133,6 @@ Tensor slice_rows(const Tensor& t, int64_t m, int64_t rows) {
   return out;
 }
 
-
 }  // namespace
 
 void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, const PartitionPlan& plan,
@@ -193,9 +182,10 @@ int run_grad(const GradArgs& a) {
   // The form train differentiates: BatchNorm on the micro-batch's statistics, Dropout the
   // identity, a file's Bernoulli a seeded draw (autodiff/training_mode.h).
   const TrainingForm form = to_training_mode(g, TrainingModeOptions{false});
-  PartitionOptions po;
-  po.stages = a.stages;
-  const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
+  PartitionArgs pa;
+  pa.stages = a.stages;
+  pa.link.preset = "none";
+  const PartitionPlan plan = plan_partition(g, estimate_costs(g), partition_options(pa, flag_name));
   const ChunkBackwardOptions co = chunk_backward_options(a.bwd, plan.devices, static_cast<int>(plan.chunks.size()));
   const std::vector<BackwardGraphs> chunks = build_chunk_backward(g, plan, co);
 

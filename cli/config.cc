@@ -2,12 +2,12 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <set>
 
 #include "core/error.h"
+#include "plan/schedule_choice.h"
 
 namespace pt {
 namespace {
@@ -137,13 +137,6 @@ void apply_override(YAML::Node root, const std::string& text) {
     set(n[parts[i]], i + 1);
   };
   set(root, 0);
-}
-
-// A schedule that names a CSV file (train_cmd.cc reads it so), not a kind.
-bool names_csv(const std::string& schedule) {
-  std::string lower = schedule;
-  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return lower.ends_with(".csv");
 }
 
 // A key naming a file or folder: read, then resolved as relative_to says (Reader::resolve).
@@ -366,7 +359,7 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.read(q, p, "micro_batches", &c->pipeline.micro_batches, "a whole number");
     r.positive(q, p, "micro_batches", c->pipeline.micro_batches, 1);
     r.read(q, p, "schedule", &c->pipeline.schedule, "a schedule kind or a CSV file");
-    if (names_csv(c->pipeline.schedule)) c->pipeline.schedule = r.resolve(q["schedule"], "pipeline.schedule", c->pipeline.schedule);
+    if (is_csv_schedule(c->pipeline.schedule)) c->pipeline.schedule = r.resolve(q["schedule"], "pipeline.schedule", c->pipeline.schedule);
     r.read(q, p, "partition", &c->pipeline.partition, "balanced, params, uniform or manual");
     r.one_of(q, p, "partition", c->pipeline.partition, {"balanced", "params", "uniform", "manual"});
     if (const YAML::Node cuts = q["cut_after"]) {

@@ -59,7 +59,7 @@
 // device: `cpu` runs every stage on the CPU backend. `cuda` puts pipeline stage d on GPU
 // d mod G (G: the GPUs found), so stages share GPUs where there are fewer GPUs than stages;
 // across processes a rank's k-th device goes on GPU (its rank among its host's ranks x its
-// devices + k) mod G, one GPU per rank as clusters place them (cli/train_devices.h).
+// devices + k) mod G, one GPU per rank as clusters place them (train/train_devices.h).
 // `cuda:I,J,...` names the GPU of each stage: one index per pipeline stage, or a single index
 // for every stage (`cuda:1`); several stages may name the same GPU.
 #pragma once
@@ -71,6 +71,8 @@
 
 #include "cli/args.h"
 #include "core/ir.h"
+#include "plan/pipeline.h"
+#include "train/data.h"
 
 namespace pt {
 
@@ -85,15 +87,7 @@ struct TrainConfig {
     int64_t ignore_index = -100;
   } loss;
 
-  struct Data {
-    std::string kind = "synthetic";              // synthetic | npy | tokens
-    std::map<std::string, std::string> inputs;   // npy: model input name -> file
-    std::string targets;                         // npy: file
-    std::string file;                            // tokens: a file of token ids (uint8/uint16)
-    int64_t samples = 256;                       // synthetic: samples in the data set
-    bool shuffle = true;
-    double eval_fraction = 0.0;                  // held out for evaluation, [0, 1)
-  } data;
+  DataOptions data;  // train/data.h; seed, where and path_rule are the run's
 
   struct Optimizer {
     std::string kind = "adamw";  // sgd | adamw
@@ -108,18 +102,7 @@ struct TrainConfig {
     double min_lr = 0.0;
   } optimizer;
 
-  struct Pipeline {
-    int stages = 1;
-    int chunks = 0;              // chunks per device; 0: the schedule kind's default (2 for V kinds)
-    int micro_batches = 1;
-    std::string schedule = "1f1b";
-    std::string partition = "balanced";  // balanced | params | uniform | manual
-    std::vector<std::string> cut_after;  // manual: the nodes each cut follows
-    std::string recompute = "none";
-    std::string memory_limit;    // per device; empty: none
-    LinkArgs link{"", "", "", 0};  // preset "": the runtime's (default_link in train_cmd.cc)
-    std::string plan;            // "auto": plan/planner.h picks schedule, chunks and recompute
-  } pipeline;
+  PipelineConfig pipeline;  // plan/pipeline.h
 
   std::vector<std::string> frozen;  // parameters.frozen
   ParameterChoices parameters;      // parameters.tied / untied / trained (onnx_import/module_params.h)
@@ -155,6 +138,8 @@ struct TrainConfig {
     auto it = places.find(key);
     return it == places.end() ? "config: " + key : it->second;
   }
+  // The link preset that prices transfers where pipeline.link names none (plan/pipeline.h).
+  std::string default_link() const { return device == "cuda" ? "nvlink" : "cpu"; }
   // Where a relative path at `key` was read from, for the errors of a file that is not there.
   std::string path_rule(const std::string& key) const {
     return relative_to == "config" && where(key).rfind("--set ", 0) != 0

@@ -2,13 +2,11 @@
 
 #include <filesystem>
 #include <iostream>
-
-#include <onnx/checker.h>
+#include <set>
 
 #include "autodiff/chunk_backward.h"
 #include "autodiff/parameter_sites.h"
 #include "autodiff/training_mode.h"
-#include "cli/model_inputs.h"
 #include "cli/report.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -19,6 +17,7 @@
 #include "partition/cut.h"
 #include "partition/partitioner.h"
 #include "plan/chunk_costs.h"
+#include "plan/pipeline.h"
 #include "schedule/generators.h"
 #include "schedule/schedule.h"
 
@@ -33,20 +32,6 @@ ImportOptions import_options(const ModelArgs& m) {
   return o;
 }
 
-PartitionOptions partition_options(const PartitionArgs& a) {
-  PartitionOptions o;
-  o.stages = a.stages;
-  o.chunks_per_stage = a.chunks_per_stage;
-  o.strategy = parse_strategy(a.strategy);
-  o.cut_after = a.cut_after;
-  o.slack = a.slack;
-  o.link = link_model(a.link, [](const std::string& key) { return "--" + key; });
-  if (!a.memory_limit.empty()) o.memory.limit = parse_bytes(a.memory_limit, "--memory-limit");
-  if (o.strategy == Strategy::kManual && a.cut_after.empty())
-    throw UserError("--strategy manual", "needs the nodes to cut after",
-                    "pass --cut-after NODE,NODE,...");
-  return o;
-}
 
 // `partition --export` without --micro-batch: the stage files hold concrete shapes, the batch
 // bound to 1 where the model's is symbolic; one line says so and how to choose it.
@@ -62,81 +47,7 @@ void note_fixed_batch(const ModelArgs& m) {
 
 }  // namespace
 
-Graph training_form(Graph g, const std::vector<std::string>& frozen, bool dropout) {
-  to_training_mode(g, TrainingModeOptions{dropout});
-  split_parameter_sites(g, frozen_parameters(g, frozen));
-  return g;
-}
-
-Costs derived_costs(const Graph& g, const PartitionPlan& plan, const ChunkBackwardOptions& options) {
-  return chunk_costs(build_chunk_backward(g, plan, options), plan);
-}
-
-namespace {
-
-// The first node with an output that carries a gradient (the embedding, the first layer): cut
-// after it, the rest of the model is a chunk whose input carries a gradient, as every chunk but
-// the first of a pipeline is. -1 when there is none or it is the last node.
-int first_gradient_node(const Graph& g) {
-  const std::vector<bool> needs = needs_gradient(g);
-  for (size_t i = 0; i + 1 < g.nodes.size(); ++i)
-    for (ValueId o : g.nodes[i].outputs)
-      if (o != kNoValue && needs[static_cast<size_t>(o)]) return static_cast<int>(i);
-  return -1;
-}
-
-}  // namespace
-
-InspectWork inspect_work(const Graph& imported) {
-  try {
-    const Graph g = training_form(imported, {}, false);
-    PartitionOptions po;
-    po.stages = 1;
-    const int cut = first_gradient_node(g);
-    if (cut >= 0) {
-      po.stages = 2;
-      po.strategy = Strategy::kManual;
-      po.cut_after = {g.nodes[static_cast<size_t>(cut)].name};
-    }
-    const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
-    InspectWork out;
-    for (const BackwardGraphs& chunk : build_chunk_backward(g, plan, ChunkBackwardOptions{})) {
-      const ChunkWork w = chunk_work(chunk);
-      out.work.f = total_cost({out.work.f, w.f});
-      out.work.b = total_cost({out.work.b, w.b});
-      out.work.w = total_cost({out.work.w, w.w});
-    }
-    if (cut >= 0) out.cut_after = po.cut_after[0];
-    return out;
-  } catch (const UserError& e) {
-    const NodeCost total = total_cost(estimate_costs(imported));
-    InspectWork w;
-    w.work.f.flops_fwd = total.flops_fwd;
-    w.work.b.flops_fwd = total.flops_bwd_input;
-    w.work.w.flops_fwd = total.flops_bwd_weight;
-    w.why_estimated = e.what();
-    return w;
-  }
-}
-
-void export_graphs(const std::vector<std::pair<std::string, Graph>>& files,
-                   const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::vector<onnx::ModelProto> models;
-  for (const auto& [name, graph] : files) {
-    models.push_back(to_model_proto(graph));
-    try {
-      onnx::checker::check_model(models.back());
-    } catch (const std::exception& e) {
-      PT_CHECK(false, name + " fails the onnx checker: " + e.what());
-    }
-  }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw UserError(dir, "cannot create the export folder: " + ec.message(), "choose another --export");
-  for (size_t k = 0; k < models.size(); ++k)
-    save_model(models[k], (fs::path(dir) / files[k].first).string());
-}
+std::string flag_name(const std::string& key) { return "--" + key; }
 
 int run_ops() {
   print_op_table(std::cout);
@@ -154,7 +65,7 @@ int run_inspect(const InspectArgs& a) {
   }
   Graph g = import_model(a.model.model, import_options(a.model));
   std::vector<NodeCost> costs = estimate_costs(g);
-  const InspectWork work = inspect_work(g);
+  const ModelWork work = model_work(g);
   if (a.json)
     std::cout << inspect_json(g, costs, work).dump(2) << "\n";
   else
@@ -189,7 +100,7 @@ int run_partition(const PartitionArgs& given) {
   if (!a.backward && given.bwd.recompute != "none")
     throw UserError("--recompute " + a.bwd.recompute, "applies to the backward graphs, which only --backward builds",
                     "add --backward, or leave --recompute out");
-  const PartitionOptions options = partition_options(a);
+  const PartitionOptions options = partition_options(a, flag_name);
   Graph g = import_model(a.model.model, import_options(a.model));
   if (!a.plan.empty()) g = training_form(std::move(g), a.bwd.frozen, read_plan_file(a.plan).dropout);  // the graph train trains, whose cuts the plan runs
   std::vector<NodeCost> costs = estimate_costs(g);
@@ -220,6 +131,28 @@ int run_partition(const PartitionArgs& given) {
     if (a.backward) report_backward(std::cout, nullptr, g, plan, a);
   }
   return 0;
+}
+
+void check_dims_named(const std::map<std::string, int64_t>& dims, const std::vector<onnx::ValueInfoProto>& declared) {
+  std::set<std::string> named;
+  for (const auto& in : declared)
+    for (const auto& d : in.type().tensor_type().shape().dim())
+      if (!d.has_dim_value() && !d.dim_param().empty()) named.insert(d.dim_param());
+  for (const auto& [name, value] : dims) {
+    if (named.count(name)) continue;
+    std::string list;
+    for (const std::string& n : named) list += (list.empty() ? "" : ", ") + n;
+    throw UserError("--dim " + name + "=" + std::to_string(value),
+                    "the model's inputs have no symbolic dimension '" + name + "'",
+                    named.empty() ? std::string("they have none, so leave --dim out")
+                                  : "name one of " + list);
+  }
+}
+
+std::map<std::string, int64_t> model_dims(const std::string& path, const std::vector<std::string>& dims) {
+  std::map<std::string, int64_t> out = parse_dims(dims);
+  if (!out.empty()) check_dims_named(out, declared_inputs(path));
+  return out;
 }
 
 }  // namespace pt

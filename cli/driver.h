@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/report.h"
 #include "core/ir.h"
+#include "onnx_import/declared_inputs.h"
 #include "partition/partitioner.h"
 #include "schedule/costs.h"
 
@@ -27,9 +29,8 @@ int run_grad(const GradArgs& a);
 int run_train(const TrainArgs& a);
 int run_plan(const PlanArgs& a);  // plan_cmd.cc
 
-// Writes each (file name, graph) into dir. Every model is built and checked by the onnx checker
-// before the first file is written, and each file is written atomically.
-void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir);
+// "--" + key: where a command-line value came from.
+std::string flag_name(const std::string& key);
 
 // `partition --backward`: builds F, B and W per chunk, exports them with --export, prints the
 // per-stage kept and passed bytes and recompute FLOPs to os, or with `json` puts them under its
@@ -39,22 +40,9 @@ void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, con
 // `recompute`: one policy, one per device, or one per chunk (forward order).
 ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks);
 
-// The graph `train` trains: training mode (autodiff/training_mode.h; dropout on or off) and
-// parameter sites split (autodiff/parameter_sites.h) with `frozen` (names or globs) left out.
-Graph training_form(Graph g, const std::vector<std::string>& frozen, bool dropout);
-
-// The simulator's costs of a partition of g (in training form), chunk by chunk: each chunk's F,
-// B and W graphs derived under `options` and counted (plan/chunk_costs.h chunk_costs).
-Costs derived_costs(const Graph& g, const PartitionPlan& plan, const ChunkBackwardOptions& options);
-
-// `inspect`'s F, B and W: the model in training form (no dropout, nothing frozen) cut after its
-// first node whose output carries a gradient (the embedding, the first layer), so that the rest
-// splits its backward as a pipeline's chunks after the first do: B what passes the gradient down
-// to that activation, W the parameters' gradients. Both chunks' B and W graphs are derived (no
-// loss: B starts from the outputs' gradients) and counted as every chunk is (plan/chunk_costs.h
-// chunk_work), then summed. (The model as one chunk would put all its backward in W: no input of
-// a token model carries a gradient.) Where autodiff refuses the model, the cost model's per-node
-// totals instead (f, b, w.flops_fwd; no bytes), why_estimated saying why.
-InspectWork inspect_work(const Graph& imported);
+// parse_dims(dims) (--dim NAME=VALUE), each NAME checked against the symbolic dims the model's
+// inputs declare: UserError naming the --dim and listing the model's symbolic dims otherwise.
+std::map<std::string, int64_t> model_dims(const std::string& path, const std::vector<std::string>& dims);
+void check_dims_named(const std::map<std::string, int64_t>& dims, const std::vector<onnx::ValueInfoProto>& declared);
 
 }  // namespace pt

@@ -11,11 +11,10 @@
 #include <map>
 #include <sstream>
 
-#include "autodiff/parameter_sites.h"
-#include "autodiff/training_mode.h"
 #include "cli/args.h"
 #include "cli/config.h"
-#include "cli/model_inputs.h"
+#include "cli/driver.h"
+#include "plan/pipeline.h"
 #include "plan/planner.h"
 #include "core/bytes.h"
 #include "core/error.h"
@@ -201,7 +200,7 @@ PlanFile read_plan_file(const std::string& path) {
   p.schedule = c.pipeline.schedule;
   p.recompute = c.pipeline.recompute;
   p.link = c.pipeline.link;
-  if (p.link.preset.empty()) p.link.preset = c.device == "cuda" ? "nvlink" : "cpu";  // as train
+  if (p.link.preset.empty()) p.link.preset = c.default_link();
   p.frozen = c.frozen;
   p.dropout = c.dropout;
   return p;
@@ -218,13 +217,13 @@ int run_plan(const PlanArgs& a) {
                     "is not a multiple of the micro-batch (" + std::to_string(a.model.micro_batch) + ")",
                     "give a multiple of --micro-batch");
   r.micro_batches = static_cast<int>(global / a.model.micro_batch);
-  r.link = link_model(a.link, [](const std::string& key) { return "--" + key; });
+  r.link = link_model(a.link, flag_name);
   LossSpec loss;
   loss.kind = LossSpec::parse_kind(a.loss, "--loss");
   loss.output = a.loss_output;
   r.backward.loss = loss;
 
-  // The graph `train` trains: training mode, each parameter site its own copy (train_cmd.cc).
+  // The graph `train` trains: training mode, each parameter site its own copy (plan/pipeline.h).
   ImportOptions io;
   io.batch = a.model.micro_batch;
   io.dims = model_dims(a.model.model, a.model.dims);
@@ -232,8 +231,7 @@ int run_plan(const PlanArgs& a) {
   Graph g = import_model(a.model.model, io);
   if (!loss.output.empty() && g.find(loss.output) == kNoValue)
     throw UserError("--loss-output " + loss.output, "the model has no such output", "name one of the model's outputs");
-  to_training_mode(g, TrainingModeOptions{true});
-  split_parameter_sites(g, frozen_parameters(g, a.frozen));
+  g = training_form(std::move(g), a.frozen, true);
   r.backward.frozen = a.frozen;
   const PlanSearch s = search_plans(g, estimate_costs(g), r);
 

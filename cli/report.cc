@@ -161,7 +161,7 @@ nlohmann::json parameter_notes_json(const Graph& g) {
 
 }  // namespace
 
-void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work,
+void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const ModelWork& work,
                    const std::string& model_path, int64_t micro_batch, bool list_nodes) {
   std::map<std::string, int> histogram;
   for (const Node& n : g.nodes) histogram[n.op_type]++;
@@ -201,7 +201,7 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
   }
 }
 
-nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work) {
+nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, const ModelWork& work) {
   std::map<std::string, int> histogram;
   for (const Node& n : g.nodes) histogram[n.op_type]++;
   const NodeCost total = total_cost(costs);

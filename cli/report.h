@@ -28,16 +28,9 @@ struct InitializerRole {
 };
 std::vector<InitializerRole> initializer_roles(const Graph& g);
 
-// The model's F, B and W work per micro-batch (cli/driver.h inspect_work).
-struct InspectWork {
-  ChunkWork work;
-  std::string cut_after;      // the node the derived chunks were cut after; empty: one chunk
-  std::string why_estimated;  // empty: counted on the derived graphs
-};
-
-void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work,
+void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const ModelWork& work,
                    const std::string& model_path, int64_t micro_batch, bool list_nodes);
-nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, const InspectWork& work);
+nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, const ModelWork& work);
 
 void print_op_table(std::ostream& os);
 

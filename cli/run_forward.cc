@@ -10,7 +10,7 @@
 
 #include "autodiff/training_mode.h"
 #include "cli/driver.h"
-#include "cli/model_inputs.h"
+
 #include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"

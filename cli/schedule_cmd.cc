@@ -13,7 +13,8 @@
 
 #include "cli/args.h"
 #include "cli/driver.h"
-#include "cli/model_inputs.h"
+#include "plan/pipeline.h"
+
 #include "cli/schedule_args.h"
 #include "cli/suggest.h"
 #include "core/bytes.h"
@@ -78,11 +79,12 @@ Costs model_costs(const ScheduleArgs& a, int v) {
   io.batch = a.micro_batch;
   io.dims = model_dims(a.model, a.dims);
   const Graph g = training_form(import_model(a.model, io), {}, false);
-  PartitionOptions po;
-  po.stages = a.stages;
-  po.chunks_per_stage = v;
-  po.link = link_model(a.link, [](const std::string& key) { return "--" + key; });
-  return derived_costs(g, plan_partition(g, estimate_costs(g), po), ChunkBackwardOptions{});
+  PartitionArgs pa;
+  pa.stages = a.stages;
+  pa.chunks_per_stage = v;
+  pa.link = a.link;
+  const PartitionPlan plan = plan_partition(g, estimate_costs(g), partition_options(pa, flag_name));
+  return chunk_costs(build_chunk_backward(g, plan, ChunkBackwardOptions{}), plan);
 }
 
 Costs costs_for(const ScheduleArgs& a, int stages, int v) {

@@ -1,55 +1,23 @@
-// cli/trained_weights.h: a training run's parameters and buffers -> the module's state_dict as a
-// .safetensors file (exec/safetensors.h), the last output of `pipetrain train`.
-//
-// In: the model file and its record of the module (onnx_import/module_state.h; written by
-// samples/export_model.py), the tensors training changed by initializer name, and the
-// training-mode forwards each BatchNorm ran. Out: the file, and the state_dict keys it lacks.
-//
-// With a record, each state_dict entry is written under its key, in state_dict order: from the
-// trained tensor of its initializer, else from the file's initializer (a frozen parameter, a
-// buffer), transposed back where the file stores it transposed; an integer or bool buffer from
-// its recorded start, plus the forwards for BatchNorm's num_batches_tracked (PyTorch adds one
-// per training-mode forward). A key with none of these is reported missing. Without a record
-// (any other exporter) the trained tensors are written under their initializer names, which the
-// default exporter makes the state_dict keys, or under the module parameter import found for
-// them (a weight the default exporter's optimizer stored transposed as val_N, transposed back).
-//
-// A file without a record may lack state_dict entries the module has (a tied twin's key, rows of
-// a position table the export never gathered, buffers). Given the module's state_dict at the
-// start (`output.start_state`, a .safetensors file), the output has exactly its keys, in its
-// order: each from the trained tensor of that name (or of its module parameter), a tensor of
-// which the file holds only the leading elements (a table's first rows) as the start with those
-// elements trained, a tied twin (its start equal to a trained key's, bit for bit, and not one
-// value throughout) as that key's trained tensor, anything else as it started. Trained tensors
-// the start does not name are written too and reported.
+// cli/trained_weights.h: the trained state_dict (onnx_import/state_dict.h) as a .safetensors
+// file (exec/safetensors.h), the last output of `pipetrain train`; output.start_state, when
+// given, is read here.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "core/ir.h"
 #include "onnx_import/module_state.h"
+#include "onnx_import/state_dict.h"
 
 namespace pt {
 
-struct TrainedState {
-  std::map<std::string, const Tensor*> tensors;  // by initializer: parameters, running statistics
-  std::set<std::string> counted;  // running_mean initializers of BatchNorms run in training mode
-  int64_t forwards = 0;           // training-mode forwards each of those ran
-  // Without a record: the module parameter an initializer holds where import found its name
-  // (onnx_import/module_params.h: a weight stored transposed under a generated name).
-  std::map<std::string, ModuleName> module_names;
-  std::string start_state;  // without a record: the module's state_dict at the start, or ""
-};
-
 struct WeightsWritten {
   int64_t tensors = 0;
-  std::vector<std::string> missing;  // state_dict keys the file could not give
-  std::vector<std::string> completed;    // start_state keys of which training changed only a part
+  std::vector<std::string> missing;       // state_dict keys the file could not give
+  std::vector<std::string> completed;     // start_state keys of which training changed only a part
   std::vector<std::string> not_in_start;  // trained tensors start_state does not name, written too
 };
 

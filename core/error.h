@@ -27,6 +27,17 @@ class UserError : public std::runtime_error {
   }
 };
 
+// Runs f; a UserError from it is raised again with `where` in front: for a callee that cannot
+// know where its input came from (a config key and its line, a flag).
+template <class F>
+auto located(const std::string& where, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const UserError& e) {
+    throw UserError(where, e.what());
+  }
+}
+
 [[noreturn]] void internal_failure(const char* file, int line, const char* cond,
                                    const std::string& message);
 

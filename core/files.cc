@@ -61,4 +61,10 @@ void write_file_atomic(const std::string& path, std::string_view text, const std
   write_file_atomic(path, std::span<const std::string_view>(&text, 1), todo);
 }
 
+void make_parent(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+}
+
 }  // namespace pt

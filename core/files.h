@@ -20,4 +20,7 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
                        const std::string& todo);
 void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo);
 
+// Makes the folders above `path` that do not exist yet; a failure shows when the file is written.
+void make_parent(const std::string& path);
+
 }  // namespace pt

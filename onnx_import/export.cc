@@ -1,5 +1,7 @@
 #include "onnx_import/export.h"
 
+#include <onnx/checker.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +147,25 @@ void save_model_with_weights(const std::string& source,
                         "export the trained model from the file that was trained");
     }
   save_model(m, path);
+}
+
+void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir,
+                   const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::vector<onnx::ModelProto> models;
+  for (const auto& [name, graph] : files) {
+    models.push_back(to_model_proto(graph));
+    try {
+      onnx::checker::check_model(models.back());
+    } catch (const std::exception& e) {
+      PT_CHECK(false, name + " fails the onnx checker: " + e.what());
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError(dir, "cannot create the export folder: " + ec.message(), "choose another " + flag);
+  for (size_t k = 0; k < models.size(); ++k)
+    save_model(models[k], (fs::path(dir) / files[k].first).string());
 }
 
 }  // namespace pt

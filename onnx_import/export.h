@@ -6,6 +6,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/ir.h"
 #include "onnx_import/module_params.h"
@@ -18,6 +20,12 @@ onnx::ModelProto to_model_proto(const Graph& g);
 // Writes to `path` atomically (a temporary file renamed into place): a failed write leaves no
 // half-written model. Throws UserError when the folder cannot be written.
 void save_model(const onnx::ModelProto& m, const std::string& path);
+
+// Writes each (file name, graph) into dir. Every model is built and checked by the onnx checker
+// before the first file is written, and each file is written atomically. A folder that cannot be
+// made is a UserError whose advice names `flag` (the option that gave the folder).
+void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir,
+                   const std::string& flag = "--export");
 
 // The model file at `source`, unchanged but for the named initializers' data (a trained model:
 // the same graph, new weights; external data comes back inline) and the module parameters

@@ -42,4 +42,22 @@ double parse_latency(const std::string& text, const std::string& where);
 // "cpu: 8.00 GB/s, 5 us per message, devices at 100 GFLOP/s" (or "none: transfers are free").
 std::string describe_link(const LinkModel& link);
 
+// A link as users write it (flags, a config's pipeline.link): a preset, its figures adjusted.
+struct LinkArgs {
+  std::string preset = "cpu";      // none | cpu | nvlink | pcie | tcp
+  std::string bandwidth, latency;  // empty: the preset's
+  double device_rate = 0;          // GFLOP/s; 0: the preset's
+};
+
+// place(key) names where each value came from in errors: "link", "bandwidth", "latency".
+template <typename Place>
+LinkModel link_model(const LinkArgs& a, Place place) {
+  LinkModel m = link_preset(a.preset, place("link"));
+  if (!a.bandwidth.empty()) m.bandwidth = parse_bandwidth(a.bandwidth, place("bandwidth"));
+  if (!a.latency.empty()) m.latency = parse_latency(a.latency, place("latency"));
+  if (a.device_rate > 0) m.rate = a.device_rate * 1e9;
+  if (!a.bandwidth.empty() || !a.latency.empty() || a.device_rate > 0) m.name += " (adjusted)";
+  return m;
+}
+
 }  // namespace pt

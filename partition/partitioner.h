@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
+#include "core/error.h"
 #include "core/ir.h"
 #include "partition/cost_model.h"
 #include "partition/linear_partition.h"
@@ -44,6 +46,35 @@ struct PartitionOptions {
   // moving the fewest bytes across cuts wins (cuts between blocks rather than inside them).
   double slack = 0.02;
 };
+
+// A partition as users ask for it (`partition`'s flags, `train`'s pipeline config), in text.
+struct PartitionSpec {
+  int stages = 0;
+  int chunks_per_stage = 1;
+  std::string strategy = "balanced";  // balanced | params | uniform | manual
+  std::vector<std::string> cut_after;
+  std::string memory_limit;           // "8GiB", "512MB", bytes; empty: none
+  double slack = 0.02;
+  LinkArgs link;
+};
+
+// The one place PartitionOptions are filled. place(key) names where a value came from in errors,
+// for the keys "strategy", "memory-limit", "link", "bandwidth" and "latency" ("--link", or a
+// config's line). UserError for an unknown strategy, a bad size or link, manual without cuts.
+template <typename Place>
+PartitionOptions partition_options(const PartitionSpec& s, Place place) {
+  PartitionOptions o;
+  o.stages = s.stages;
+  o.chunks_per_stage = s.chunks_per_stage;
+  o.strategy = parse_strategy(s.strategy);
+  o.cut_after = s.cut_after;
+  o.slack = s.slack;
+  o.link = link_model(s.link, place);
+  if (!s.memory_limit.empty()) o.memory.limit = parse_bytes(s.memory_limit, place("memory-limit"));
+  if (o.strategy == Strategy::kManual && s.cut_after.empty())
+    throw UserError(place("strategy") + " manual", "needs the nodes to cut after", "pass --cut-after NODE,NODE,...");
+  return o;
+}
 
 struct ChunkPlan {
   int index = 0;   // position in the pipeline (forward order)

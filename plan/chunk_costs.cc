@@ -1,6 +1,7 @@
 #include "plan/chunk_costs.h"
 
 #include "core/error.h"
+#include "plan/pipeline.h"
 
 namespace pt {
 
@@ -44,6 +45,55 @@ Costs chunk_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPlan
   for (size_t c = 0; c < chunks.size(); ++c)
     costs.chunks[c].comm = static_cast<double>(plan.chunks[c].link_out) * 1e-9;  // FLOP-equivalents
   return costs;
+}
+
+namespace {
+
+// The first node with an output that carries a gradient (the embedding, the first layer): cut
+// after it, the rest of the model is a chunk whose input carries a gradient, as every chunk but
+// the first of a pipeline is. -1 when there is none or it is the last node.
+int first_gradient_node(const Graph& g) {
+  const std::vector<bool> needs = needs_gradient(g);
+  for (size_t i = 0; i + 1 < g.nodes.size(); ++i)
+    for (ValueId o : g.nodes[i].outputs)
+      if (o != kNoValue && needs[static_cast<size_t>(o)]) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace
+
+ModelWork model_work(const Graph& imported) {
+  try {
+    const Graph g = training_form(imported, {}, false);
+    PartitionSpec a;
+    a.stages = 1;
+    a.link.preset = "none";
+    const int cut = first_gradient_node(g);
+    if (cut >= 0) {
+      a.stages = 2;
+      a.strategy = "manual";
+      a.cut_after = {g.nodes[static_cast<size_t>(cut)].name};
+    }
+    const PartitionOptions po = partition_options(a, [](const std::string& key) { return key; });
+    const PartitionPlan plan = plan_partition(g, estimate_costs(g), po);
+    ModelWork out;
+    for (const BackwardGraphs& chunk : build_chunk_backward(g, plan, ChunkBackwardOptions{})) {
+      const ChunkWork w = chunk_work(chunk);
+      out.work.f = total_cost({out.work.f, w.f});
+      out.work.b = total_cost({out.work.b, w.b});
+      out.work.w = total_cost({out.work.w, w.w});
+    }
+    if (cut >= 0) out.cut_after = po.cut_after[0];
+    return out;
+  } catch (const UserError& e) {
+    const NodeCost total = total_cost(estimate_costs(imported));
+    ModelWork w;
+    w.work.f.flops_fwd = total.flops_fwd;
+    w.work.b.flops_fwd = total.flops_bwd_input;
+    w.work.w.flops_fwd = total.flops_bwd_weight;
+    w.why_estimated = e.what();
+    return w;
+  }
 }
 
 }  // namespace pt

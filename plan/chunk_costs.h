@@ -14,6 +14,7 @@
 // launch_flops), in units of 1e9 (GFLOP-equivalents).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "autodiff/backward.h"
@@ -50,5 +51,22 @@ double action_units(const NodeCost& total);
 Costs chunk_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPlan& plan);
 // The same with comm 0, where no link prices the transfers.
 Costs chunk_costs(const std::vector<BackwardGraphs>& chunks);
+
+// The model's F, B and W work per micro-batch, as `inspect` shows it.
+struct ModelWork {
+  ChunkWork work;
+  std::string cut_after;      // the node the derived chunks were cut after; empty: one chunk
+  std::string why_estimated;  // empty: counted on the derived graphs
+};
+
+// `inspect`'s F, B and W: the model in training form (no dropout, nothing frozen) cut after its
+// first node whose output carries a gradient (the embedding, the first layer), so that the rest
+// splits its backward as a pipeline's chunks after the first do: B what passes the gradient down
+// to that activation, W the parameters' gradients. Both chunks' B and W graphs are derived (no
+// loss: B starts from the outputs' gradients) and counted as every chunk is (chunk_work), then
+// summed. (The model as one chunk would put all its backward in W: no input of a token model
+// carries a gradient.) Where autodiff refuses the model, the cost model's per-node
+// totals instead (f, b, w.flops_fwd; no bytes), why_estimated saying why.
+ModelWork model_work(const Graph& imported);
 
 }  // namespace pt

@@ -81,9 +81,9 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelW
 # mpirun (label mpi: mpi.executor_2_ranks, mpi.executor_4_ranks_tcp, mpi.two_hosts_netns) and
 # `mpirun -n N pipetrain train` (train_ranks_test). Each GoogleTest case carries its binary's
 # name as a label (tests/CMakeLists.txt).
-tsan_binaries=(executor_test timeline_test optimizer_test data_test train_test train_runs_test
+tsan_binaries=(executor_test timeline_test optimizer_test data_test trainer_test train_test train_runs_test
   train_interrupt_test train_ranks_test mpi_executor_test)
-tsan_labels=(executor_test timeline_test optimizer_test data_test train_test train_runs_test
+tsan_labels=(executor_test timeline_test optimizer_test data_test trainer_test train_test train_runs_test
   train_interrupt_test train_ranks_test mpi)
 label_regex() { local IFS='|'; echo "^($*)\$"; }
 

@@ -12,11 +12,10 @@ namespace pt {
 using namespace exec_detail;
 
 void PipelineExecutor::bind_feeds(const std::vector<std::map<std::string, Tensor>>& feeds) {
-  if (feeds.size() != static_cast<size_t>(schedule_.micro_batches))
-    throw UserError("pipeline step", "has feeds for " + std::to_string(feeds.size()) +
-                                         " micro-batches, the schedule " +
-                                         std::to_string(schedule_.micro_batches),
-                    "give one feed map per micro-batch");
+  // The schedule owns the micro-batch count: its caller draws that many (train/trainer.h).
+  PT_CHECK(feeds.size() == static_cast<size_t>(schedule_.micro_batches), "feeds for " + std::to_string(feeds.size()) +
+                                                                            " micro-batches, the schedule has " +
+                                                                            std::to_string(schedule_.micro_batches));
   for (auto& c : chunks_)
     for (size_t m = 0; m < feeds.size() && c->local; ++m)
       for (size_t k = 0; k < c->feed_names.size(); ++k) {

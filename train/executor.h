@@ -82,7 +82,8 @@ class PipelineExecutor {
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
 
-  // feeds[m]: every model input, plus "target" and "loss_scale", of micro-batch m. Gradients
+  // feeds[m]: every model input, plus "target" and "loss_scale", of micro-batch m, one per
+  // micro-batch of the schedule (it owns their count; another count is our bug). Gradients
   // start from zero each step. ExecutionError when an action fails (every worker stops; the
   // grid is also written to stderr); UserError on a missing or mistyped feed.
   void run_step(const std::vector<std::map<std::string, Tensor>>& feeds);

@@ -37,7 +37,7 @@ std::vector<std::string> sample_models() {
   return out;
 }
 
-// The graph `train` partitions (train_cmd.cc): training mode, one copy per parameter site.
+// The graph `train` partitions (plan/pipeline.h training_form): training mode, one copy per parameter site.
 Graph training_graph(const std::string& path) {
   ImportOptions io;
   io.batch = 2;
@@ -78,7 +78,7 @@ int advised(const std::string& message) {
 TEST(StageLimit, TheAdvisedCountFitsEverySampleAndKindAndOneMoreDoesNot) {
   std::vector<std::string> kinds;
   for (const KindInfo& k : schedule_kinds()) kinds.push_back(k.name);
-  kinds.push_back("auto");  // tries 1 and 2 chunks per stage; 1 must fit (train_cmd.cc)
+  kinds.push_back("auto");  // tries 1 and 2 chunks per stage; 1 must fit (plan/pipeline.h)
   int cases = 0;
   for (const std::string& path : sample_models()) {
     SCOPED_TRACE(path);

@@ -424,7 +424,7 @@ std::vector<float> run_once(const Graph& g, Backend& backend, std::vector<Tensor
   return {out.as<float>(), out.as<float>() + out.numel()};
 }
 
-// The trainer updates a training program's weights in place between runs (cli/train_cmd.cc), and
+// The trainer updates a training program's weights in place between runs (train/trainer.cc), and
 // the next run reads them; an inference program lays its conv weights out once, when it is built
 // (KernelSpec::constants_fixed), and keeps what it laid out.
 TEST(StageProgram, TrainingProgramsReadTheWeightsOfEveryRun) {

@@ -12,7 +12,7 @@
 // recv() enqueues the receives on the link's stream, and the receiver's compute stream waits for
 // them: neither blocks the host.
 //
-// NCCL refuses two ranks on one GPU: those links go elsewhere (cli/train_devices.cc sends them
+// NCCL refuses two ranks on one GPU: those links go elsewhere (train/train_devices.cc sends them
 // through host memory and MPI). abort() aborts every communicator; a step after an abort is not
 // possible (the job ends: an error on one rank ends every rank).
 #pragma once

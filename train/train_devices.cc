@@ -1,4 +1,4 @@
-#include "cli/train_devices.h"
+#include "train/train_devices.h"
 
 #include <algorithm>
 #include <functional>
@@ -19,7 +19,7 @@
 namespace pt {
 namespace {
 
-TrainDevices cpu_devices(const TrainConfig& cfg, int stages, const std::vector<int>& rank_of, int rank) {
+TrainDevices cpu_devices(const TrainDeviceOptions& cfg, int stages, const std::vector<int>& rank_of, int rank) {
   TrainDevices t;
   bool alone = true;
   for (int d = 0; d < stages; ++d) {
@@ -46,13 +46,13 @@ TrainDevices cpu_devices(const TrainConfig& cfg, int stages, const std::vector<i
 }
 
 #ifdef PT_HAVE_CUDA
-// The GPU of each of this process's pipeline devices (cli/config.h), checked against the GPUs
+// The GPU of each of this process's pipeline devices (TrainDeviceOptions), checked against the GPUs
 // found; -1 for another process's. `device: cuda` counts this process's devices from
 // local_rank x (its devices): one process per GPU on every host, as mpirun places ranks.
-std::vector<int> gpu_of_device(const TrainConfig& cfg, const std::vector<int>& rank_of, int rank, int local_rank) {
+std::vector<int> gpu_of_device(const TrainDeviceOptions& cfg, const std::vector<int>& rank_of, int rank, int local_rank) {
   const int found = cuda::device_count();
   if (found == 0)
-    throw UserError(cfg.where("device"), "no GPU was found (" + cuda::no_device_reason() + ")",
+    throw UserError(cfg.where, "no GPU was found (" + cuda::no_device_reason() + ")",
                     "set device: cpu, or run on a machine with a GPU");
   const int mine = static_cast<int>(std::count(rank_of.begin(), rank_of.end(), rank));
   std::vector<int> gpus;
@@ -64,7 +64,7 @@ std::vector<int> gpu_of_device(const TrainConfig& cfg, const std::vector<int>& r
     }
     const int g = cfg.gpus.empty() ? k++ % found : cfg.gpus[cfg.gpus.size() == 1 ? 0 : d];
     if (g >= found)
-      throw UserError(cfg.where("device"), "GPU " + std::to_string(g) + " does not exist (" +
+      throw UserError(cfg.where, "GPU " + std::to_string(g) + " does not exist (" +
                                                std::to_string(found) + " found)",
                       "name GPUs 0 to " + std::to_string(found - 1));
     gpus.push_back(g);
@@ -119,7 +119,7 @@ std::unique_ptr<Comm> across_ranks(const Schedule& lowered, const std::vector<in
 }
 #endif
 
-TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of,
+TrainDevices cuda_devices(const TrainDeviceOptions& cfg, const Schedule& lowered, const std::vector<int>& rank_of,
                           const TrainRanks& ranks) {
   const int rank = ranks.rank();
   const std::vector<int> gpus = gpu_of_device(cfg, rank_of, rank, ranks.local_rank());
@@ -178,13 +178,13 @@ TrainDevices cuda_devices(const TrainConfig& cfg, const Schedule& lowered, const
 
 }  // namespace
 
-TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
+TrainDevices make_train_devices(const TrainDeviceOptions& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
                                 const TrainRanks& ranks) {
-  if (cfg.device == "cpu") return cpu_devices(cfg, lowered.stages, rank_of_device, ranks.rank());
+  if (cfg.kind == "cpu") return cpu_devices(cfg, lowered.stages, rank_of_device, ranks.rank());
 #ifdef PT_HAVE_CUDA
   return cuda_devices(cfg, lowered, rank_of_device, ranks);
 #else
-  throw UserError(cfg.where("device"), "this build has no CUDA backend",
+  throw UserError(cfg.where, "this build has no CUDA backend",
                   "set device: cpu, or build with -DPT_CUDA=ON (needs nvcc)");
 #endif
 }

@@ -1,6 +1,7 @@
-// cli/interrupt.h: Ctrl-C (SIGINT) and SIGTERM during `pipetrain train`'s step loop. In: the
-// signals; out: a flag the loop reads at each step boundary, so that a run stops between steps
-// (never inside a checkpoint or an output being written) and can keep its last finished step.
+// train/interrupt.h: Ctrl-C (SIGINT) and SIGTERM during a training run's step loop. In: the
+// signals; out: a flag the loop reads at each step boundary (the Trainer's StopCheck,
+// train/trainer.h), so that a run stops between steps (never inside a checkpoint or an output
+// being written) and can keep its last finished step.
 // A second signal while the first is pending exits at once, writing one line. The exit code is
 // the shells' for a signal: 128 + its number (130 for SIGINT, 143 for SIGTERM).
 //

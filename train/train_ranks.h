@@ -1,4 +1,4 @@
-// cli/train_ranks.h: the processes one `pipetrain train` runs in. Alone by default (no MPI at
+// train/train_ranks.h: the processes one `pipetrain train` runs in. Alone by default (no MPI at
 // run time); as one of several ranks when mpirun or srun started it (launched_as_rank, exec/
 // ranks.h), in a build with MPI (train/mpi_comm.h). Rank r runs the pipeline devices
 // rank_of_devices gives it; every rank reads the same config, data and model and makes the same

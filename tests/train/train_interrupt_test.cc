@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "cli/interrupt.h"
+#include "train/interrupt.h"
 #include "train/checkpoint.h"
 #include "tests/cli/run_cli.h"
 
@@ -129,7 +129,7 @@ TEST(TrainInterrupt, ASecondCtrlCExitsAtOnce) {
   EXPECT_NO_THROW(pt::read_latest_checkpoint((d / "ckpt").string()));
 }
 
-// Across processes the guard watches from before set-up (cli/interrupt.h): the signal mpirun
+// Across processes the guard watches from before set-up (train/interrupt.h): the signal mpirun
 // sends when a rank is lost ends this rank at once with one line, whether a step was completed
 // yet or not. `completed` < 0 leaves the job in set-up. Runs in a child, which _exits.
 std::pair<int, std::string> rank_signalled(bool peer_lost, int64_t completed) {

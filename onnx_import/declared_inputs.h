@@ -1,4 +1,4 @@
-// cli/model_inputs.h: a model's runtime inputs as its file declares them (before import binds
+// onnx_import/declared_inputs.h: a model's runtime inputs as its file declares them (before import binds
 // any dim), for the commands that bind the batch from what the user gives (`run`) or say what
 // import bound it to (`partition --export`).
 #pragma once
@@ -19,13 +19,7 @@ std::vector<onnx::ValueInfoProto> declared_inputs(const std::string& path);
 // "x float32[batch,64]": symbolic dims by name ("?" when unnamed).
 std::string declared_str(const onnx::ValueInfoProto& in);
 
-// True when the input's first axis is symbolic and `dims` (--dim) does not bind it by name: the
-// axis import binds to the batch (onnx_import/import.h).
+// True when the input's first axis is symbolic and `dims` (the named dims given) does not bind
+// it by name: the axis import binds to the batch (onnx_import/import.h).
 bool batch_is_symbolic(const onnx::ValueInfoProto& in, const std::map<std::string, int64_t>& dims);
-
-// parse_dims(dims) (--dim NAME=VALUE), each NAME checked against the symbolic dims the model's
-// inputs declare: UserError naming the --dim and listing the model's symbolic dims otherwise.
-std::map<std::string, int64_t> model_dims(const std::string& path, const std::vector<std::string>& dims);
-void check_dims_named(const std::map<std::string, int64_t>& dims, const std::vector<onnx::ValueInfoProto>& declared);
-
 }  // namespace pt

@@ -1,5 +1,6 @@
-// cli/train_devices.h: the devices `pipetrain train` runs its pipeline on. In: the config's
-// `device:` (cli/config.h) and `threads:`, and the lowered schedule (its sends fix the links).
+// train/train_devices.h: the devices a training run puts its pipeline on. In: the device kind,
+// GPUs and precision (TrainDeviceOptions: the config's `device:`, `precision:` and `threads:`),
+// and the lowered schedule (its sends fix the links).
 // Out: one Backend per pipeline device, and the Comm between them.
 //
 //   cpu   a CpuBackend per pipeline device (`threads:` each); InProcessComm.
@@ -22,13 +23,20 @@
 #include <string>
 #include <vector>
 
-#include "cli/config.h"
-#include "cli/train_ranks.h"
+#include "train/train_ranks.h"
 #include "exec/backend.h"
 #include "train/comm.h"
 #include "schedule/schedule.h"
 
 namespace pt {
+
+struct TrainDeviceOptions {
+  std::string kind = "cpu";        // cpu | cuda
+  std::vector<int> gpus;           // cuda: the GPU of each stage, or one for every stage; empty: d mod G
+  std::string precision = "fp32";  // fp32 | bf16 (cuda: GEMM inputs rounded to bf16)
+  int threads = 1;                 // per CPU device
+  std::string where = "device";    // the config's line, for errors
+};
 
 struct TrainDevices {
   std::vector<std::unique_ptr<Backend>> owned;
@@ -47,9 +55,9 @@ struct TrainDevices {
   }
 };
 
-// here[d]: this process runs pipeline device d (cli/train_ranks.h); the others get a null
+// here[d]: this process runs pipeline device d (train/train_ranks.h); the others get a null
 // backend, and the Comm reaches them over MPI. All true: one process, as before.
-TrainDevices make_train_devices(const TrainConfig& cfg, const Schedule& lowered, const std::vector<int>& rank_of_device,
+TrainDevices make_train_devices(const TrainDeviceOptions& options, const Schedule& lowered, const std::vector<int>& rank_of_device,
                                 const TrainRanks& ranks);
 
 }  // namespace pt

@@ -1,4 +1,4 @@
-// `mpirun -n N pipetrain train`: the pipeline's devices on N processes (cli/train_ranks.h) give
+// `mpirun -n N pipetrain train`: the pipeline's devices on N processes (train/train_ranks.h) give
 // the very bytes of the run in one process (trained model, weights, every loss and gradient
 // norm, the state in checkpoints, resumed runs), over shared memory and over TCP; what such a run cannot do
 // yet is one line; a rank that dies ends the job instead of leaving the others waiting.

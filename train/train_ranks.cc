@@ -1,4 +1,4 @@
-#include "cli/train_ranks.h"
+#include "train/train_ranks.h"
 
 #include <cstdlib>
 

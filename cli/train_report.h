@@ -1,0 +1,48 @@
+// cli/train_report.h: what `pipetrain train` prints and records while the Trainer runs
+// (train/trainer.h). In: the Trainer's records (a TrainObserver) and its summary; out: the start
+// lines, one progress line per step (on a terminal rewritten in place, otherwise every
+// steps/20), the evaluation and checkpoint lines, output.metrics as JSON lines (one per step and
+// evaluation, a summary last: train/metrics.h), the summary of the measured step against the simulated one, and
+// with --profile the kernel time per pass and op.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/config.h"
+#include "cli/trained_weights.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace pt {
+
+// The lines below "trained weights -> PATH": what the state_dict completed, added or left out.
+void print_weights_written(std::ostream& os, const WeightsWritten& w, bool weight_decay);
+
+class TrainPrinter : public TrainObserver {
+ public:
+  // Opens output.metrics: a resumed run keeps the lines of the steps it has taken.
+  TrainPrinter(const TrainConfig& cfg, const TrainArgs& args, int64_t first_step);
+  // The data line (synthetic data), the run line and ZeRO-1's.
+  void start(const Trainer& t, const TrainRanks& ranks);
+  void step(const StepRecord& r) override;
+  void evaluated(int64_t done, const EvalResult& r, bool last) override;
+  void checkpointed(int64_t done) override;
+  void end();  // closes the progress line
+  void summary(const Trainer& t, const TrainSummary& s);
+
+ private:
+  // A line that stays (eval results, checkpoints); `always`: even with -q (the final eval).
+  void note(const std::string& text, bool always = false);
+  void print_profile(const Trainer& t) const;
+
+  const TrainConfig& cfg_;
+  bool quiet_, tty_;
+  int64_t every_;
+  bool open_ = false;
+  MetricsWriter metrics_;
+};
+
+}  // namespace pt

@@ -181,7 +181,7 @@ int train(const TrainConfig& cfg, const TrainArgs& args, const TrainRanks& ranks
     if (ranks.rank() == 0) clear_checkpoints(cfg.checkpoint.dir);
     if (!args.quiet) std::cout << "--overwrite: removed the checkpoints in " << cfg.checkpoint.dir << "\n";
   }
-  TrainPrinter printer(cfg, args, t.first_step());
+  TrainPrinter printer(cfg, args, t.first_step(), ranks);
   printer.start(t, ranks);
   std::optional<InterruptGuard> own;  // a signal stops the loop at the next step boundary
   InterruptGuard& g = guard ? *guard : own.emplace();

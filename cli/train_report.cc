@@ -35,8 +35,8 @@ void print_weights_written(std::ostream& os, const WeightsWritten& w, bool weigh
      << " (load with strict=False)\n";
 }
 
-TrainPrinter::TrainPrinter(const TrainConfig& cfg, const TrainArgs& args, int64_t first_step)
-    : cfg_(cfg), quiet_(args.quiet), tty_(::isatty(STDOUT_FILENO) != 0), every_(std::max<int64_t>(1, cfg.steps / 20)),
+TrainPrinter::TrainPrinter(const TrainConfig& cfg, const TrainArgs& args, int64_t first_step, const TrainRanks& ranks)
+    : cfg_(cfg), quiet_(args.quiet), tty_(ranks.alone() && ::isatty(STDOUT_FILENO) != 0), every_(std::max<int64_t>(1, cfg.steps / 20)),
       metrics_(cfg.output.metrics, args.resume ? first_step : -1, cfg.where("output.metrics")) {}
 
 // A config without `data:` trains on seeded random samples (data.kind: synthetic, for benchmarks

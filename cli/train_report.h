@@ -1,7 +1,7 @@
 // cli/train_report.h: what `pipetrain train` prints and records while the Trainer runs
 // (train/trainer.h). In: the Trainer's records (a TrainObserver) and its summary; out: the start
-// lines, one progress line per step (on a terminal rewritten in place, otherwise every
-// steps/20), the evaluation and checkpoint lines, output.metrics as JSON lines (one per step and
+// lines, one progress line per step (on a terminal in one process rewritten in place, otherwise
+// every steps/20), the evaluation and checkpoint lines, output.metrics as JSON lines (one per step and
 // evaluation, a summary last: train/metrics.h), the summary of the measured step against the simulated one, and
 // with --profile the kernel time per pass and op.
 #pragma once
@@ -23,8 +23,10 @@ void print_weights_written(std::ostream& os, const WeightsWritten& w, bool weigh
 
 class TrainPrinter : public TrainObserver {
  public:
-  // Opens output.metrics: a resumed run keeps the lines of the steps it has taken.
-  TrainPrinter(const TrainConfig& cfg, const TrainArgs& args, int64_t first_step);
+  // Opens output.metrics: a resumed run keeps the lines of the steps it has taken. The progress
+  // line is rewritten in place only on a terminal and in one process: under mpirun a rank's
+  // stdout is a pseudo-terminal of mpirun's whatever mpirun's own output is (a log file too).
+  TrainPrinter(const TrainConfig& cfg, const TrainArgs& args, int64_t first_step, const TrainRanks& ranks);
   // The data line (synthetic data), the run line and ZeRO-1's.
   void start(const Trainer& t, const TrainRanks& ranks);
   void step(const StepRecord& r) override;

@@ -77,16 +77,28 @@ TEST(TrainRanks, FourRanksOverTcpUnderEveryKindOfSchedule) {
   }
 }
 
-// A config without `data:` says once, not once per rank, that it trains on synthetic samples.
-TEST(TrainRanks, TheSyntheticDataLineIsPrintedOnce) {
+// A config without `data:` says once, not once per rank, that it trains on synthetic samples;
+// each step's progress line comes once, as a line of its own. mpirun is run on a
+// pseudo-terminal (script(1)), as from a shell, so its ranks' stdout is a terminal too: the line
+// rewritten in place there put carriage returns and erase codes (ESC [K) into whatever mpirun's
+// output went to, a log file included.
+TEST(TrainRanks, TheSyntheticDataLineAndTheProgressArePrintedOnceAsPlainLines) {
   const fs::path d = scratch("ranks_synthetic");
   const fs::path cfg = write(d / "c.yaml", "model: samples/mlp/mlp.onnx\ndims: {batch: 2}\n"
-                                           "pipeline: {stages: 2, schedule: 1f1b}\nsteps: 1\n");
-  const Result r = mpirun(2, "train " + cfg.string());
-  ASSERT_EQ(r.code, 0) << r.err;
-  size_t lines = 0;
-  for (size_t at = 0; (at = r.out.find("synthetic samples", at)) != std::string::npos; ++at) ++lines;
-  EXPECT_EQ(lines, 1u) << r.out;
+                                           "pipeline: {stages: 2, schedule: 1f1b}\nsteps: 3\n");
+  const std::string mpirun_line = std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -n 2 " +
+                                  PT_BINARY + " train " + cfg.string() + " --set output.model=";
+  const Result r = run_command("script -qec '" + mpirun_line + "' /dev/null < /dev/null");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = 0; (at = r.out.find(text, at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("synthetic samples"), 1u) << r.out;
+  for (const char* step : {"\n[########................] step 1/3  loss", "\n[########################] step 3/3  loss"})
+    EXPECT_EQ(count(step), 1u) << step << "\n" << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
 }
 
 TEST(TrainRanks, StagesMustSplitOverTheRanks) {

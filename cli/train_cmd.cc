@@ -488,15 +488,16 @@ void Trainer::build() {
       if (std::find(params_.begin(), params_.end(), p) != params_.end() || is_site_copy(p)) continue;
       params_.push_back(p);
       first_device_[p] = placement[c];
-      // Across processes every rank holds every device's optimizer (the model is whole on every
-      // rank too) but steps its own devices' only; a resume loads them all.
+      // Across processes every rank has an optimizer per device, but only its own devices' hold
+      // parameters and state (another rank's device: none, and nothing of its model is read).
       per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
     }
   // ZeRO-1: a device's parameters, in order, fall into D runs of about equal bytes; replica k
   // keeps and steps run k (shard_of_). The norm stays the whole device's (Optimizer::squared_norm
   // over the full list: the same bits).
   const int D = ranks_.replicas();
-  for (auto& list : per_device) {
+  for (size_t d = 0; d < per_device.size(); ++d) {
+    const std::vector<OptimizerParam>& list = per_device[d];
     int64_t total = 0, before = 0;
     for (const OptimizerParam& p : list) total += p.value->type.bytes();
     std::vector<int> shard;
@@ -505,15 +506,13 @@ void Trainer::build() {
       const int64_t mid = 2 * before + p.value->type.bytes();  // twice the tensor's middle byte
       shard.push_back(total ? static_cast<int>(std::min<int64_t>(D - 1, mid * D / (2 * total))) : 0);
       before += p.value->type.bytes();
-      if (!sharded() || shard.back() == ranks_.replica()) mine.push_back(p);
+      if (here(d) && (!sharded() || shard.back() == ranks_.replica())) mine.push_back(p);
     }
     shard_of_.push_back(std::move(shard));
     whole_.push_back(list);
     optimizers_.push_back(std::make_unique<Optimizer>(oc, std::move(mine)));
   }
   bind_device_updates(placement);
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  eval_ = std::make_unique<Evaluator>(model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(cfg_.threads * schedule_.stages))));
 }
 
 bool set_on_command_line(const TrainConfig& cfg, const std::string& key) {
@@ -805,7 +804,9 @@ void Trainer::resume() {
     if (!saved || !(saved->type == t->type))
       throw UserError(where, "the checkpoint has no " + t->type.str() + " '" + name + "'",
                       "resume with the model and config that wrote it");
-    mutable_initializer(name).data = saved->data;
+    Tensor& held = mutable_initializer(name);
+    held.skip_load();  // the checkpoint's bytes, not the file's
+    held.data = saved->data;
   }
   for (size_t d = 0; d < optimizers_.size(); ++d) {
     OptimizerState st = optimizers_[d]->state();
@@ -957,6 +958,9 @@ void Trainer::after_step(int64_t done) {
   const bool last = done == cfg_.steps;
   if (cfg_.eval_every > 0 && data_->eval_batches() > 0 && (done % cfg_.eval_every == 0 || last)) {
     share_parameters();  // the whole model evaluates on every rank; rank 0 reports
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    // Made at the first evaluation: it reads every parameter, which a run without one never does.
+    if (!eval_) eval_ = std::make_unique<Evaluator>(model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(cfg_.threads * schedule_.stages))));
     const EvalResult r = eval_->run(*data_);
     std::ostringstream line;
     line << "eval after step " << done << ": loss " << std::fixed << std::setprecision(4) << r.loss;
@@ -1233,7 +1237,9 @@ void Trainer::share_parameters() {
   if (ranks_.alone()) return;
   for (const std::string& p : params_) {
     Tensor& t = mutable_initializer(p);
-    ranks_.share(t.data.data(), t.data.size(), owner_of(p) == ranks_.rank(), Over::kReplica);
+    const bool mine = owner_of(p) == ranks_.rank();
+    if (!mine) t.skip_load();  // another rank's parameter: its bytes come from there, not the file
+    ranks_.share(t.data.data(), t.data.size(), mine, Over::kReplica);
   }
   devices_.refresh_constants();
 }

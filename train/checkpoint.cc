@@ -63,6 +63,7 @@ void write_file(const fs::path& path, const Checkpoint& c, const std::vector<std
   size_t offset = 0;
   std::vector<std::string_view> pieces(1);  // the header, then every tensor's bytes
   for (const auto& [name, t] : c.tensors) {
+    t.load();  // a parameter no device of this process read is still in its external-data file
     list.push_back({{"name", name}, {"dtype", static_cast<int>(t.type.dtype)}, {"shape", t.type.shape},
                     {"offset", offset}, {"bytes", t.data.size()}});
     offset += t.data.size();

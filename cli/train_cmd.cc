@@ -348,7 +348,8 @@ class Trainer {
   // the plan compared between ranks; every trained parameter brought to every rank.
   void check_across_processes() const;
   void check_plan_across_processes() const;
-  void share_parameters();
+  // to_first: to rank 0 alone (which writes the trained model); no other rank holds the others'.
+  void share_parameters(bool to_first = false);
   // Where every device of this process has a backend that updates parameters
   // (Optimizer::bind_device), with one replica and no parameter read on two devices or split into
   // site copies (those gradients are summed on the host): the gradients stay on the devices and
@@ -1032,7 +1033,6 @@ void Trainer::print_profile() const {
 
 void Trainer::finish() {
   progress_->end();
-  share_parameters();  // the trained model, whole, on every rank (rank 0 writes it)
   if (timed_.empty()) timed_.push_back(step_times());
   const Costs costs = measured_costs(planned_, lowered_, timed_);
   const Simulation predicted = simulate(lowered_, costs);
@@ -1080,6 +1080,11 @@ void Trainer::finish() {
     metrics_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
   }
   if (profiled_from_ >= 0) print_profile();
+  // The step's state (programs, gradients, optimizer state) is done with: freed before rank 0
+  // holds the whole model for the outputs.
+  executor_.reset();
+  optimizers_.clear();
+  share_parameters(true);  // the trained model, whole, on rank 0, which writes it
   if (!cfg_.output.model.empty()) {
     make_parent(cfg_.output.model);
     save_model_with_weights(cfg_.model, trained_tensors(), cfg_.output.model, cfg_.parameters);
@@ -1232,14 +1237,16 @@ void Trainer::pull_parameters() {
   }
 }
 
-void Trainer::share_parameters() {
+void Trainer::share_parameters(bool to_first) {
   pull_parameters();
   if (ranks_.alone()) return;
   for (const std::string& p : params_) {
     Tensor& t = mutable_initializer(p);
-    const bool mine = owner_of(p) == ranks_.rank();
-    if (!mine) t.skip_load();  // another rank's parameter: its bytes come from there, not the file
-    ranks_.share(t.data.data(), t.data.size(), mine, Over::kReplica);
+    const bool mine = owner_of(p) == ranks_.rank(), takes = !to_first || ranks_.rank() == 0;
+    if (!mine && takes) t.skip_load();  // another rank's parameter: its bytes come from there, not the file
+    // To rank 0 over the world: the replicas' owners hold the same bytes, whose OR is them.
+    ranks_.share(mine || takes ? t.data.data() : nullptr, static_cast<size_t>(t.type.bytes()), mine,
+                 to_first ? Over::kWorld : Over::kReplica, to_first);
   }
   devices_.refresh_constants();
 }

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "core/error.h"
@@ -111,11 +112,12 @@ void save_model(const onnx::ModelProto& m, const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw UserError(path, "is a folder", "name the model file, e.g. " + path + "/model.onnx");
-  std::string bytes;
-  if (!m.SerializeToString(&bytes))
+  if (m.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int>::max()))
     throw UserError(path, "cannot be written: the model is over 2 GiB, the most one protobuf holds",
                     "models this large need external data, which pipetrain does not write yet");
-  write_file_atomic(path, bytes, "check that its folder exists and is writable, and has free space");
+  // Streamed to the file: no second copy of the weights in memory.
+  write_file_atomic(path, [&](int fd) { return m.SerializeToFileDescriptor(fd); },
+                    "check that its folder exists and is writable, and has free space");
 }
 
 void save_model_with_weights(const std::string& source,

@@ -957,8 +957,9 @@ void Trainer::record_step(int64_t s, Clock::time_point begin, const StepClock& c
 // After `done` steps: the held-out evaluation and a checkpoint, each when due (and after the last).
 void Trainer::after_step(int64_t done) {
   const bool last = done == cfg_.steps;
-  if (cfg_.eval_every > 0 && data_->eval_batches() > 0 && (done % cfg_.eval_every == 0 || last)) {
-    share_parameters();  // the whole model evaluates on every rank; rank 0 reports
+  const bool evaluate = cfg_.eval_every > 0 && data_->eval_batches() > 0 && (done % cfg_.eval_every == 0 || last);
+  if (evaluate) share_parameters(true);  // the whole model evaluates on rank 0, which reports
+  if (evaluate && ranks_.rank() == 0) {
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     // Made at the first evaluation: it reads every parameter, which a run without one never does.
     if (!eval_) eval_ = std::make_unique<Evaluator>(model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(cfg_.threads * schedule_.stages))));

@@ -771,7 +771,13 @@ void Trainer::stop_nonfinite(int64_t s, double norm, const std::vector<FeedMap>&
 }
 
 void Trainer::resume() {
-  const std::optional<Checkpoint> c = read_latest_checkpoint(cfg_.checkpoint.dir);
+  // Across processes a rank reads the bytes of its own parameters and their optimizer state only.
+  const auto wanted = [this](const std::string& key) {
+    const size_t slash = key.find('/'), dot = key.rfind('.');
+    const std::string p = key.rfind("model/", 0) == 0 ? key.substr(slash + 1) : key.substr(slash + 1, dot - slash - 1);
+    return ranks_.alone() || !first_device_.count(p) || owner_of(p) == ranks_.rank();
+  };
+  const std::optional<Checkpoint> c = read_latest_checkpoint(cfg_.checkpoint.dir, wanted);
   if (!c) {
     std::cout << "no checkpoint in " << cfg_.checkpoint.dir << " yet: starting at step 0\n";
     return;
@@ -805,6 +811,8 @@ void Trainer::resume() {
     if (!saved || !(saved->type == t->type))
       throw UserError(where, "the checkpoint has no " + t->type.str() + " '" + name + "'",
                       "resume with the model and config that wrote it");
+    // Another rank's parameter: that rank resumes it, and this one never reads it.
+    if (!ranks_.alone() && first_device_.count(name) && owner_of(name) != ranks_.rank()) continue;
     Tensor& held = mutable_initializer(name);
     held.skip_load();  // the checkpoint's bytes, not the file's
     held.data = saved->data;

@@ -55,7 +55,7 @@ int run_ops() {
 }
 
 int run_inspect(const InspectArgs& a) {
-  const std::vector<std::string> unsupported = unsupported_ops(read_model(a.model.model));
+  const std::vector<std::string> unsupported = unsupported_ops(read_model(a.model.model, ExternalData::kLeaveFloats));
   if (!unsupported.empty()) {
     std::cout << a.model.model << ": " << unsupported.size() << " unsupported node(s):\n";
     for (const std::string& u : unsupported) std::cout << "  " << u << "\n";

@@ -191,6 +191,7 @@ int train(const TrainConfig& cfg, const TrainArgs& args, const TrainRanks& ranks
   own.reset();
   const TrainSummary summary = t.finish();
   printer.summary(t, summary);
+  t.gather_trained();
   write_outputs(cfg, t, module, summary);
   return 0;
 }

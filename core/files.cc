@@ -20,7 +20,7 @@ std::string read_file(const std::string& path, const std::string& todo) {
   return ss.str();
 }
 
-void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
+void write_file_atomic(const std::string& path, const std::function<bool(int fd)>& write_to,
                        const std::string& todo) {
   namespace fs = std::filesystem;
   // A temporary name of this writer's own: two writers of one path (two runs, two threads) each
@@ -29,13 +29,7 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
   const std::string tmp = path + "." + std::to_string(::getpid()) + "." + std::to_string(writes++) + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw UserError(path, "cannot be written", todo);
-  bool ok = true;
-  for (std::string_view part : parts)
-    for (const char* p = part.data(); ok && p < part.data() + part.size();) {
-      const ssize_t w = ::write(fd, p, static_cast<size_t>(part.data() + part.size() - p));
-      ok = w > 0;
-      if (ok) p += w;
-    }
+  bool ok = write_to(fd);
   ok = ::fsync(fd) == 0 && ok;
   ::close(fd);
   std::error_code ec;
@@ -55,6 +49,22 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
+                       const std::string& todo) {
+  write_file_atomic(
+      path,
+      [&](int fd) {
+        for (std::string_view part : parts)
+          for (const char* p = part.data(); p < part.data() + part.size();) {
+            const ssize_t w = ::write(fd, p, static_cast<size_t>(part.data() + part.size() - p));
+            if (w <= 0) return false;
+            p += w;
+          }
+        return true;
+      },
+      todo);
 }
 
 void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo) {

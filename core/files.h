@@ -1,6 +1,7 @@
 // core/files.h: reading a whole file, and writing one so that no reader ever sees half of it.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,10 @@ std::string read_file(const std::string& path, const std::string& todo);
 void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
                        const std::string& todo);
 void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo);
+// As above, the content written by `write_to` to the temporary file's descriptor (false: it
+// failed): for a writer that streams what it would otherwise build whole in memory first.
+void write_file_atomic(const std::string& path, const std::function<bool(int fd)>& write_to,
+                       const std::string& todo);
 
 // Makes the folders above `path` that do not exist yet; a failure shows when the file is written.
 void make_parent(const std::string& path);

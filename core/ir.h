@@ -6,6 +6,7 @@
 // inputs are the Values fed at run time.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -75,15 +76,68 @@ std::optional<std::vector<int64_t>> broadcast_shapes(const std::vector<std::vect
 // "[2,3] and [4,3]": the shapes, for a message saying they do not broadcast.
 std::string shapes_str(const std::vector<std::vector<int64_t>>& shapes);
 
-// Host data of an initializer or a constant attribute, row-major.
+// Where a tensor's bytes lie in a file (an initializer's ONNX external data) until read.
+// Import checks that the range lies inside the file; a load that still fails (the file changed
+// since) is a UserError naming `where` ("model.onnx: initializer 'w'") and the file. A float
+// tensor holding NaN is refused when it is loaded, as import refuses a resident one.
+struct StoredBytes {
+  std::string where;
+  std::string file;
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+// Reads s.length bytes of s into out; UserError naming s.where and the file when they cannot be
+// read (the file changed or shrank since import checked it).
+void read_stored_bytes(const StoredBytes& s, std::byte* out);
+
+// Bytes this process has read from stored tensors so far (every load adds its length): what
+// tests compare with the parameters a device's chunks read.
+int64_t stored_bytes_loaded();
+
+// Set once a tensor's stored bytes are in its data; copied by value so that Tensor stays a
+// copyable aggregate.
+struct LoadedFlag {
+  std::atomic<bool> set{false};
+  LoadedFlag() = default;
+  LoadedFlag(const LoadedFlag& o) : set(o.set.load(std::memory_order_acquire)) {}
+  LoadedFlag& operator=(const LoadedFlag& o) {
+    set.store(o.set.load(std::memory_order_acquire), std::memory_order_release);
+    return *this;
+  }
+};
+
+// Host data of an initializer or a constant attribute, row-major. An initializer import found in
+// an external-data file keeps its bytes there (`stored`) and `data` empty until the first read:
+// as<T>() and load() read them then, once, under a lock (devices of one process may build at
+// the same time). Code that reads `data` directly calls load() first.
 struct Tensor {
   TensorType type;
   std::vector<std::byte> data;
+  std::shared_ptr<const StoredBytes> stored;  // null: data is all there is
+  mutable LoadedFlag loaded;
 
+  // Whether data holds the values (always, but for a stored tensor not read yet).
+  bool resident() const { return !stored || loaded.set.load(std::memory_order_acquire); }
+  void load() const {
+    if (!resident()) load_stored();
+  }
+  // Makes data type.bytes() of zeros without reading the stored bytes: for a caller about to
+  // write every one of them (a parameter another rank sends).
+  void skip_load();
   template <class T>
-  const T* as() const { return reinterpret_cast<const T*>(data.data()); }
+  const T* as() const {
+    load();
+    return reinterpret_cast<const T*>(data.data());
+  }
   template <class T>
-  T* as() { return reinterpret_cast<T*>(data.data()); }
+  T* as() {
+    load();
+    return reinterpret_cast<T*>(data.data());
+  }
+
+ private:
+  void load_stored() const;  // core/stored_bytes.cc
 };
 
 // A rank-0 tensor holding v (a loss scale, a dropout key).

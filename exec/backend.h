@@ -58,7 +58,10 @@ class Backend {
     return std::aligned_alloc(kHostAlignment, rounded);
   }
   virtual void release(void* p) { std::free(p); }
-  virtual const void* device_constant(const Tensor& t) { return t.data.data(); }
+  virtual const void* device_constant(const Tensor& t) {
+    t.load();  // a parameter still in its external-data file is read by the first device to use it
+    return t.data.data();
+  }
   virtual void refresh_constants() {}
   virtual void copy(void* dst, const void* src, size_t bytes) {
     if (bytes) std::memcpy(dst, src, bytes);

@@ -66,6 +66,7 @@ std::string safetensors_header(const std::vector<NamedTensor>& tensors,
       throw UserError(where + ": tensor '" + n.name + "'",
                       n.name == "__metadata__" ? "has the name safetensors reserves for its metadata"
                                                : "is named twice", "give every tensor its own name");
+    n.tensor->load();  // a parameter no device read is still in its external-data file
     PT_CHECK(static_cast<int64_t>(n.tensor->data.size()) == type.bytes(),
              "'" + n.name + "' holds " + std::to_string(n.tensor->data.size()) + " bytes for " + type.str());
     j[n.name] = {{"dtype", dtype}, {"shape", type.shape}, {"data_offsets", {at, at + type.bytes()}}};

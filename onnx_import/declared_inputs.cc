@@ -9,7 +9,7 @@
 namespace pt {
 
 std::vector<onnx::ValueInfoProto> declared_inputs(const std::string& path) {
-  const onnx::ModelProto m = read_model(path);
+  const onnx::ModelProto m = read_model(path, ExternalData::kLeaveFloats);  // no weight read
   std::set<std::string> inits;
   for (const auto& t : m.graph().initializer()) inits.insert(t.name());
   std::vector<onnx::ValueInfoProto> out;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "core/error.h"
@@ -113,26 +114,32 @@ void save_model(const onnx::ModelProto& m, const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw UserError(path, "is a folder", "name the model file, e.g. " + path + "/model.onnx");
-  std::string bytes;
-  if (!m.SerializeToString(&bytes))
+  if (m.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int>::max()))
     throw UserError(path, "cannot be written: the model is over 2 GiB, the most one protobuf holds",
                     "models this large need external data, which pipetrain does not write yet");
-  write_file_atomic(path, bytes, "check that its folder exists and is writable, and has free space");
+  // Streamed to the file: no second copy of the weights in memory.
+  write_file_atomic(path, [&](int fd) { return m.SerializeToFileDescriptor(fd); },
+                    "check that its folder exists and is writable, and has free space");
 }
 
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
                              const std::string& path, const ParameterChoices& choices) {
-  onnx::ModelProto m = read_model(source);
+  // The file's float initializers stay in their external-data file until written: a trained one
+  // is never read, any other is read as it is written.
+  onnx::ModelProto m = read_model(source, ExternalData::kLeaveFloats);
   restore_module_parameters(m.mutable_graph(), choices);  // the copies import trained
   size_t replaced = 0;
   for (onnx::TensorProto& init : *m.mutable_graph()->mutable_initializer()) {
     auto it = weights.find(init.name());
-    if (it == weights.end()) continue;
-    const Tensor old = tensor_from_proto(init, source + ": initializer '" + init.name() + "'");
-    if (!(old.type == it->second->type))
+    if (it == weights.end()) {
+      inline_placed(&init);
+      continue;
+    }
+    const TensorType old = check_tensor_data(init, source + ": initializer '" + init.name() + "'");
+    if (!(old == it->second->type))
       throw UserError(source + ": initializer '" + init.name() + "'",
-                      "is " + old.type.str() + " but the trained value is " + it->second->type.str(),
+                      "is " + old.str() + " but the trained value is " + it->second->type.str(),
                       "train and export the same model file");
     init.Clear();
     tensor_to_proto(*it->second, it->first, &init);

@@ -329,8 +329,11 @@ Graph convert(const onnx::ModelProto& m, const Known& known, const std::set<std:
       constant = true;
       graph.buffers[t.name()] = b->second;
     }
-    Tensor value = tensor_from_proto(t, path);
-    if (!constant) check_no_nan(value, path + ": initializer '" + t.name() + "'");
+    // A parameter in an external-data file stays there until a device reads it (its NaN check
+    // then, Tensor::load); the rest is read now.
+    const std::string where = path + ": initializer '" + t.name() + "'";
+    Tensor value = constant ? tensor_from_proto(t, path) : stored_tensor(t, where);
+    if (!constant && value.resident()) check_no_nan(value, where);
     graph.add_initializer(t.name(), std::move(value), constant);
   }
   for (const auto& in : g.input()) {

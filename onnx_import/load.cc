@@ -58,12 +58,13 @@ int64_t external_number(const std::string& where, const std::string& key, const 
   return v;
 }
 
-// Moves one tensor's external bytes into raw_data.
-void inline_external(onnx::TensorProto* t, const fs::path& dir, const std::string& model_path) {
-  const std::string where = model_path + ": tensor '" + t->name() + "'";
+// Where one tensor's external bytes lie, every check made against the file as it is now: the
+// location inside the model's folder, the file there and readable, the range inside it.
+StoredBytes external_range(const onnx::TensorProto& t, const fs::path& dir, const std::string& model_path) {
+  const std::string where = model_path + ": tensor '" + t.name() + "'";
   std::string location;
   int64_t offset = 0, length = -1;
-  for (const auto& kv : t->external_data()) {
+  for (const auto& kv : t.external_data()) {
     if (kv.key() == "location") location = kv.value();
     if (kv.key() == "offset") offset = external_number(where, "offset", kv.value());
     if (kv.key() == "length") length = external_number(where, "length", kv.value());
@@ -85,8 +86,7 @@ void inline_external(onnx::TensorProto* t, const fs::path& dir, const std::strin
   if (!fs::is_regular_file(file, ec))
     throw UserError(where, "names external data '" + file.string() + "', which is not a regular file",
                     "keep the data file beside the model, as it was exported");
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
+  if (!std::ifstream(file, std::ios::binary))
     throw UserError(where, "its external data file '" + file.string() + "' cannot be opened",
                     "check its permissions");
   const int64_t size = static_cast<int64_t>(fs::file_size(file, ec));
@@ -96,24 +96,56 @@ void inline_external(onnx::TensorProto* t, const fs::path& dir, const std::strin
                     "needs " + std::to_string(length) + " bytes from byte " + std::to_string(offset) + " of '" +
                         file.string() + "', which holds " + std::to_string(size),
                     "the external data file is truncated; export the model again");
-  std::string data(static_cast<size_t>(length), '\0');
-  in.seekg(offset);
-  in.read(data.data(), length);
+  return StoredBytes{where, fs::absolute(file, ec).lexically_normal().string(), offset, length};
+}
+
+// Moves one tensor's external bytes into raw_data.
+void inline_external(onnx::TensorProto* t, const StoredBytes& range) {
+  std::string data(static_cast<size_t>(range.length), '\0');
+  read_stored_bytes(range, reinterpret_cast<std::byte*>(data.data()));
   t->set_raw_data(std::move(data));
   t->clear_external_data();
   t->set_data_location(onnx::TensorProto::DEFAULT);
 }
 
-void inline_all_external(onnx::ModelProto* m, const std::string& path) {
+// Leaves one tensor's bytes in the file, its external data naming the checked range with the
+// file's absolute path (tensor_from_proto and stored_tensor read it there; the onnx checker
+// takes it as it is).
+void locate_external(onnx::TensorProto* t, const StoredBytes& range) {
+  t->clear_external_data();
+  for (const auto& [key, value] : {std::pair<const char*, std::string>{"location", range.file},
+                                   {"offset", std::to_string(range.offset)},
+                                   {"length", std::to_string(range.length)}}) {
+    auto* kv = t->add_external_data();
+    kv->set_key(key);
+    kv->set_value(value);
+  }
+}
+
+void place_all_external(onnx::ModelProto* m, const std::string& path, ExternalData how) {
   const fs::path dir = fs::path(path).parent_path();
   auto* g = m->mutable_graph();
-  for (auto& t : *g->mutable_initializer())
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) inline_external(&t, dir, path);
+  for (auto& t : *g->mutable_initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    const StoredBytes range = external_range(t, dir, path);
+    // Only float initializers (parameters, large buffers) stay in the file: integer tensors are
+    // shapes and indices that import folds with.
+    if (how == ExternalData::kLeaveFloats && is_floating(static_cast<DType>(t.data_type()))) locate_external(&t, range);
+    else inline_external(&t, range);
+  }
   for (auto& n : *g->mutable_node())
     for (auto& a : *n.mutable_attribute())
       if (a.has_t() && a.t().data_location() == onnx::TensorProto::EXTERNAL)
-        inline_external(a.mutable_t(), dir, path);
+        inline_external(a.mutable_t(), external_range(a.t(), dir, path));
 }
+
+}  // namespace
+
+void inline_placed(onnx::TensorProto* t) {
+  if (t->data_location() == onnx::TensorProto::EXTERNAL) inline_external(t, stored_range(*t, t->name()));
+}
+
+namespace {
 
 void check_opsets(const onnx::ModelProto& m, const std::string& path) {
   const int64_t opset = default_opset(m);
@@ -203,9 +235,9 @@ void check_tensors(const onnx::ModelProto& m, const std::string& path) {
   }
 }
 
-onnx::ModelProto read_model(const std::string& path) {
+onnx::ModelProto read_model(const std::string& path, ExternalData how) {
   onnx::ModelProto m = parse_file(path);
-  inline_all_external(&m, path);
+  place_all_external(&m, path, how);
   check_tensors(m, path);
   return m;
 }
@@ -285,7 +317,7 @@ void check_parameter_choices(const ParameterChoices& c, const std::set<std::stri
 onnx::ModelProto load_model(const std::string& path, int64_t* source_opset,
                             const ParameterChoices* choices, ModuleParameters* restored,
                             const std::map<std::string, Tensor>* given_inputs) {
-  onnx::ModelProto m = read_model(path);
+  onnx::ModelProto m = read_model(path, ExternalData::kLeaveFloats);
   check_opsets(m, path);
   if (source_opset) *source_opset = default_opset(m);
   check_ops(m, path);

@@ -1,4 +1,5 @@
-// onnx_import/load.h: a model file -> a checked ModelProto with every tensor's data inline.
+// onnx_import/load.h: a model file -> a checked ModelProto: every tensor's data inline, or, for
+// import, float initializers' external data left in the file (each range checked against it).
 // First link of the import: nothing here looks at shapes.
 #pragma once
 
@@ -19,14 +20,25 @@ constexpr int64_t kMaxOpset = 28;
 // The form every later link reads: opset 18+ models are adapted to it (onnx_import/opset_adapt.h).
 constexpr int64_t kCanonicalOpset = 17;
 
-// Reads and parses `path` and inlines external data; no other check. Throws UserError naming the
-// file when it is missing, not a model, or its external data is missing or short.
-onnx::ModelProto read_model(const std::string& path);
+// What read_model does with external data: reads it all into the proto (kInline), or leaves
+// float initializers' bytes in the file (kLeaveFloats; their external data then names the file
+// by absolute path) and reads the rest.
+enum class ExternalData { kInline, kLeaveFloats };
+
+// Reads and parses `path` and places external data as `how` says; no other check. Throws
+// UserError naming the file (and the tensor) when it is missing, not a model, or its external
+// data is missing or short: an offset or length past the file's end fails here, before any
+// tensor is read.
+onnx::ModelProto read_model(const std::string& path, ExternalData how = ExternalData::kInline);
+
+// Reads into raw_data the bytes of a tensor read_model left in its file (kLeaveFloats), as kInline
+// would have; nothing for any other tensor.
+void inline_placed(onnx::TensorProto* t);
 
 // Every node whose op is outside the op table, as "node 'name' (Op)"; empty when all are in.
 std::vector<std::string> unsupported_ops(const onnx::ModelProto& m);
 
-// read_model, then (paths relative to the model's folder), runs the onnx
+// read_model (float initializers' external data left in the file), then runs the onnx
 // checker, checks the opset range and that every op is in the op table. Throws UserError naming
 // the file (and node, op, opset where one is at fault).
 // The model comes back adapted to kCanonicalOpset; *source_opset, when given, receives the

@@ -31,10 +31,15 @@ TensorType check_tensor_data(const onnx::TensorProto& tp, const std::string& whe
       throw UserError(where, "tensor '" + tp.name() + "' has shape " + shape_str(type.shape) +
                                  ", not a size a tensor can have",
                       "the model file is corrupt; export it again");
-  if (tp.data_location() == onnx::TensorProto::EXTERNAL)
-    PT_CHECK(false, "external data of '" + tp.name() + "' must be inlined before conversion");
   int64_t have = 0;
-  if (tp.has_raw_data()) {
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    const StoredBytes s = stored_range(tp, where);
+    have = s.length % static_cast<int64_t>(elem) == 0 ? s.length / static_cast<int64_t>(elem) : -1;
+    if (have < 0)
+      throw UserError(where, "tensor '" + tp.name() + "' of shape " + shape_str(type.shape) + " holds " +
+                                 std::to_string(s.length) + " bytes of external data, not whole elements",
+                      "the model file is corrupt or truncated; export it again");
+  } else if (tp.has_raw_data()) {
     have = static_cast<int64_t>(tp.raw_data().size() / elem);
     if (tp.raw_data().size() % elem != 0) have = -1;
   } else {
@@ -56,10 +61,33 @@ TensorType check_tensor_data(const onnx::TensorProto& tp, const std::string& whe
   return type;
 }
 
+StoredBytes stored_range(const onnx::TensorProto& tp, const std::string& where) {
+  StoredBytes s{where, "", 0, -1};
+  for (const auto& kv : tp.external_data()) {
+    if (kv.key() == "location") s.file = kv.value();
+    if (kv.key() == "offset") s.offset = std::stoll(kv.value());
+    if (kv.key() == "length") s.length = std::stoll(kv.value());
+  }
+  PT_CHECK(!s.file.empty() && s.length >= 0, "external data of '" + tp.name() + "' is not placed (onnx_import/load.h)");
+  return s;
+}
+
+Tensor stored_tensor(const onnx::TensorProto& tp, const std::string& where) {
+  if (tp.data_location() != onnx::TensorProto::EXTERNAL) return tensor_from_proto(tp, where);
+  Tensor t;
+  t.type = check_tensor_data(tp, where);
+  t.stored = std::make_shared<const StoredBytes>(stored_range(tp, where));
+  return t;
+}
+
 Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& where) {
   Tensor t;
   t.type = check_tensor_data(tp, where);
   t.data.resize(static_cast<size_t>(t.type.bytes()));
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    read_stored_bytes(stored_range(tp, where), t.data.data());
+    return t;
+  }
   if (tp.has_raw_data()) {
     if (!t.data.empty()) std::memcpy(t.data.data(), tp.raw_data().data(), t.data.size());
     return t;
@@ -83,6 +111,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& where) 
 }
 
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* out) {
+  t.load();
   out->Clear();
   out->set_name(name);
   out->set_data_type(static_cast<int32_t>(t.type.dtype));

@@ -17,9 +17,15 @@ TensorType check_tensor_data(const onnx::TensorProto& t, const std::string& wher
 // Whether the tensor's dtype is one pipetrain holds (numeric or bool); others are refused by the
 // load with the op or opset that brought them.
 inline bool numeric_dtype(const onnx::TensorProto& t) { return dtype_size(static_cast<DType>(t.data_type())) != 0; }
-// Reads data from raw_data or the typed fields. External data must already be inlined (see
-// load_model). Throws UserError naming `where` on a size mismatch or an unknown dtype.
+// Reads data from raw_data, the typed fields, or the external-data range load_model placed
+// (onnx_import/load.h: an absolute location, checked against the file). Throws UserError naming
+// `where` on a size mismatch or an unknown dtype.
 Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& where);
+// As tensor_from_proto, but a tensor whose bytes are in an external-data file keeps them there
+// until its first read (Tensor::stored; `where` names it in a failed or NaN load).
+Tensor stored_tensor(const onnx::TensorProto& t, const std::string& where);
+// The range of a placed external tensor.
+StoredBytes stored_range(const onnx::TensorProto& t, const std::string& where);
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* out);
 
 // Graph-valued attributes (If, Loop, Scan bodies) are refused with a UserError.

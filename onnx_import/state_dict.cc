@@ -53,7 +53,7 @@ class FileInitializers {
  public:
   explicit FileInitializers(std::string path) : path_(std::move(path)) {}
   Tensor get(const std::string& name) {
-    if (!model_) model_ = read_model(path_);
+    if (!model_) model_ = read_model(path_, ExternalData::kLeaveFloats);  // each tensor read when asked for
     for (const auto& t : model_->graph().initializer())
       if (t.name() == name) return tensor_from_proto(t, path_ + ": initializer '" + name + "'");
     PT_CHECK(false, "'" + name + "' was an initializer of " + path_ + " when the run began");

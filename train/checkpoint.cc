@@ -63,6 +63,7 @@ void write_file(const fs::path& path, const Checkpoint& c, const std::vector<std
   size_t offset = 0;
   std::vector<std::string_view> pieces(1);  // the header, then every tensor's bytes
   for (const auto& [name, t] : c.tensors) {
+    t.load();  // a parameter no device of this process read is still in its external-data file
     list.push_back({{"name", name}, {"dtype", static_cast<int>(t.type.dtype)}, {"shape", t.type.shape},
                     {"offset", offset}, {"bytes", t.data.size()}});
     offset += t.data.size();
@@ -145,7 +146,7 @@ int64_t whole(const nlohmann::json& v, const std::string& path) {
 // up, the byte count its type needs, and bytes that lie inside the file (`data` of them after the
 // header). Throws UserError naming the file.
 Tensor read_tensor(std::istream& in, const nlohmann::json& e, std::streamoff base, int64_t data,
-                   const std::string& path) {
+                   const std::string& path, const TensorFilter& wanted) {
   const std::string name = e.at("name").get<std::string>();
   auto damaged = [&](const std::string& what) {
     return UserError(path, "damaged checkpoint: tensor '" + name + "' " + what, "resume from another checkpoint");
@@ -163,6 +164,7 @@ Tensor read_tensor(std::istream& in, const nlohmann::json& e, std::streamoff bas
   if (bytes != need) throw damaged("has the wrong size");
   if (offset < 0 || offset > data || bytes > data - offset)
     throw UserError(path, "damaged checkpoint: the file is short", "resume from another checkpoint");
+  if (wanted && !wanted(name)) return t;
   t.data.resize(static_cast<size_t>(bytes));
   in.seekg(base + static_cast<std::streamoff>(offset));
   in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
@@ -171,7 +173,7 @@ Tensor read_tensor(std::istream& in, const nlohmann::json& e, std::streamoff bas
 }
 
 // A checkpoint file; a manifest (`part` false) may name parts, a part names none.
-Checkpoint read_file(const std::string& path, bool part) {
+Checkpoint read_file(const std::string& path, bool part, const TensorFilter& wanted) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path, "cannot read the checkpoint", "check checkpoint.dir");
   std::string magic, header;
@@ -190,7 +192,7 @@ Checkpoint read_file(const std::string& path, bool part) {
     c.data_position = whole(h.at("data_position"), path);
     c.meta = h.at("meta").get<std::map<std::string, std::string>>();
     for (const auto& e : h.at("tensors")) {
-      Tensor t = read_tensor(in, e, base, data, path);
+      Tensor t = read_tensor(in, e, base, data, path, wanted);
       c.tensors.emplace_back(e.at("name").get<std::string>(), std::move(t));
     }
     parts = h.value("parts", std::vector<std::string>{});
@@ -209,7 +211,7 @@ Checkpoint read_file(const std::string& path, bool part) {
       throw UserError(file.string(), "is missing: a part of checkpoint " + fs::path(path).filename().string(),
                       "give every rank a checkpoint.dir all of them see (a shared file system), or resume from "
                       "another checkpoint");
-    Checkpoint p = read_file(file.string(), true);
+    Checkpoint p = read_file(file.string(), true, wanted);
     if (p.step != c.step)
       throw UserError(file.string(), "belongs to step " + std::to_string(p.step) + ", not " + std::to_string(c.step),
                       "resume from another checkpoint");
@@ -220,9 +222,9 @@ Checkpoint read_file(const std::string& path, bool part) {
 
 }  // namespace
 
-Checkpoint read_checkpoint(const std::string& path) { return read_file(path, false); }
+Checkpoint read_checkpoint(const std::string& path, const TensorFilter& wanted) { return read_file(path, false, wanted); }
 
-std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir) {
+std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir, const TensorFilter& wanted) {
   std::ifstream latest(fs::path(dir) / "latest");
   if (!latest) return std::nullopt;
   std::string name;
@@ -230,7 +232,7 @@ std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir) {
   if (step_of(name, false) < 0 || fs::path(name).filename() != name)
     throw UserError((fs::path(dir) / "latest").string(), "names '" + name + "', not a step_N.ckpt beside it",
                     "remove it, or resume from a checkpoint file by name");
-  return read_checkpoint((fs::path(dir) / name).string());
+  return read_checkpoint((fs::path(dir) / name).string(), wanted);
 }
 
 }  // namespace pt

@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include <functional>
+
 #include "core/ir.h"
 
 namespace pt {
@@ -48,10 +50,14 @@ void write_checkpoint(const std::string& dir, const Checkpoint& c, const std::ve
 void write_checkpoint_part(const std::string& dir, const Checkpoint& c, int rank);
 std::string checkpoint_part_name(int64_t step, int rank);
 
+// Which tensors' bytes a reader takes (by name); the others come with their type checked and no
+// data (a rank resuming its own stages reads no other rank's). Empty: every one.
+using TensorFilter = std::function<bool(const std::string& name)>;
+
 // The checkpoint <dir>/latest names; nullopt when the folder has none. UserError naming the file
 // when it is damaged.
-std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir);
-Checkpoint read_checkpoint(const std::string& path);
+std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir, const TensorFilter& wanted = {});
+Checkpoint read_checkpoint(const std::string& path, const TensorFilter& wanted = {});
 
 // The steps of the step_*.ckpt files in `dir`, ascending; empty when it has none (or no folder).
 std::vector<int64_t> checkpoint_steps(const std::string& dir);

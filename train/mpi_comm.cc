@@ -165,6 +165,21 @@ void MpiWorld::share(void* data, size_t bytes, bool mine, Over over) const {
                   MPI_BYTE, MPI_BOR, groups_->of(over));
 }
 
+void MpiWorld::share_to_first(void* data, size_t bytes, bool mine, Over over) const {
+  const MPI_Comm group = groups_->of(over);
+  int me = 0;
+  MPI_Comm_rank(group, &me);
+  if (me == 0 && !mine && bytes) std::memset(data, 0, bytes);
+  constexpr size_t kPiece = size_t{1} << 30;  // MPI counts are ints
+  std::vector<std::byte> zeros(me != 0 && !mine ? std::min(kPiece, bytes) : 0);  // a non-owner's part
+  for (size_t at = 0; at < bytes; at += kPiece) {
+    const int n = static_cast<int>(std::min(kPiece, bytes - at));
+    std::byte* here = static_cast<std::byte*>(data) + (data ? at : 0);
+    if (me == 0) MPI_Reduce(MPI_IN_PLACE, here, n, MPI_BYTE, MPI_BOR, 0, group);
+    else MPI_Reduce(mine ? here : zeros.data(), nullptr, n, MPI_BYTE, MPI_BOR, 0, group);
+  }
+}
+
 void MpiWorld::abort(int code) const {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);

@@ -61,6 +61,9 @@ class MpiWorld {
   void sum(std::vector<double>& values, Over over = Over::kWorld) const;
   void max(std::vector<int64_t>& values, Over over = Over::kWorld) const;
   void share(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;
+  // share to the group's first rank only (the one that writes the trained model): `data` there
+  // gets the owner's bytes; elsewhere it is read where mine and never touched (it may be null).
+  void share_to_first(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;
   // values (float32, `count`) becomes the sum over the ranks at this position of every replica,
   // added in replica order (r0 + r1) + r2 ... on every rank: the same bits everywhere and from
   // run to run, whatever MPI's reduction algorithms do.

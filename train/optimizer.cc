@@ -193,7 +193,7 @@ void Optimizer::bind_device(Backend& backend, std::vector<float*> device_params)
 void Optimizer::add_state(const std::string& name, const Tensor& like) {
   Tensor zeros;
   zeros.type = like.type;
-  zeros.data.assign(like.data.size(), std::byte{0});
+  zeros.data.assign(static_cast<size_t>(like.type.bytes()), std::byte{0});  // like may still be in its file
   state_.push_back(std::move(zeros));
   state_names_.push_back(name);
 }

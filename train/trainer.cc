@@ -69,9 +69,6 @@ Trainer::Trainer(TrainerPlan plan, TrainerOptions options, const TrainRanks& ran
   check_plan_across_processes();
   make_optimizers(placement);
   bind_device_updates(placement);
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  eval_ = std::make_unique<Evaluator>(
-      model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(options_.threads * schedule_.stages))));
   open_data();
   peak_kept_.assign(static_cast<size_t>(schedule_.stages), 0);
 }
@@ -104,15 +101,16 @@ void Trainer::make_optimizers(const std::vector<int>& placement) {
       if (std::find(params_.begin(), params_.end(), p) != params_.end() || is_site_copy(p)) continue;
       params_.push_back(p);
       first_device_[p] = placement[c];
-      // Across processes every rank holds every device's optimizer (the model is whole on every
-      // rank too) but steps its own devices' only; a resume loads them all.
+      // Across processes every rank has an optimizer per device, but only its own devices' hold
+      // parameters and state (another rank's device: none, and nothing of its model is read).
       per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
     }
-  for (auto& list : per_device) {
+  for (size_t d = 0; d < per_device.size(); ++d) {
+    const std::vector<OptimizerParam>& list = per_device[d];
     std::vector<int> shard = zero_shards(list, ranks_.replicas());
     std::vector<OptimizerParam> mine;
     for (size_t i = 0; i < list.size(); ++i)
-      if (!sharded() || shard[i] == ranks_.replica()) mine.push_back(list[i]);
+      if (here(d) && (!sharded() || shard[i] == ranks_.replica())) mine.push_back(list[i]);
     shard_of_.push_back(std::move(shard));
     whole_.push_back(list);
     optimizers_.push_back(std::make_unique<Optimizer>(options_.optimizer, std::move(mine)));
@@ -314,8 +312,15 @@ void Trainer::record_step(int64_t s, Clock::time_point begin, const StepClock& c
 // After `done` steps: the held-out evaluation and a checkpoint, each when due (and after the last).
 void Trainer::after_step(int64_t done, TrainObserver& observer) {
   const bool last = done == options_.steps;
-  if (options_.eval_every > 0 && data_->eval_batches() > 0 && (done % options_.eval_every == 0 || last)) {
-    share_parameters();  // the whole model evaluates on every rank; rank 0 reports
+  const bool evaluate = options_.eval_every > 0 && data_->eval_batches() > 0 && (done % options_.eval_every == 0 || last);
+  if (evaluate) share_parameters(true);  // the whole model evaluates on rank 0, which reports
+  if (evaluate && ranks_.rank() == 0) {
+    // Made at the first evaluation: it reads every parameter, which a run without one never does.
+    if (!eval_) {
+      const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+      eval_ = std::make_unique<Evaluator>(
+          model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(options_.threads * schedule_.stages))));
+    }
     observer.evaluated(done, eval_->run(*data_), last);
   }
   if (!options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 && (done % options_.checkpoint_every == 0 || last)) {
@@ -398,7 +403,13 @@ void Trainer::save_checkpoint(int64_t steps_done) {
 }
 
 std::optional<int64_t> Trainer::resume() {
-  const std::optional<Checkpoint> c = read_latest_checkpoint(options_.checkpoint_dir);
+  // Across processes a rank reads the bytes of its own parameters and their optimizer state only.
+  const auto wanted = [this](const std::string& key) {
+    const size_t slash = key.find('/'), dot = key.rfind('.');
+    const std::string p = key.rfind("model/", 0) == 0 ? key.substr(slash + 1) : key.substr(slash + 1, dot - slash - 1);
+    return ranks_.alone() || !first_device_.count(p) || owner_of(p) == ranks_.rank();
+  };
+  const std::optional<Checkpoint> c = read_latest_checkpoint(options_.checkpoint_dir, wanted);
   if (!c) return std::nullopt;
   const std::string at_dir = where("checkpoint.dir");
   const std::string global = std::to_string(rows_ * schedule_.micro_batches * ranks_.replicas());
@@ -430,7 +441,11 @@ std::optional<int64_t> Trainer::resume() {
     if (!saved || !(saved->type == t->type))
       throw UserError(at_dir, "the checkpoint has no " + t->type.str() + " '" + name + "'",
                       "resume with the model and config that wrote it");
-    mutable_initializer(name).data = saved->data;
+    // Another rank's parameter: that rank resumes it, and this one never reads it.
+    if (!ranks_.alone() && first_device_.count(name) && owner_of(name) != ranks_.rank()) continue;
+    Tensor& held = mutable_initializer(name);
+    held.skip_load();  // the checkpoint's bytes, not the file's
+    held.data = saved->data;
   }
   for (size_t d = 0; d < optimizers_.size(); ++d) {
     OptimizerState st = optimizers_[d]->state();
@@ -453,7 +468,6 @@ std::optional<int64_t> Trainer::resume() {
 }
 
 TrainSummary Trainer::finish() {
-  share_parameters();  // the trained model, whole, on every rank (rank 0 writes it)
   if (timed_.empty()) timed_.push_back(step_times());
   TrainSummary t;
   t.costs = measured_costs(planned_, lowered_, timed_);
@@ -470,6 +484,12 @@ TrainSummary Trainer::finish() {
   std::sort(sorted.begin(), sorted.end());
   t.step_s_median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   return t;
+}
+
+void Trainer::gather_trained() {
+  executor_.reset();
+  optimizers_.clear();
+  share_parameters(true);
 }
 
 }  // namespace pt

@@ -126,13 +126,18 @@ class Trainer {
   // step boundary before the last, 0 when every step ran.
   int run(TrainObserver& observer, const StopCheck& stop = {});
   void save_checkpoint(int64_t steps_done);
-  // After run: the trained model whole on every rank, and the step measured and simulated.
+  // After run: the step measured and simulated.
   TrainSummary finish();
+  // After finish, before the outputs: the step's state (programs, gradients, optimizer state) is
+  // freed, then the trained model comes whole to rank 0, which writes it; no other rank holds
+  // the others' parameters. op_profile() is gone from here on.
+  void gather_trained();
 
   // The trained parameters and the BatchNorm running statistics, by name.
   std::map<std::string, const Tensor*> trained_tensors() const;
-  // Every trained parameter from the rank that updates it to every rank (and from the devices).
-  void share_parameters();
+  // Every trained parameter from the rank that updates it (and from the devices) to every rank
+  // of its replica; to_first: to rank 0 alone, over the world.
+  void share_parameters(bool to_first = false);
 
   const Schedule& schedule() const { return schedule_; }
   const Schedule& lowered() const { return lowered_; }

@@ -86,12 +86,16 @@ void Trainer::pull_parameters() {
   }
 }
 
-void Trainer::share_parameters() {
+void Trainer::share_parameters(bool to_first) {
   pull_parameters();
   if (ranks_.alone()) return;
   for (const std::string& p : params_) {
     Tensor& t = mutable_initializer(p);
-    ranks_.share(t.data.data(), t.data.size(), owner_of(p) == ranks_.rank(), Over::kReplica);
+    const bool mine = owner_of(p) == ranks_.rank(), takes = !to_first || ranks_.rank() == 0;
+    if (!mine && takes) t.skip_load();  // another rank's parameter: its bytes come from there, not the file
+    // To rank 0 over the world: the replicas' owners hold the same bytes, whose OR is them.
+    ranks_.share(mine || takes ? t.data.data() : nullptr, static_cast<size_t>(t.type.bytes()), mine,
+                 to_first ? Over::kWorld : Over::kReplica, to_first);
   }
   devices_.refresh_constants();
 }

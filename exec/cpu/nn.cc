@@ -56,7 +56,7 @@ std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w
                                               : dnnl::matmul::desc(x_md, any_layout({c, m}), y_md);
   const dnnl::matmul::primitive_desc pd(d, attr, k->engine());
   if (!implementation_is(pd, "brg")) return nullptr;  // else the conv's kernels
-  const Place wp = k->held({Place::kInput, 1}, fixed_w->data.data(), w_md, pd.weights_desc());
+  const Place wp = k->held({Place::kInput, 1}, fixed_w->as<std::byte>(), w_md, pd.weights_desc());
   std::vector<std::tuple<int, memory::desc, Place>> args = {
       {DNNL_ARG_SRC, x_md, {Place::kInput, 0}},
       {DNNL_ARG_WEIGHTS, pd.weights_desc(), wp},
@@ -117,7 +117,7 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
 
   const Place xp = k->reordered({Place::kInput, 0}, x_md, pd.src_desc());
   const Tensor* fixed_w = s.constants_fixed ? s.constant(1) : nullptr;  // laid out once if fixed
-  const Place wp = fixed_w ? k->held({Place::kInput, 1}, fixed_w->data.data(), w_md, pd.weights_desc())
+  const Place wp = fixed_w ? k->held({Place::kInput, 1}, fixed_w->as<std::byte>(), w_md, pd.weights_desc())
                            : k->reordered({Place::kInput, 1}, w_md, pd.weights_desc());
   const bool y_plain = same_bytes(pd.dst_desc(), y_md);
   const Place yp = y_plain ? Place{Place::kOutput, 0} : k->reserve(pd.dst_desc().get_size());

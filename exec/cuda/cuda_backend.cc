@@ -110,6 +110,7 @@ void CudaBackend::release(void* p) {
 }
 
 const void* CudaBackend::device_constant(const Tensor& t) {
+  t.load();  // a parameter still in its external-data file: read once, on the host, then uploaded
   std::lock_guard<std::mutex> lock(constants_mu_);
   Constant& c = constants_[&t];
   if (c.device && c.bytes == t.data.size()) return c.device;

@@ -171,7 +171,7 @@ std::unique_ptr<Kernel> make_pad(const KernelSpec& s, CudaContext& ctx) {
   }
   uint64_t bits = 0;
   const Tensor* c = s.has_input(2) ? s.constant(2) : nullptr;
-  if (c) std::memcpy(&bits, c->data.data(), static_cast<size_t>(p.esize));
+  if (c) std::memcpy(&bits, c->as<std::byte>(), static_cast<size_t>(p.esize));
   const bool fed = s.has_input(2) && !c;
   const cudaStream_t stream = ctx.stream;
   return fn_kernel([=](Args in, Args out, void*) {

@@ -157,17 +157,18 @@ class NanoGPT(nn.Module):
     to the token embedding. Its context (LONG_SEQ) is long enough that the default exporter's
     optimizer leaves the causal mask as Trilu over a ones matrix instead of folding it."""
 
-    def __init__(self, d=32, heads=2, layers=2):
+    def __init__(self, d=32, heads=2, layers=2, vocab=VOCAB, tie=True):
         super().__init__()
         self.heads = heads
-        self.wte, self.wpe = nn.Embedding(VOCAB, d), nn.Embedding(LONG_SEQ, d)
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(LONG_SEQ, d)
         self.blocks = nn.ModuleList(nn.ModuleDict({
             "ln_1": nn.LayerNorm(d), "c_attn": nn.Linear(d, 3 * d), "c_proj": nn.Linear(d, d),
             "ln_2": nn.LayerNorm(d), "c_fc": nn.Linear(d, 4 * d), "mlp_proj": nn.Linear(4 * d, d)})
             for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
-        self.lm_head = nn.Linear(d, VOCAB, bias=False)
-        self.lm_head.weight = self.wte.weight
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        if tie:
+            self.lm_head.weight = self.wte.weight
 
     def forward(self, idx):
         b, t = idx.shape

@@ -85,6 +85,28 @@ TEST(BadInput, BrokenModelsGetOneLine) {
 }
 
 // Group 2: --resume from a truncated checkpoint, from random bytes, and from another model's.
+// An external-data file cut short: import leaves the parameters in the file (each read when a
+// device needs it), and still refuses the run at import, from the file's size, in one line
+// naming the tensor and the file: nothing trains and nothing is written.
+TEST(BadInput, TruncatedExternalDataStopsTrainingAtImport) {
+  const fs::path d = scratch("ext_truncated");
+  fs::copy_file("samples/synthetic/tiny_ext.onnx", d / "tiny_ext.onnx");
+  const std::string data = slurp("samples/synthetic/tiny_ext.onnx.data");
+  const size_t kept = data.size() - 100;
+  write(d / "tiny_ext.onnx.data", data.substr(0, kept));
+  const Result r = run("train -q " + config(d, (d / "tiny_ext.onnx").string(), d / "ckpt", 2).string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find((d / "tiny_ext.onnx").string() + ": tensor '"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" of '" + (d / "tiny_ext.onnx.data").string() + "', which holds " + std::to_string(kept) +
+                       "; the external data file is truncated; export the model again"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(d / "ckpt"));
+  EXPECT_FALSE(fs::exists(d / "trained.onnx"));
+}
+
 TEST(BadInput, ResumeRefusesDamagedAndForeignCheckpoints) {
   const fs::path d = scratch("bad_resume");
   const fs::path mlp = config(d, "samples/mlp/mlp.onnx", d / "ckpt");

@@ -1,12 +1,9 @@
 // `pipetrain partition --backward` (per-stage F/B/W report and export) and `pipetrain grad` (one
 // step's loss and parameter gradients, written as .npy).
 #include <array>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +13,7 @@
 #include "cli/driver.h"
 
 #include "cli/npy_files.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/npy.h"
@@ -23,104 +21,28 @@
 #include "onnx_import/export.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
-#include "partition/linear_partition.h"
-#include "plan/chunk_costs.h"
+#include "plan/backward_report.h"
 #include "plan/pipeline.h"
 
 namespace pt {
 
-ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks) {
+namespace {
+
+LossSpec loss_spec(const BackwardArgs& a) {
   LossSpec loss;
   loss.kind = LossSpec::parse_kind(a.loss, "--loss");
   loss.output = a.loss_output;
   loss.ignore_index = a.ignore_index;
-  return backward_options(loss, a.recompute, a.frozen, devices, chunks);
+  return loss;
+}
+
+}  // namespace
+
+ChunkBackwardOptions chunk_backward_options(const BackwardArgs& a, int devices, int chunks) {
+  return backward_options(loss_spec(a), a.recompute, a.frozen, devices, chunks);
 }
 
 namespace {
-
-double percent(int64_t part, int64_t whole) {
-  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
-}
-
-// F + B + W FLOPs of the chunk's graphs (plan/chunk_costs.h), less what B recomputes: the
-// step's FLOPs that recompute adds to.
-int64_t train_flops(const BackwardGraphs& b) {
-  const ChunkWork w = chunk_work(b);
-  return w.f.flops_fwd + w.b.flops_fwd + w.w.flops_fwd - b.recompute_flops;
-}
-
-const std::vector<std::string> kComparedPolicies = {"none", "selective", "every:1", "full"};
-
-// The chunks' backward under each of kComparedPolicies, for comparison with the chosen one.
-std::vector<std::vector<BackwardGraphs>> compared_runs(const Graph& g, const PartitionPlan& plan, const BackwardArgs& a) {
-  std::vector<std::vector<BackwardGraphs>> runs;
-  for (const std::string& p : kComparedPolicies) {
-    BackwardArgs other = a;
-    other.recompute = p;
-    runs.push_back(build_chunk_backward(g, plan, chunk_backward_options(other, plan.devices, static_cast<int>(plan.chunks.size()))));
-  }
-  return runs;
-}
-
-// Per stage: the FLOPs of its F, B (recompute included) and W graphs, what F keeps for B and W,
-// what B hands W, and what recompute costs, under the chosen policy; then kept bytes and extra
-// FLOPs under the standard policies for comparison.
-void print_backward(std::ostream& os, const PartitionPlan& plan, const std::vector<BackwardGraphs>& chosen,
-                    const std::vector<std::vector<BackwardGraphs>>& runs, const BackwardArgs& a) {
-  os << "\nbackward (recompute " << a.recompute << "), per micro-batch:\n";
-  os << "  chunk device  F FLOPs  B FLOPs  W FLOPs  kept (F->B,W)  passed (B->W)  recompute FLOPs  extra  params\n";
-  for (size_t c = 0; c < chosen.size(); ++c) {
-    const BackwardGraphs& b = chosen[c];
-    const ChunkWork w = chunk_work(b);
-    os << "  " << std::setw(5) << c << std::setw(7) << plan.chunks[c].device << std::setw(9)
-       << format_count(double(w.f.flops_fwd)) << std::setw(9) << format_count(double(w.b.flops_fwd)) << std::setw(9)
-       << format_count(double(w.w.flops_fwd)) << std::setw(15)
-       << format_bytes(b.kept_bytes) << std::setw(15) << format_bytes(b.passed_bytes)
-       << std::setw(17) << b.recompute_flops << std::setw(6) << std::fixed << std::setprecision(1)
-       << percent(b.recompute_flops, train_flops(b)) << "%" << std::setw(8) << b.params.size()
-       << "\n";
-  }
-  os << "\nkept bytes per micro-batch (extra FLOPs) by policy:\n  chunk";
-  for (const std::string& p : kComparedPolicies) os << std::setw(22) << p;
-  os << "\n";
-  for (size_t c = 0; c < chosen.size(); ++c) {
-    os << "  " << std::setw(5) << c;
-    for (const auto& run : runs) {
-      std::ostringstream cell;
-      cell << format_bytes(run[c].kept_bytes) << " (" << std::fixed << std::setprecision(1)
-           << percent(run[c].recompute_flops, train_flops(run[c])) << "%)";
-      os << std::setw(22) << cell.str();
-    }
-    os << "\n";
-  }
-}
-
-// The same figures for `partition --backward --json`: bytes as numbers, extra FLOPs as percents.
-nlohmann::json backward_json(const PartitionPlan& plan, const std::vector<BackwardGraphs>& chosen,
-                             const std::vector<std::vector<BackwardGraphs>>& runs, const BackwardArgs& a) {
-  nlohmann::json chunks = nlohmann::json::array();
-  for (size_t c = 0; c < chosen.size(); ++c) {
-    const BackwardGraphs& b = chosen[c];
-    nlohmann::json by_policy;
-    for (size_t p = 0; p < runs.size(); ++p)
-      by_policy[kComparedPolicies[p]] = {{"kept_bytes", runs[p][c].kept_bytes},
-                                         {"extra_flops_percent", percent(runs[p][c].recompute_flops, train_flops(runs[p][c]))}};
-    const ChunkWork w = chunk_work(b);
-    chunks.push_back({{"chunk", c},
-                      {"device", plan.chunks[c].device},
-                      {"flops_fwd", w.f.flops_fwd},
-                      {"flops_bwd_input", w.b.flops_fwd},
-                      {"flops_bwd_weight", w.w.flops_fwd},
-                      {"kept_bytes", b.kept_bytes},
-                      {"passed_bytes", b.passed_bytes},
-                      {"recompute_flops", b.recompute_flops},
-                      {"extra_flops_percent", percent(b.recompute_flops, train_flops(b))},
-                      {"params", b.params.size()},
-                      {"by_policy", by_policy}});
-  }
-  return {{"recompute", a.recompute}, {"per_micro_batch", true}, {"chunks", chunks}};
-}
 
 // Rows [m*rows, (m+1)*rows) of t along axis 0.
 Tensor slice_rows(const Tensor& t, int64_t m, int64_t rows) {
@@ -154,9 +76,9 @@ void report_backward(std::ostream& os, nlohmann::json* json, const Graph& g, con
     }
     export_graphs(files, a.export_dir);
   }
-  const std::vector<std::vector<BackwardGraphs>> runs = compared_runs(g, plan, a.bwd);
-  if (json) (*json)["backward"] = backward_json(plan, chunks, runs, a.bwd);
-  else print_backward(os, plan, chunks, runs, a.bwd);
+  const std::vector<std::vector<BackwardGraphs>> runs = compared_runs(g, plan, loss_spec(a.bwd), a.bwd.frozen);
+  if (json) (*json)["backward"] = backward_json(plan, chunks, runs, a.bwd.recompute);
+  else print_backward(os, plan, chunks, runs, a.bwd.recompute);
 }
 
 int run_grad(const GradArgs& a) {

@@ -2,19 +2,16 @@
 // planner tries (plan/planner.h) -> the best, the runner-ups and why each lost, and with --write
 // a train config that runs the plan as is.
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <filesystem>
-#include <iomanip>
 #include <iostream>
-#include <map>
 #include <sstream>
 
 #include "cli/args.h"
 #include "cli/config.h"
 #include "cli/driver.h"
 #include "plan/pipeline.h"
+#include "plan/plan_report.h"
 #include "plan/planner.h"
 #include "core/bytes.h"
 #include "core/error.h"
@@ -43,73 +40,6 @@ void add_plan_options(CLI::App* c, PlanArgs* a) {
 }
 
 namespace {
-
-nlohmann::json candidate_json(const PlanCandidate& c) {
-  return {{"kind", c.kind},           {"chunks", c.chunks},        {"recompute", c.recompute},
-          {"cut_after", c.cut_after},
-          {"grid", c.grid},           {"step_s", c.step_s},        {"bubble", c.bubble},
-          {"state_bytes", c.state_bytes}, {"kept_bytes", c.kept_bytes}, {"fits", c.fits},
-          {"note", c.note}};
-}
-
-std::string ms(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  return buf;
-}
-
-std::string percent(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%%", x * 100);
-  return buf;
-}
-
-// The best candidate of every (kind, chunks) but the winner's, in the search's order.
-std::vector<const PlanCandidate*> runner_ups(const PlanSearch& s) {
-  std::vector<const PlanCandidate*> out;
-  std::map<std::pair<std::string, int>, bool> seen{{{s.best().kind, s.best().chunks}, true}};
-  for (const PlanCandidate& c : s.candidates)
-    if (!seen[{c.kind, c.chunks}]) {
-      seen[{c.kind, c.chunks}] = true;
-      out.push_back(&c);
-    }
-  return out;
-}
-
-void print_plan(std::ostream& os, const PlanArgs& a, const PlanRequest& r, const PlanSearch& s) {
-  const PlanCandidate& b = s.best();
-  os << "plan for " << a.model.model << ": " << r.devices << " devices, " << r.micro_batches
-     << " micro-batches of " << a.model.micro_batch << " (global batch " << r.micro_batches * a.model.micro_batch
-     << "), memory cap " << format_bytes(r.memory) << " per device\n"
-     << "link " << describe_link(r.link) << "\n"
-     << "searched " << s.candidates.size() << " plans in " << std::fixed << std::setprecision(2) << s.seconds
-     << " s, " << s.fitting << " fit\n\n"
-     << "best: " << b.name() << (b.note.empty() ? "" : " (" + b.note + ")") << "\n"
-     << "  simulated step " << ms(b.step_s) << ", bubble " << percent(b.bubble) << "\n"
-     << "  device   parameters+state   kept activations      total\n";
-  for (int d = 0; d < r.devices; ++d) {
-    char line[128];
-    std::snprintf(line, sizeof line, "  %6d %18s %18s %10s\n", d, format_bytes(b.state_bytes[d]).c_str(),
-                  format_bytes(b.kept_bytes[d]).c_str(), format_bytes(b.memory(d)).c_str());
-    os << line;
-  }
-  os << "\nrunner-ups (the best of each other kind and chunking):\n";
-  for (const PlanCandidate* c : runner_ups(s)) {
-    char line[256];
-    std::snprintf(line, sizeof line, "  %-44s %12s  ", c->name().c_str(), ms(c->step_s).c_str());
-    os << line;
-    if (c->fits)
-      os << "+" << percent(c->step_s / b.step_s - 1) << " slower, largest device " << format_bytes(c->largest_memory())
-         << "\n";
-    else
-      os << "does not fit: " << c->note << "\n";
-  }
-  if (const PlanCandidate* g = s.best_grid())
-    os << "\nbest hand-made plan (a kind x one policy for every device, balanced cuts): " << g->name() << ", "
-       << ms(g->step_s) << (g == &b ? ": the plan itself\n" : "; the plan is " + percent(1 - b.step_s / g->step_s) + " faster\n");
-  else
-    os << "\nno hand-made plan (a kind x one policy for every device) fits the cap\n";
-}
 
 std::string yaml_quote(const std::string& s) {
   std::string out = "\"";
@@ -147,7 +77,7 @@ void write_plan(const PlanArgs& a, const PlanRequest& r, const PlanSearch& s) {
   }
   std::ostringstream y;
   y << "# pipetrain plan " << a.model.model << " --devices " << r.devices << " --memory " << a.memory << ": "
-    << b.name() << "; simulated step " << ms(b.step_s) << ", largest device " << format_bytes(b.largest_memory())
+    << b.name() << "; simulated step " << format_ms(b.step_s) << ", largest device " << format_bytes(b.largest_memory())
     << "\n";
   y << "relative_to: config             # the paths below are from this file's folder\n";
   y << "model: " << yaml_quote(from_folder(folder, a.model.model)) << "\n";
@@ -237,22 +167,9 @@ int run_plan(const PlanArgs& a) {
 
   if (!a.write.empty()) write_plan(a, r, s);
   if (a.json) {
-    nlohmann::json ups = nlohmann::json::array();
-    for (const PlanCandidate* c : runner_ups(s)) ups.push_back(candidate_json(*c));
-    const PlanCandidate* g_best = s.best_grid();
-    std::cout << nlohmann::json{{"devices", r.devices},
-                                {"micro_batches", r.micro_batches},
-                                {"memory", r.memory},
-                                {"searched", s.candidates.size()},
-                                {"fitting", s.fitting},
-                                {"seconds", s.seconds},
-                                {"best", candidate_json(s.best())},
-                                {"best_grid", g_best ? candidate_json(*g_best) : nlohmann::json()},
-                                {"runner_ups", ups}}
-                     .dump(2)
-              << "\n";
+    std::cout << plan_search_json(r, s).dump(2) << "\n";
   } else {
-    print_plan(std::cout, a, r, s);
+    print_plan_search(std::cout, a.model.model, a.model.micro_batch, r, s);
     if (!a.write.empty()) std::cout << "wrote " << a.write << " (train it: pipetrain train " << a.write << ")\n";
   }
   return 0;

@@ -1,7 +1,6 @@
 // cli/schedule_cmd.cc: `pipetrain schedule`. Costs (unit, --costs or --model) -> a schedule
 // (a generator, auto, or --from-csv) -> validate, lower, simulate -> timeline, CSV, SVG, JSON.
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <cctype>
 #include <cstdio>
@@ -30,6 +29,7 @@
 #include "schedule/lower.h"
 #include "schedule/render.h"
 #include "schedule/simulate.h"
+#include "schedule/simulation_json.h"
 #include "schedule/validate.h"
 
 namespace pt {
@@ -153,26 +153,6 @@ Planned plan(const ScheduleArgs& a) {
   return p;
 }
 
-nlohmann::json to_json(const Schedule& s, const Simulation& sim) {
-  nlohmann::json j;
-  j["kind"] = s.kind;
-  j["stages"] = s.stages;
-  j["micro_batches"] = s.micro_batches;
-  j["chunks"] = s.chunks;
-  j["makespan"] = sim.makespan;
-  j["bubble"] = sim.bubble;
-  j["bubble_steps_overlapped"] = sim.span_bubble;
-  j["devices"] = nlohmann::json::array();
-  for (const DeviceReport& r : sim.devices)
-    j["devices"].push_back({{"index", r.index},
-                            {"busy", r.busy},
-                            {"bubble", r.bubble},
-                            {"bubble_steps_overlapped", r.span_bubble},
-                            {"peak_activations", r.peak_activations},
-                            {"peak_bytes", sim.bytes ? nlohmann::json(r.peak_bytes) : nlohmann::json()}});
-  return j;
-}
-
 // Activations kept, in micro-batches of a stage's activations: "8" or "3.64".
 std::string format_micro_batches(double v) {
   std::ostringstream os;
@@ -200,7 +180,7 @@ int run(const ScheduleArgs& a) {
   if (!a.csv.empty()) write_file_atomic(a.csv, format_csv(a.lowered ? lowered : p.schedule), "choose another --csv");
   if (!a.svg.empty()) write_file_atomic(a.svg, svg_timeline(p.schedule, sim), "choose another --svg");
   if (a.json) {
-    std::cout << to_json(p.schedule, sim).dump(2) << "\n";
+    std::cout << simulation_json(p.schedule, sim).dump(2) << "\n";
     return 0;
   }
   std::cout << "schedule " << p.schedule.kind << ": " << p.schedule.stages << " stages, "

@@ -12,6 +12,7 @@
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "partition/cut.h"
+#include "partition/initializer_roles.h"
 
 namespace pt {
 namespace {
@@ -231,6 +232,30 @@ TEST(Link, PresetsAndUnitsAsUsersWriteThem) {
             "--latency: '-1us' is not a latency; write seconds with a unit, e.g. 5us, 0.05ms or 2e-6");
   EXPECT_EQ(message([] { link_preset("infiniband", "config.yaml:7: pipeline.link"); }),
             "config.yaml:7: pipeline.link: unknown link 'infiniband'; use none, cpu, nvlink, pcie or tcp");
+}
+
+// Which initializers train (what `inspect` lists): the MLP's all; GPT's causal mask, read only
+// where no gradient flows, is a buffer; ResNet's BatchNorm running statistics are buffers.
+TEST(InitializerRoles, BuffersAreWhatNoGradientReaches) {
+  const auto buffers = [](const Graph& g) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const InitializerRole& r : initializer_roles(g))
+      if (!r.trained) out.emplace_back(r.name, r.why);
+    return out;
+  };
+  const Loaded mlp = load("mlp");
+  EXPECT_EQ(initializer_roles(mlp.g).size(), 8u);
+  EXPECT_TRUE(buffers(mlp.g).empty());
+  const auto gpt = buffers(load("gpt").g);
+  ASSERT_EQ(gpt.size(), 1u);
+  EXPECT_EQ(gpt[0].first, "mask");
+  EXPECT_EQ(gpt[0].second, "read only where no gradient flows, e.g. a mask");
+  const Loaded resnet = load("resnet");
+  const auto bn = buffers(resnet.g);
+  EXPECT_EQ(initializer_roles(resnet.g).size() - bn.size(), 47u);
+  ASSERT_EQ(bn.size(), 30u);
+  EXPECT_EQ(bn[0].first, "bn1.running_mean");
+  for (const auto& [name, why] : bn) EXPECT_EQ(why, "BatchNorm running statistic") << name;
 }
 
 }  // namespace

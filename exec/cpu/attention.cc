@@ -108,24 +108,20 @@ PT_VECTOR_CLONES void tile_dots(const float* a, const float* bt, int64_t len, in
   }
 }
 
+// y[:] += a * x[:] over len floats.
+inline void axpy(float a, const float* x, int64_t len, float* y) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; ++c) y[c] += a * x[c];
+}
+
 // acc[:] += sum_j w[j] * rows[j][:] over j in [0, n), rows of `len` floats, in j order.
 PT_VECTOR_CLONES void add_weighted_rows(const float* w, const float* rows, int64_t n, int64_t len, float* acc) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float wj = w[j];
-    const float* r = rows + j * len;
-#pragma omp simd
-    for (int64_t c = 0; c < len; ++c) acc[c] += wj * r[c];
-  }
+  for (int64_t j = 0; j < n; ++j) axpy(w[j], rows + j * len, len, acc);
 }
 
 // rows[j][:] += w[j] * x[:] for j in [0, n): one query row's share of a key tile's dK or dV.
 PT_VECTOR_CLONES void add_outer(const float* w, const float* x, int64_t n, int64_t len, float* rows) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float wj = w[j];
-    float* r = rows + j * len;
-#pragma omp simd
-    for (int64_t c = 0; c < len; ++c) r[c] += wj * x[c];
-  }
+  for (int64_t j = 0; j < n; ++j) axpy(w[j], x, len, rows + j * len);
 }
 
 // Pointers into one (b, h) slice.
@@ -214,12 +210,14 @@ PT_VECTOR_CLONES bool tile_probabilities(const Geometry& g, const float* q, cons
   return true;
 }
 
-// The backward's row sums delta_i = dy_i . y_i, per (b, h, i).
+// The backward's row sums delta_i = dy_i . y_i, per (b, h, i), summed in double: delta is what
+// makes sum_j ds_ij vanish (the gradient of a shift shared by every key, a key bias's, is zero),
+// so its own rounding is kept out of that noise.
 PT_VECTOR_CLONES void row_deltas(const float* dy, const float* y, int64_t r0, int64_t r1, int64_t vdim, float* delta) {
   for (int64_t r = r0; r < r1; ++r) {
-    float sum = 0.f;
-    for (int64_t c = 0; c < vdim; ++c) sum += dy[r * vdim + c] * y[r * vdim + c];
-    delta[r] = sum;
+    double sum = 0.0;
+    for (int64_t c = 0; c < vdim; ++c) sum += double(dy[r * vdim + c]) * double(y[r * vdim + c]);
+    delta[r] = static_cast<float>(sum);
   }
 }
 

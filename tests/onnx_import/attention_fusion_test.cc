@@ -15,6 +15,7 @@
 #include "exec/cpu/cpu_backend.h"
 #include "exec/stage_program.h"
 #include "onnx_import/import.h"
+#include "tests/exec/test_tensors.h"
 
 namespace pt {
 namespace {
@@ -32,21 +33,11 @@ int count(const Graph& g, const std::string& op) {
   return n;
 }
 
-// Integer inputs (token ids) from [0, 16), float inputs normal; fixed seed.
+// The graph's inputs: normal floats, token ids in [0, 16); fixed seed.
 std::vector<Tensor> random_inputs(const Graph& g) {
   std::mt19937 rng(5);
-  std::normal_distribution<float> normal;
   std::vector<Tensor> out;
-  for (ValueId v : g.inputs) {
-    Tensor t;
-    t.type = g.value(v).type;
-    t.data.resize(static_cast<size_t>(t.type.bytes()));
-    for (int64_t i = 0; i < t.type.numel(); ++i) {
-      if (t.type.dtype == DType::kFloat32) t.as<float>()[i] = normal(rng);
-      if (t.type.dtype == DType::kInt64) t.as<int64_t>()[i] = static_cast<int64_t>(rng() % 16);
-    }
-    out.push_back(std::move(t));
-  }
+  for (ValueId v : g.inputs) out.push_back(testing::random_tensor(g.value(v).type, rng, 16));
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "onnx_import/attention_fusion.h"
 #include "onnx_import/import.h"
 
 namespace pt {
@@ -233,6 +234,7 @@ int run_plan(const PlanArgs& a) {
   if (!loss.output.empty() && g.find(loss.output) == kNoValue)
     throw UserError("--loss-output " + loss.output, "the model has no such output", "name one of the model's outputs");
   to_training_mode(g, TrainingModeOptions{true});
+  fuse_attention(g);  // as train on the CPU runs it (onnx_import/attention_fusion.h)
   split_parameter_sites(g, frozen_parameters(g, a.frozen));
   r.backward.frozen = a.frozen;
   const PlanSearch s = search_plans(g, estimate_costs(g), r);

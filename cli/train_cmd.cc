@@ -57,6 +57,7 @@
 #include "train/optimizer.h"
 #include "exec/stage_program.h"
 #include "train/timeline.h"
+#include "onnx_import/attention_fusion.h"
 #include "onnx_import/export.h"
 #include "onnx_import/import.h"
 #include "onnx_import/module_state.h"
@@ -452,6 +453,7 @@ void Trainer::build() {
   train_ = model_;
   form_ = at_key(cfg_, "model",
                  [&] { return to_training_mode(train_, TrainingModeOptions{cfg_.dropout}); });
+  if (cfg_.device == "cpu") fuse_attention(train_);  // the CUDA backend has no FusedAttention kernel
   sites_ = split_parameter_sites(train_, frozen_parameters(train_, cfg_.frozen));
   for (const BatchNormStats& bn : form_.batch_norms) {
     side_.push_back(bn.batch_mean);

@@ -44,6 +44,14 @@ std::optional<float> scalar_constant(const Graph& g, ValueId v) {
 
 bool removes(float x) { return x <= kRemoved; }
 
+// An Identity, or a Dropout as inference runs it (its input alone: autodiff/training_mode.h's
+// dropout off and dropout_as_identity leave it so).
+bool is_identity(const Node& n) {
+  return n.domain.empty() && n.outputs.size() >= 1 && !n.inputs.empty() &&
+         (n.op_type == "Identity" || (n.op_type == "Dropout" && n.inputs.size() == 1 &&
+                                      (n.outputs.size() == 1 || n.outputs[1] == kNoValue)));
+}
+
 // match_at's answer for a Softmax that is no attention's (describe_attention leaves it out).
 constexpr const char* kNotScores = "not [B, H, S, T] float32 scores";
 
@@ -57,6 +65,7 @@ struct Link {
 
 struct Match {
   int qk = -1, softmax = -1, nan_check = -1, nan_where = -1, pv = -1;
+  std::vector<int> identities;  // Identity, or Dropout as inference runs it, between P and the MatMul
   ValueId q = kNoValue, kt = kNoValue, v = kNoValue;
   std::vector<Link> links;  // in the order they apply
 };
@@ -149,10 +158,11 @@ std::string match_at(const Graph& g, int index, Match& m) {
   if (is_graph_output(g, p)) return "its probabilities are a graph output";
   const std::vector<int>& readers = g.value(p).consumers;
   ValueId probs = p;
-  for (int r : readers)
-    if (is_op(&g.nodes[static_cast<size_t>(r)], "Dropout"))
-      return "its probabilities go through " + g.nodes[static_cast<size_t>(r)].label() +
-             " (attention dropout): the fused kernel has no dropout";
+  for (int r : readers) {
+    const Node& n = g.nodes[static_cast<size_t>(r)];
+    if ((is_op(&n, "Dropout") && !is_identity(n)) || n.op_type == "SeededDropout")
+      return "its probabilities go through " + n.label() + " (attention dropout): the fused kernel has no dropout";
+  }
   if (readers.size() == 2) {  // Where(IsNaN(P), 0, P)
     for (int r : readers) {
       const Node& n = g.nodes[static_cast<size_t>(r)];
@@ -169,6 +179,10 @@ std::string match_at(const Graph& g, int index, Match& m) {
     probs = w.outputs[0];
   } else if (readers.size() != 1) {
     return "its probabilities are read by another node";
+  }
+  for (int r = lone_reader(g, probs); r >= 0 && is_identity(g.nodes[static_cast<size_t>(r)]); r = lone_reader(g, probs)) {
+    m.identities.push_back(r);  // dropout off: the identity
+    probs = g.nodes[static_cast<size_t>(r)].outputs[0];
   }
   m.pv = lone_reader(g, probs);
   const Node* pv = m.pv < 0 ? nullptr : &g.nodes[static_cast<size_t>(m.pv)];
@@ -235,6 +249,7 @@ class Rewriter {
     }
     for (int i : {m.softmax, m.nan_check, m.nan_where})
       if (i >= 0) gone_[static_cast<size_t>(i)] = true;
+    for (int i : m.identities) gone_[static_cast<size_t>(i)] = true;
     bool causal = false;
     if (mask_ != kNoValue) causal = constant_causal(m, &mask_);
     const ValueId k = transposed_keys(m, base);

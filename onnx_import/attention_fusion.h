@@ -1,8 +1,7 @@
 // onnx_import/attention_fusion.h: scaled dot-product attention as exporters write it, made one
 // pipetrain FusedAttention node (core/pipetrain_ops.h), whose CPU kernel never holds the S x T
 // scores: the backward keeps Q, K, V, Y and each row's log-sum-exp instead of the probabilities.
-// The forms recognised, on imported graphs (import_model runs this pass when
-// ImportOptions::fuse_attention is set):
+// The forms recognised, on imported graphs:
 //
 //   S = MatMul(Q, Kt)                       Q [B, H, S, D], Kt [B, H, D, T]
 //   then, in any order, links each read by the next alone:
@@ -10,7 +9,8 @@
 //       Add(S, M) | Add(M, S)               M float, broadcastable to S, no parameter upstream
 //       Where(C, S, m) | Where(C, m, S)     C bool, m a scalar constant <= -1e9 (or -inf)
 //   P = Softmax(S', axis -1)
-//   P' = P, or Where(IsNaN(P), 0, P)       (torch's decomposition of SDPA)
+//   P' = P, or Where(IsNaN(P), 0, P)       (torch's decomposition of SDPA), then any Identity
+//        or Dropout as inference runs it (dropout off)
 //   Y = MatMul(P', V)                       V [B, H, T, Dv]
 //
 // becomes Y = FusedAttention(Q, K, V, Mask) with K = Transpose(Kt) (composed with Kt's own
@@ -24,8 +24,10 @@
 // is added, or where a mask is computed from a parameter (the fused op gives a mask no
 // gradient). describe_attention says, per Softmax of such a shape, why.
 //
-// The CUDA backend has no FusedAttention kernel: the driver sets fuse_attention only for CPU
-// programs, so a CUDA program never meets the op.
+// The CUDA backend has no FusedAttention kernel: only CPU programs are fused (`train` with
+// device cpu, `run` and `grad`, each once its training or inference form is made, so that dropout
+// off fuses as an export without dropout does; `inspect` shows the import fused), so a CUDA
+// program never meets the op.
 #pragma once
 
 #include <string>
@@ -35,7 +37,8 @@
 
 namespace pt {
 
-// Rewrites each attention of g as above, in place; returns how many.
+// Rewrites each attention of g as above, in place; returns how many. (import_model runs it when
+// ImportOptions::fuse_attention is set.)
 int fuse_attention(Graph& g);
 
 // One line per attention of g for `pipetrain inspect`: "fused: <node> (causal, mask bool[...])"

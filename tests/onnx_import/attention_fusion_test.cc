@@ -107,8 +107,9 @@ TEST(AttentionFusion, FusedForwardMatchesTheUnfusedOne) {
   }
 }
 
-// Attention dropout reads the probabilities: nothing fuses, and inspect says why.
-TEST(AttentionFusion, DropoutOnTheProbabilitiesStaysUnfused) {
+// q [1, 2, 4, 8] @ kt -> Softmax -> Dropout (with a ratio: training; its input alone: dropout
+// off) -> @ v.
+Graph attention_with_dropout(bool training) {
   Graph g;
   g.opsets[""] = 17;
   const TensorType qt{DType::kFloat32, {1, 2, 4, 8}}, st{DType::kFloat32, {1, 2, 4, 4}};
@@ -116,18 +117,34 @@ TEST(AttentionFusion, DropoutOnTheProbabilitiesStaysUnfused) {
                 v = g.add_value("v", qt);
   const ValueId s = g.add_value("s", st), p = g.add_value("p", st), d = g.add_value("d", st),
                 y = g.add_value("y", qt);
+  Tensor ratio{TensorType{DType::kFloat32, {}}, std::vector<std::byte>(4)};
+  ratio.as<float>()[0] = 0.1f;
+  std::vector<ValueId> drop_in = {p};
+  if (training) drop_in.push_back(g.add_initializer("ratio", std::move(ratio), true));
   g.add_node(Node{"qk", "MatMul", "", {q, kt}, {s}, {}});
   g.add_node(Node{"softmax", "Softmax", "", {s}, {p}, {{"axis", int64_t{-1}}}});
-  g.add_node(Node{"drop", "Dropout", "", {p}, {d}, {}});
+  g.add_node(Node{"drop", "Dropout", "", drop_in, {d}, {}});
   g.add_node(Node{"pv", "MatMul", "", {d, v}, {y}, {}});
   g.inputs = {q, kt, v};
   g.outputs = {y};
   g.rebuild_uses();
+  return g;
+}
+
+// Attention dropout reads the probabilities: nothing fuses, and inspect says why. Dropout off
+// (the identity) fuses, as an export without dropout does.
+TEST(AttentionFusion, DropoutOnTheProbabilitiesStaysUnfused) {
+  Graph g = attention_with_dropout(true);
   EXPECT_EQ(fuse_attention(g), 0);
   EXPECT_EQ(g.nodes.size(), 4u);
   const auto lines = describe_attention(g);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("attention dropout"), std::string::npos) << lines[0];
+  Graph off = attention_with_dropout(false);
+  EXPECT_EQ(fuse_attention(off), 1);
+  ASSERT_EQ(off.nodes.size(), 2u);  // K's Transpose, the FusedAttention
+  EXPECT_EQ(off.nodes[1].op_type, "FusedAttention");
+  EXPECT_EQ(off.nodes[1].outputs[0], off.outputs[0]);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -52,6 +53,26 @@ bool is_identity(const Node& n) {
                                       (n.outputs.size() == 1 || n.outputs[1] == kNoValue)));
 }
 
+// Whether n scales each row of the probabilities p by one value: Where(C, 0, p) with C bool, or
+// Mul(p, r) | Mul(r, p) with r float, C and r of last dimension 1 (they commute with the product
+// by V: the same node after the fused one gives the same Y and gradients).
+bool per_row(const Graph& g, const Node& n, ValueId p) {
+  if (!n.domain.empty() || n.outputs.size() != 1 || !(g.value(n.outputs[0]).type == g.value(p).type)) return false;
+  ValueId factor = kNoValue;
+  if (n.op_type == "Where" && n.inputs.size() == 3 && n.inputs[2] == p && n.inputs[1] != p) {
+    const auto zero = scalar_constant(g, n.inputs[1]);
+    if (!zero || *zero != 0.f || g.value(n.inputs[0]).type.dtype != DType::kBool) return false;
+    factor = n.inputs[0];
+  } else if (n.op_type == "Mul" && n.inputs.size() == 2 && (n.inputs[0] == p) != (n.inputs[1] == p)) {
+    factor = n.inputs[0] == p ? n.inputs[1] : n.inputs[0];
+    if (g.value(factor).type.dtype != DType::kFloat32) return false;
+  } else {
+    return false;
+  }
+  const Dims& f = g.value(factor).type.shape;
+  return !f.empty() && f.back() == 1 && f.size() <= 4;
+}
+
 // match_at's answer for a Softmax that is no attention's (describe_attention leaves it out).
 constexpr const char* kNotScores = "not [B, H, S, T] float32 scores";
 
@@ -66,6 +87,8 @@ struct Link {
 struct Match {
   int qk = -1, softmax = -1, nan_check = -1, nan_where = -1, pv = -1;
   std::vector<int> identities;  // Identity, or Dropout as inference runs it, between P and the MatMul
+  int row_op = -1;  // Where(C, 0, P) or Mul(P, r), C and r one value per row: moved after the fused node
+  ValueId row_in = kNoValue;  // the probabilities row_op reads
   ValueId q = kNoValue, kt = kNoValue, v = kNoValue;
   std::vector<Link> links;  // in the order they apply
 };
@@ -184,8 +207,15 @@ std::string match_at(const Graph& g, int index, Match& m) {
     m.identities.push_back(r);  // dropout off: the identity
     probs = g.nodes[static_cast<size_t>(r)].outputs[0];
   }
+  if (const int r = lone_reader(g, probs); r >= 0 && per_row(g, g.nodes[static_cast<size_t>(r)], probs)) {
+    m.row_op = r;  // ONNX Attention's zeroed rows (onnx_import/fused_ops.cc)
+    m.row_in = probs;
+    probs = g.nodes[static_cast<size_t>(r)].outputs[0];
+  }
   m.pv = lone_reader(g, probs);
   const Node* pv = m.pv < 0 ? nullptr : &g.nodes[static_cast<size_t>(m.pv)];
+  if (pv && ((is_op(pv, "Dropout") && !is_identity(*pv)) || pv->op_type == "SeededDropout"))
+    return "its probabilities go through " + pv->label() + " (attention dropout): the fused kernel has no dropout";
   if (!is_op(pv, "MatMul") || pv->inputs[0] != probs) return "its probabilities are read by another node";
   m.v = pv->inputs[1];
   // Softmax's input <- links <- MatMul(Q, Kt)
@@ -257,8 +287,21 @@ class Rewriter {
     Node fused{pv.name, "FusedAttention", kPipetrainDomain, {m.q, k, m.v}, {pv.outputs[0]},
                {{"scale", scale}, {"causal", int64_t{causal ? 1 : 0}}}};
     if (mask_ != kNoValue) fused.inputs.push_back(mask_);
+    if (m.row_op >= 0) {  // Y = row_op(FusedAttention(...)), the row op moved after the product
+      Node row = g_.nodes[static_cast<size_t>(m.row_op)];
+      const ValueId y = g_.add_value(fresh(base + "/rows"), g_.value(fused.outputs[0]).type);
+      for (ValueId& in : row.inputs)
+        if (in == m.row_in) in = y;
+      row.outputs = fused.outputs;
+      fused.outputs = {y};
+      gone_[static_cast<size_t>(m.row_op)] = true;
+      after_[m.pv].push_back(std::move(row));
+    }
     g_.nodes[static_cast<size_t>(m.pv)] = std::move(fused);
   }
+
+  // Nodes to insert after a node index (the row ops), for fuse_attention's final order.
+  std::map<int, std::vector<Node>>& after() { return after_; }
 
  private:
   std::string fresh(const std::string& stem) {
@@ -360,6 +403,7 @@ class Rewriter {
   Graph& g_;
   std::vector<bool>& gone_;
   ValueId mask_ = kNoValue;
+  std::map<int, std::vector<Node>> after_;
 };
 
 }  // namespace
@@ -371,10 +415,22 @@ int fuse_attention(Graph& g) {
     Match m;
     if (is_op(&g.nodes[i], "Softmax") && match_at(g, static_cast<int>(i), m).empty()) matches.push_back(m);
   }
-  for (const Match& m : matches) Rewriter(g, gone).rewrite(m);
+  std::map<int, std::vector<Node>> after;
+  for (const Match& m : matches) {
+    Rewriter r(g, gone);
+    r.rewrite(m);
+    for (auto& [i, nodes] : r.after()) after[i] = std::move(nodes);
+  }
   if (matches.empty()) return 0;
   g.opsets[kPipetrainDomain] = std::max<int64_t>(g.opsets[kPipetrainDomain], 1);
-  g.remove_nodes(gone);
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!gone[i]) nodes.push_back(std::move(g.nodes[i]));
+    if (auto it = after.find(static_cast<int>(i)); it != after.end())
+      for (Node& n : it->second) nodes.push_back(std::move(n));
+  }
+  g.nodes = std::move(nodes);
+  g.rebuild_uses();
   std::vector<ValueId> initializers;  // the scalars only the removed nodes read leave
   for (ValueId v : g.initializers) {
     if (!g.value(v).consumers.empty() || is_graph_output(g, v)) initializers.push_back(v);

@@ -10,7 +10,9 @@
 //       Where(C, S, m) | Where(C, m, S)     C bool, m a scalar constant <= -1e9 (or -inf)
 //   P = Softmax(S', axis -1)
 //   P' = P, or Where(IsNaN(P), 0, P)       (torch's decomposition of SDPA), then any Identity
-//        or Dropout as inference runs it (dropout off)
+//        or Dropout as inference runs it (dropout off), then at most one per-row op, Where(C, 0,
+//        P') or Mul(P', r) with C, r [..., S, 1] (ONNX Attention's zeroed fully masked rows,
+//        onnx_import/fused_ops.cc), which moves after the fused node (it commutes with @ V)
 //   Y = MatMul(P', V)                       V [B, H, T, Dv]
 //
 // becomes Y = FusedAttention(Q, K, V, Mask) with K = Transpose(Kt) (composed with Kt's own

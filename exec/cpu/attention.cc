@@ -72,30 +72,6 @@ void transpose_tile(const float* src, int64_t rows, int64_t cols, float* dst) {
     for (int64_t c = 0; c < cols; ++c) dst[c * kKeyTile + r] = src[r * cols + c];
 }
 
-// s[j] = scale * q . k_{j0 + j} + mask for j in [0, n), kt the key tile transposed; -inf where
-// a bool mask is false.
-PT_VECTOR_CLONES void tile_scores(const float* q, const float* kt, int64_t dim, int64_t n, float scale,
-                                  const MaskRow& m, int64_t j0, float* s) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) s[j] = 0.f;
-  for (int64_t d = 0; d < dim; ++d) {
-    const float qd = q[d];
-    const float* row = kt + d * kKeyTile;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s[j] += qd * row[j];
-  }
-  if (m.kind == Geometry::Mask::kFloat) {
-    const float* mk = static_cast<const float*>(m.base) + j0 * m.step;
-    for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale + mk[j * m.step];
-  } else if (m.kind == Geometry::Mask::kBool) {
-    const bool* mk = static_cast<const bool*>(m.base) + j0 * m.step;
-    for (int64_t j = 0; j < n; ++j) s[j] = mk[j * m.step] ? s[j] * scale : kNegInf;
-  } else {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s[j] *= scale;
-  }
-}
-
 // out[j] = a . bt[:, j] for j in [0, n) (bt a tile transposed, `len` rows of kKeyTile).
 PT_VECTOR_CLONES void tile_dots(const float* a, const float* bt, int64_t len, int64_t n, float* out) {
 #pragma omp simd
@@ -105,6 +81,23 @@ PT_VECTOR_CLONES void tile_dots(const float* a, const float* bt, int64_t len, in
     const float* row = bt + d * kKeyTile;
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) out[j] += ad * row[j];
+  }
+}
+
+// s[j] = scale * q . k_{j0 + j} + mask for j in [0, n), kt the key tile transposed; -inf where
+// a bool mask is false.
+PT_VECTOR_CLONES void tile_scores(const float* q, const float* kt, int64_t dim, int64_t n, float scale,
+                                  const MaskRow& m, int64_t j0, float* s) {
+  tile_dots(q, kt, dim, n, s);
+  if (m.kind == Geometry::Mask::kFloat) {
+    const float* mk = static_cast<const float*>(m.base) + j0 * m.step;
+    for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale + mk[j * m.step];
+  } else if (m.kind == Geometry::Mask::kBool) {
+    const bool* mk = static_cast<const bool*>(m.base) + j0 * m.step;
+    for (int64_t j = 0; j < n; ++j) s[j] = mk[j * m.step] ? s[j] * scale : kNegInf;
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) s[j] *= scale;
   }
 }
 

@@ -259,6 +259,101 @@ std::string match_at(const Graph& g, int index, Match& m) {
   return "";
 }
 
+// A mask's value where import knows it: an initializer that training leaves unchanged (a constant,
+// a buffer, one not floating point, or one read here only through Equal, a Cast to bool or Not,
+// through which no gradient reaches it), or Slice, Equal, Cast, Not or Trilu of such values (the
+// samples' causal mask, sliced from a float initializer and compared with 0). Values as doubles,
+// row-major.
+struct Known {
+  Dims shape;
+  std::vector<double> v;
+};
+
+constexpr int64_t kMaxKnown = int64_t{1} << 22;  // elements evaluated at most
+
+std::optional<Known> known_value(const Graph& g, ValueId id, int depth = 0, bool no_gradient = false) {
+  if (id == kNoValue || depth > 8) return std::nullopt;
+  const Value& val = g.value(id);
+  if (val.type.numel() > kMaxKnown) return std::nullopt;
+  if (val.init) {
+    if (is_floating(val.type.dtype) && !val.constant && !g.buffers.count(val.name) && !no_gradient)
+      return std::nullopt;
+    Known k{val.type.shape, std::vector<double>(static_cast<size_t>(val.type.numel()))};
+    for (size_t i = 0; i < k.v.size(); ++i) {
+      switch (val.type.dtype) {
+        case DType::kFloat32: k.v[i] = val.init->as<float>()[i]; break;
+        case DType::kBool: k.v[i] = val.init->as<bool>()[i]; break;
+        case DType::kInt64: k.v[i] = static_cast<double>(val.init->as<int64_t>()[i]); break;
+        default: return std::nullopt;
+      }
+    }
+    return k;
+  }
+  const Node* n = producer(g, id);
+  if (!n || !n->domain.empty() || n->inputs.empty()) return std::nullopt;
+  const bool blocks = n->op_type == "Equal" || n->op_type == "Not" ||
+                      (n->op_type == "Cast" && n->attr_int("to", 0) == static_cast<int64_t>(DType::kBool));
+  auto x = known_value(g, n->inputs[0], depth + 1, no_gradient || blocks);
+  if (!x) return std::nullopt;
+  if (n->op_type == "Cast" || n->op_type == "Not") {
+    const bool to_bool = n->op_type == "Not" || n->attr_int("to", 0) == static_cast<int64_t>(DType::kBool);
+    for (double& e : x->v) e = n->op_type == "Not" ? (e == 0) : to_bool ? (e != 0) : e;
+    return x;
+  }
+  if (n->op_type == "Equal" && n->inputs.size() == 2) {
+    const auto y = known_value(g, n->inputs[1], depth + 1, true);
+    if (!y || y->v.size() != 1) return std::nullopt;
+    for (double& e : x->v) e = e == y->v[0];
+    return x;
+  }
+  if (n->op_type == "Trilu") {  // over the last two axes; k (input 1) 0 unless given
+    const auto kk = n->inputs.size() > 1 ? known_value(g, n->inputs[1], depth + 1) : std::optional<Known>();
+    const int64_t k = kk && kk->v.size() == 1 ? static_cast<int64_t>(kk->v[0]) : 0;
+    if (x->shape.size() < 2 || (n->inputs.size() > 1 && n->inputs[1] != kNoValue && !kk)) return std::nullopt;
+    const int64_t rows = x->shape.end()[-2], cols = x->shape.end()[-1];
+    const bool upper = n->attr_int("upper", 1) != 0;
+    for (size_t at = 0; at < x->v.size(); ++at) {
+      const int64_t i = static_cast<int64_t>(at) / cols % rows, j = static_cast<int64_t>(at) % cols;
+      if (upper ? j - i < k : j - i > k) x->v[at] = 0;
+    }
+    return x;
+  }
+  if (n->op_type == "Slice" && n->inputs.size() >= 3) {
+    const auto starts = known_value(g, n->inputs[1], depth + 1), ends = known_value(g, n->inputs[2], depth + 1);
+    const auto axes = n->inputs.size() > 3 ? known_value(g, n->inputs[3], depth + 1) : std::optional<Known>();
+    const auto steps = n->inputs.size() > 4 ? known_value(g, n->inputs[4], depth + 1) : std::optional<Known>();
+    if (!starts || !ends || starts->v.size() != ends->v.size()) return std::nullopt;
+    const int64_t rank = static_cast<int64_t>(x->shape.size());
+    Dims lo(x->shape.size(), 0), out = x->shape;
+    for (size_t a = 0; a < starts->v.size(); ++a) {
+      int64_t axis = axes ? static_cast<int64_t>(axes->v.at(a)) : static_cast<int64_t>(a);
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis >= rank || (steps && steps->v.at(a) != 1)) return std::nullopt;
+      const int64_t dim = x->shape[static_cast<size_t>(axis)];
+      const auto clamp = [&](double e) {
+        const int64_t i = e < -9e18 ? 0 : e > 9e18 ? dim : static_cast<int64_t>(e);
+        return std::clamp<int64_t>(i < 0 ? i + dim : i, 0, dim);
+      };
+      lo[static_cast<size_t>(axis)] = clamp(starts->v[a]);
+      out[static_cast<size_t>(axis)] = std::max<int64_t>(0, clamp(ends->v[a]) - lo[static_cast<size_t>(axis)]);
+    }
+    if (out != g.value(id).type.shape) return std::nullopt;
+    Known y{out, std::vector<double>(static_cast<size_t>(g.value(id).type.numel()))};
+    for (size_t at = 0; at < y.v.size(); ++at) {  // out index -> x index, axis by axis
+      int64_t rest = static_cast<int64_t>(at), from = 0, stride = 1;
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        const int64_t i = rest % out[static_cast<size_t>(d)];
+        rest /= out[static_cast<size_t>(d)];
+        from += (i + lo[static_cast<size_t>(d)]) * stride;
+        stride *= x->shape[static_cast<size_t>(d)];
+      }
+      y.v[at] = x->v[static_cast<size_t>(from)];
+    }
+    return y;
+  }
+  return std::nullopt;
+}
+
 // Builds the fused graph's new nodes for one match: each replaces a node of the match at its
 // place (the masks' combinations at their links', K's transpose at the first MatMul's), so the
 // order stays topological.
@@ -345,16 +440,19 @@ class Rewriter {
     if (mask_ != kNoValue) shape = *broadcast_shapes({shape, g_.value(mask_).type.shape});
     mask_ = g_.add_value(fresh(base + "/mask"), TensorType{is_bool ? DType::kBool : DType::kFloat32, shape});
     n.outputs = {mask_};
+    g_.value(mask_).producer = l.node;  // for known_value, before rebuild_uses
     slot = std::move(n);
   }
 
-  // Whether the constant mask removes every key after its query (then causal); where it removes
-  // nothing else, *mask becomes kNoValue.
+  // Whether the mask, its value known (known_value), removes every key after its query (then
+  // causal); where it is an initializer that removes nothing else, *mask becomes kNoValue (a
+  // computed one stays: the nodes computing it have other readers to check).
   bool constant_causal(const Match& m, ValueId* mask) {
     const Value& v = g_.value(*mask);
     const Dims& s = g_.value(g_.nodes[static_cast<size_t>(m.softmax)].inputs[0]).type.shape;
-    if (!v.init || v.type.shape.size() < 2 || v.type.shape.end()[-2] != s[2] || v.type.shape.end()[-1] != s[3])
-      return false;
+    if (v.type.shape.size() < 2 || v.type.shape.end()[-2] != s[2] || v.type.shape.end()[-1] != s[3]) return false;
+    const auto known = known_value(g_, *mask);
+    if (!known) return false;
     const bool is_bool = v.type.dtype == DType::kBool;
     const int64_t rows = s[2], cols = s[3], planes = v.type.numel() / (rows * cols);
     bool after_removed = true, rest_zero = true;
@@ -362,13 +460,14 @@ class Rewriter {
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) {
           const int64_t at = (p * rows + i) * cols + j;
-          const bool gone = is_bool ? !v.init->as<bool>()[at] : removes(v.init->as<float>()[at]);
-          const bool zero = is_bool ? !gone : v.init->as<float>()[at] == 0.f;
+          const double e = known->v[static_cast<size_t>(at)];
+          const bool gone = is_bool ? e == 0 : removes(static_cast<float>(e));
+          const bool zero = is_bool ? !gone : e == 0;
           if (j > i) after_removed = after_removed && gone;
           else rest_zero = rest_zero && zero;
         }
     if (!after_removed) return false;
-    if (rest_zero) *mask = kNoValue;
+    if (rest_zero && v.init) *mask = kNoValue;
     return true;
   }
 

@@ -57,10 +57,10 @@ struct Expected {
   bool causal;
 };
 
-// Every attention of these files fuses; the causal ones are those whose mask is a constant.
+// Every attention of these files fuses; the causal ones are those whose mask import knows.
 const Expected kFiles[] = {
-    {"samples/gpt/gpt.onnx", 8, false},        // a causal mask sliced from a buffer: a bool mask
-    {"samples/charlm/charlm.onnx", 4, false},  // the same
+    {"samples/gpt/gpt.onnx", 8, true},        // a causal mask sliced from a buffer: causal, and
+    {"samples/charlm/charlm.onnx", 4, true},  // the bool mask it computes kept
     {"samples/bert/bert.onnx", 4, false},      // no mask
     {"samples/vit/vit.onnx", 4, false},
     {"samples/exports/gpt2.onnx", 2, true},  // torch's SDPA decomposition: sqrt-scales, IsNaN

@@ -17,8 +17,9 @@
 //
 // becomes Y = FusedAttention(Q, K, V, Mask) with K = Transpose(Kt) (composed with Kt's own
 // Transpose where only this MatMul reads it), the masks combined into one (And, Where or Add
-// nodes where there are several), and causal set where the combined mask is a constant that
-// removes every key after its query (the mask then dropped where it removes nothing else). Scalar
+// nodes where there are several), and causal set where the combined mask's value is known at
+// import (known_value in the .cc) and removes every key after its query (the mask then dropped
+// where it is an initializer that removes nothing else). Scalar
 // Muls of Q and K (the sqrt-scale form) stay as they are, with scale 1 on the fused node.
 //
 // Nothing is fused where another node reads the scores or the probabilities (attention dropout

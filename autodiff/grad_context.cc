@@ -33,6 +33,8 @@ static TensorType optional_output_type(const Graph& g, const Node& n, size_t k) 
   }
   if ((n.op_type == "Dropout" || n.op_type == "SeededDropout") && k == 1)
     return TensorType{DType::kBool, x.shape};
+  if (n.op_type == "FusedAttention" && k == 1 && x.shape.size() == 4)  // LogSumExp [B, H, S]
+    return TensorType{DType::kFloat32, {x.shape[0], x.shape[1], x.shape[2]}};
   PT_CHECK(false, "no optional output " + std::to_string(k) + " for " + n.label());
   return {};
 }

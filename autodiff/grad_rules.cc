@@ -600,6 +600,26 @@ void grad_softmax_cross_entropy(GradContext& c) {
                    a, kPipetrainDomain));
 }
 
+// Y, L = FusedAttention(Q, K, V, Mask)  (L the rows' log-sum-exp, core/pipetrain_ops.h)
+//   =>  dQ, dK, dV = FusedAttentionGrad(dY, Q, K, V, Y, L, Mask), the scores recomputed per tile
+// The mask gets no gradient (its scores are never held): a mask made from parameters stays
+// unfused (onnx_import's attention fusion checks).
+void grad_fused_attention(GradContext& c) {
+  if (c.wants(3)) unsupported(c, "a FusedAttention's mask has no gradient");
+  if (c.dy(1) != kNoValue) unsupported(c, "a FusedAttention's LogSumExp has no gradient");
+  const Attrs a{{"scale", c.node().attr_float("scale", 1.f / std::sqrt(static_cast<float>(c.shape(c.x(0)).back())))},
+                {"causal", c.node().attr_int("causal", 0)}};
+  const TensorType none{};
+  const bool kv = c.wants(1) || c.wants(2);
+  std::vector<ValueId> in = {c.dy(), c.x(0), c.x(1), c.x(2), c.y(0), c.y(1)};
+  if (c.x(3) != kNoValue) in.push_back(c.x(3));
+  const auto g = c.emit_n("FusedAttentionGrad", in,
+                          {c.wants(0) ? c.type(c.x(0)) : none, kv ? c.type(c.x(1)) : none, kv ? c.type(c.x(2)) : none},
+                          a, kPipetrainDomain);
+  for (size_t i = 0; i < 3; ++i)
+    if (c.wants(i)) c.give(i, g[i]);
+}
+
 struct RuleEntry {
   const char* domain;
   const char* op;
@@ -666,6 +686,7 @@ const RuleEntry kRules[] = {
     {kPipetrainDomain, "SoftmaxCrossEntropy", grad_softmax_cross_entropy},
     {kPipetrainDomain, "BatchNormTraining", grad_batch_norm_training},
     {kPipetrainDomain, "SeededDropout", grad_seeded_dropout},
+    {kPipetrainDomain, "FusedAttention", grad_fused_attention},
     // No rule for Bernoulli and SeededBernoulli: a draw is piecewise constant in its
     // probabilities (dP = 0), so partition/cost_model.cc lists them as non-differentiable and
     // no gradient is asked of them; a stochastic-depth branch x * M / p differentiates through

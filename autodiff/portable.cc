@@ -520,6 +520,95 @@ void lower_average_pool_grad(Lowering& L) {
   L.reshape(spread, xs, dx);
 }
 
+// ---- attention ------------------------------------------------------------------------------
+
+// FusedAttention's operands in standard form: K and V with each kv head repeated for the G = H /
+// Hkv heads that read it (Reshape [B, Hkv, 1, T, .], Expand [B, Hkv, G, T, .], Reshape
+// [B, H, T, .]), and P = Softmax(S, -1), S = MatMul(Q, Transpose(K)) * scale, then + Mask (float)
+// or Where(Mask, S, -inf) (bool), then Where(causal, S, -inf) with causal a constant bool [S, T]
+// (j <= i).
+struct Attention {
+  ValueId k, v, s, p;
+  float scale;
+  int64_t groups;
+};
+
+ValueId repeat_heads(Lowering& L, ValueId x, int64_t groups) {
+  if (groups == 1) return x;
+  const Shape xs = L.shape(x);
+  const Shape one = {xs[0], xs[1], 1, xs[2], xs[3]}, many = {xs[0], xs[1], groups, xs[2], xs[3]};
+  const ValueId e = L.emit("Expand", {L.reshape(x, one), L.ints(many)}, f32(many));
+  return L.reshape(e, {xs[0], xs[1] * groups, xs[2], xs[3]});
+}
+
+// Sums the G heads that share a kv head: [B, H, T, .] -> [B, Hkv, T, .] into `into`.
+void sum_groups(Lowering& L, ValueId x, int64_t groups, ValueId into) {
+  if (groups == 1) return void(L.unary("Identity", x, into));
+  const Shape xs = L.shape(x);
+  L.sum_into(L.reshape(x, {xs[0], xs[1] / groups, groups, xs[2], xs[3]}), {2}, into);
+}
+
+Attention attention_probs(Lowering& L, ValueId q, ValueId k, ValueId v, ValueId mask) {
+  Attention a;
+  const Shape qs = L.shape(q), ks = L.shape(k);
+  if (qs.size() != 4 || ks.size() != 4 || ks[1] <= 0 || qs[1] % ks[1] != 0) L.fail("Q, K, V must be [B, H, S, D]");
+  a.groups = qs[1] / ks[1];
+  a.scale = L.node().attr_float("scale", 1.f / std::sqrt(static_cast<float>(qs[3])));
+  a.k = repeat_heads(L, k, a.groups);
+  a.v = repeat_heads(L, v, a.groups);
+  const Shape ss = {qs[0], qs[1], qs[2], ks[2]};
+  ValueId s = L.mul(L.emit("MatMul", {q, L.transpose(a.k, {0, 1, 3, 2})}, f32(ss)), L.scalar(a.scale));
+  const ValueId minus_inf = L.scalar(-INFINITY);
+  if (mask != kNoValue)
+    s = L.type(mask).dtype == DType::kBool ? L.where(mask, s, minus_inf) : L.add(s, mask);
+  if (L.node().attr_int("causal", 0) != 0) {
+    Tensor seen{TensorType{DType::kBool, {qs[2], ks[2]}}, {}};
+    seen.data.resize(static_cast<size_t>(qs[2] * ks[2]));
+    for (int64_t i = 0; i < qs[2]; ++i)
+      for (int64_t j = 0; j < ks[2]; ++j) seen.as<bool>()[i * ks[2] + j] = j <= i;
+    s = L.where(L.constant(std::move(seen), "causal"), s, minus_inf);
+  }
+  a.s = s;
+  a.p = L.emit("Softmax", {s}, f32(ss), {{"axis", int64_t{-1}}});
+  return a;
+}
+
+// Y = MatMul(P, V); LogSumExp = M + Log(ReduceSum_-1(Exp(S - M))), M = TopK(S, 1) (the row max;
+// ReduceMax's axes moved to an input in 18)
+void lower_fused_attention(Lowering& L) {
+  const Attention a = attention_probs(L, L.in(0), L.in(1), L.in(2), L.in(3));
+  L.emit("MatMul", {a.p, a.v}, L.type(L.out(0)), {}, L.out(0));
+  if (L.out(1) == kNoValue) return;
+  const Shape ss = L.shape(a.s);
+  const Shape row = {ss[0], ss[1], ss[2], 1};
+  const auto top = L.emit_n("TopK", {a.s, L.ints({1})}, {f32(row), TensorType{DType::kInt64, row}},
+                            {{"axis", int64_t{-1}}});
+  const ValueId sum = L.reduce_sum(L.unary("Exp", L.sub(a.s, top[0])), {3}, false);
+  L.add(L.unary("Log", sum), L.reshape(top[0], L.shape(L.out(1))), L.out(1));
+}
+
+// P recomputed as in the forward (LogSumExp unused); dS = P * (dP - ReduceSum_-1(dP * P, keep)),
+// dP = MatMul(dY, Transpose(V));
+// dQ = MatMul(dS, K) * scale, dK = groups summed of MatMul(Transpose(dS), Q) * scale,
+// dV = groups summed of MatMul(Transpose(P), dY)
+void lower_fused_attention_grad(Lowering& L) {
+  const ValueId dy = L.in(0), q = L.in(1);
+  const Attention a = attention_probs(L, q, L.in(2), L.in(3), L.in(6));
+  const Shape ss = L.shape(a.s), qs = L.shape(q), vs = L.shape(a.v);
+  const ValueId dp = L.emit("MatMul", {dy, L.transpose(a.v, {0, 1, 3, 2})}, f32(ss));
+  const ValueId ds = L.mul(a.p, L.sub(dp, L.reduce_sum(L.mul(dp, a.p), {3}, true)));
+  const ValueId scale = L.scalar(a.scale);
+  if (L.out(0) != kNoValue) L.mul(L.emit("MatMul", {ds, a.k}, f32(qs)), scale, L.out(0));
+  if (L.out(1) != kNoValue) {
+    const ValueId dk = L.emit("MatMul", {L.transpose(ds, {0, 1, 3, 2}), q}, f32({qs[0], qs[1], ss[3], qs[3]}));
+    sum_groups(L, L.mul(dk, scale), a.groups, L.out(1));
+  }
+  if (L.out(2) != kNoValue) {
+    const ValueId dv = L.emit("MatMul", {L.transpose(a.p, {0, 1, 3, 2}), dy}, f32(vs));
+    sum_groups(L, dv, a.groups, L.out(2));
+  }
+}
+
 // ---- gather and loss ------------------------------------------------------------------------
 
 // Indices as int64 with negative entries wrapped: Where(I < 0, I + size, I)
@@ -624,6 +713,8 @@ constexpr LoweringEntry kLowerings[] = {
     {"GatherGrad", lower_gather_grad},
     {"SoftmaxCrossEntropy", lower_softmax_cross_entropy},
     {"SoftmaxCrossEntropyGrad", lower_softmax_cross_entropy_grad},
+    {"FusedAttention", lower_fused_attention},
+    {"FusedAttentionGrad", lower_fused_attention_grad},
 };
 
 LowerFn find_lowering(const std::string& op) {

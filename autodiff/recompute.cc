@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/bytes.h"
+#include "core/pipetrain_ops.h"
 #include "core/error.h"
 #include "partition/cost_model.h"
 
@@ -56,8 +57,10 @@ namespace {
 // Outputs worth keeping under `selective`: matrix products and convolutions with a weight. A
 // product of two activations (attention's Q K^T and P V) is recomputed with the softmax between
 // them: its output is large (sequence^2 per head) for few FLOPs per byte, which is Megatron-LM's
-// reason to recompute the attention core.
+// reason to recompute the attention core. A FusedAttention's outputs (Y and each row's
+// log-sum-exp, O(sequence) per head) are kept: recomputing them would re-run the whole core.
 bool expensive(const Graph& g, const Node& n) {
+  if (n.domain == kPipetrainDomain && n.op_type == "FusedAttention") return true;
   if (n.op_type != "MatMul" && n.op_type != "Gemm" && n.op_type != "Conv") return false;
   for (ValueId v : n.inputs)
     if (v != kNoValue && g.value(v).is_initializer()) return true;

@@ -18,6 +18,7 @@
 #include "exec/cpu/cpu_backend.h"
 #include "exec/npy.h"
 #include "train/reference_step.h"
+#include "onnx_import/attention_fusion.h"
 #include "onnx_import/export.h"
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
@@ -104,6 +105,7 @@ int run_grad(const GradArgs& a) {
   // The form train differentiates: BatchNorm on the micro-batch's statistics, Dropout the
   // identity, a file's Bernoulli a seeded draw (autodiff/training_mode.h).
   const TrainingForm form = to_training_mode(g, TrainingModeOptions{false});
+  fuse_attention(g);  // a CPU program: attention as one kernel (onnx_import/attention_fusion.h)
   PartitionArgs pa;
   pa.stages = a.stages;
   pa.link.preset = "none";

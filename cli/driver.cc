@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "onnx_import/export.h"
+#include "onnx_import/attention_fusion.h"
 #include "onnx_import/import.h"
 #include "onnx_import/load.h"
 #include "partition/cost_model.h"
@@ -63,13 +64,19 @@ int run_inspect(const InspectArgs& a) {
                                            : std::to_string(unsupported.size()) + " nodes have unsupported ops (first: " + unsupported[0] + ")",
                     "`pipetrain ops` lists the supported ops");
   }
-  Graph g = import_model(a.model.model, import_options(a.model));
+  ImportOptions io = import_options(a.model);
+  io.fuse_attention = true;  // the CPU program (the CUDA backend runs attention unfused)
+  Graph g = import_model(a.model.model, io);
   std::vector<NodeCost> costs = estimate_costs(g);
   const ModelWork work = model_work(g);
-  if (a.json)
-    std::cout << inspect_json(g, costs, work).dump(2) << "\n";
-  else
+  if (a.json) {
+    nlohmann::json j = inspect_json(g, costs, work);
+    j["attention"] = describe_attention(g);
+    std::cout << j.dump(2) << "\n";
+  } else {
     print_inspect(std::cout, g, costs, work, a.model.model, a.model.micro_batch, a.nodes);
+    for (const std::string& line : describe_attention(g)) std::cout << "attention " << line << "\n";
+  }
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "cli/npy_files.h"
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
+#include "onnx_import/attention_fusion.h"
 #include "onnx_import/fold_batch_norm.h"
 #include "exec/npy.h"
 #include "exec/stage_program.h"
@@ -74,6 +75,7 @@ int run_forward(const RunArgs& a) {
     if (t.type.numel() <= kMaxShapeArgument) options.given_inputs[name] = t;
   Graph g = import_model(a.model, options);
   dropout_as_identity(g);  // run is inference: Dropout is the identity, as in PyTorch's eval()
+  fuse_attention(g);       // a CPU program: attention as one kernel (onnx_import/attention_fusion.h)
   fold_batch_norms(g);     // and BatchNormalization after a Conv is that Conv's scale and shift
 
   std::vector<Buffer> feeds;

@@ -83,6 +83,31 @@
 //   SoftmaxCrossEntropyGrad(dLoss, Logits, Target, Scale) -> dLogits
 //                                      dLogits[t] = dLoss * Scale * (softmax(Logits[t]) -
 //                                      onehot(Target[t])) for valid t, 0 for ignored t
+//   FusedAttention(Q, K, V, Mask?) -> (Y, LogSumExp?)
+//                                      scaled dot-product attention as one kernel that never
+//                                      holds the scores (exec/cpu/attention.cc; CPU only);
+//                                      scale (float, default 1/sqrt(D)), causal (int, default 0).
+//                                      Q [B, H, S, D], K [B, Hkv, T, D], V [B, Hkv, T, Dv], H a
+//                                      multiple of Hkv (head h reads kv head h / (H / Hkv)); Mask
+//                                      float32 (added) or bool (true: the key is seen),
+//                                      broadcastable (numpy) to [B, H, S, T]:
+//                                        s_ij = scale * q_i . k_j + mask_ij, -inf where causal and
+//                                               j > i (top-left aligned) or where a bool mask is false
+//                                        LogSumExp_i = log sum_j exp(s_ij)         [B, H, S]
+//                                        Y_i = sum_j exp(s_ij - LogSumExp_i) v_j   [B, H, S, Dv]
+//                                      A row whose every s_ij is -inf has Y_i = mean_j v_j over
+//                                      all T keys and LogSumExp_i = -inf: what the unfused
+//                                      Softmax gives such a row (uniform, never NaN).
+//   FusedAttentionGrad(dY, Q, K, V, Y, LogSumExp, Mask?) -> (dQ?, dK?, dV?)
+//                                      the same attributes; dK and dV both or neither. With
+//                                      p_ij = exp(s_ij - LogSumExp_i), delta_i = dY_i . Y_i:
+//                                        ds_ij = p_ij * (dY_i . v_j - delta_i)
+//                                        dQ_i = scale * sum_j ds_ij k_j
+//                                        dK_j = scale * sum over i and the heads reading j of ds_ij q_i
+//                                        dV_j = sum over i and the heads reading j of p_ij dY_i
+//                                      A fully masked row (LogSumExp -inf) has p_ij = 1/T for
+//                                      every key and ds_ij = 0 (no gradient reaches a score the
+//                                      mask removed).
 #pragma once
 
 namespace pt {

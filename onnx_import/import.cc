@@ -12,6 +12,7 @@
 #include "onnx_import/buffers.h"
 #include "onnx_import/cast_like.h"
 #include "onnx_import/fold.h"
+#include "onnx_import/attention_fusion.h"
 #include "onnx_import/gather_rewrite.h"
 #include "onnx_import/gelu_fusion.h"
 #include "onnx_import/random_rewrite.h"
@@ -412,6 +413,7 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   check_folded(m.graph(), path, default_opset(m));
   Graph g = convert(m, known, declared, source_opset, path);
   fuse_gelu(g);
+  if (opts.fuse_attention) fuse_attention(g);
   g.parameter_notes = std::move(restored.notes);
   g.module_names = std::move(restored.module_names);
   g.file_draws = std::move(file_draws);

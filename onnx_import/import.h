@@ -24,6 +24,9 @@ struct ImportOptions {
   // know when it is made) is taken as a constant of this import and is no graph input any more;
   // every other input stays an input.
   std::map<std::string, Tensor> given_inputs;
+  // Attention made one pipetrain FusedAttention node (attention_fusion.h). CPU programs only:
+  // the CUDA backend has no kernel for it.
+  bool fuse_attention = false;
 };
 
 Graph import_model(const std::string& path, const ImportOptions& opts = {});

@@ -85,11 +85,34 @@ void add_grad(const Graph& g, const std::vector<bool>& needs, const Node& n, siz
   (g.value(v).is_parameter() ? c->flops_bwd_weight : c->flops_bwd_input) += flops;
 }
 
+// FusedAttention (core/pipetrain_ops.h) from Q [B, H, S, D] and V [B, Hkv, T, Dv] (inputs q_at,
+// q_at + 2): the (query, key) pairs it visits, the causal ones above the diagonal skipped, and per
+// pair the forward (q.k, the online softmax, p v) or the backward (exec/cpu/attention.cc runs
+// q.k, the exp and dy.v twice, once for dQ and once for dK and dV, then dv, ds, dq and dk).
+struct AttentionFlops {
+  int64_t fwd = 0, bwd = 0;
+};
+
+AttentionFlops attention_flops(const Graph& g, const Node& n, size_t q_at) {
+  const auto& q = g.value(n.inputs[q_at]).type.shape;
+  const auto& v = g.value(n.inputs[q_at + 2]).type.shape;
+  if (q.size() != 4 || v.size() != 4) return {};
+  const int64_t s = q[2], t = v[2], d = q[3], dv = v[3];
+  int64_t pairs = s * t;
+  if (n.attr_int("causal", 0) != 0) {
+    pairs = 0;
+    for (int64_t i = 0; i < s; ++i) pairs += std::min(t, i + 1);
+  }
+  pairs *= q[0] * q[1];
+  const int64_t softmax = kSoftmaxRowFlops + 1;
+  return {pairs * (2 * d + 2 * dv + softmax), pairs * (2 * (2 * d + 2 * dv + kFlopsPerExp) + 2 * dv + 4 * d + 3)};
+}
+
 // Gradient ops (core/pipetrain_ops.h) priced by the
 // formulas above: a gradient op's forward FLOPs are what compute_flops charges its forward op's
 // backward, so a B or W graph is counted by the same rules as the model (no second table).
 // N = elements of dY (the forward op's output). False for every other op.
-bool gradient_op_flops(const Graph& g, const Node& n, NodeCost* c) {
+bool gradient_op_flops(const Graph& g, const std::vector<bool>& needs, const Node& n, NodeCost* c) {
   if (n.domain != kPipetrainDomain) return false;
   const std::string& op = n.op_type;
   const int64_t dy = n.inputs.empty() ? 0 : numel(g, n.inputs[0]);
@@ -116,6 +139,13 @@ bool gradient_op_flops(const Graph& g, const Node& n, NodeCost* c) {
     c->flops_fwd = dy;  // scatter-add into the table
   } else if (op == "SoftmaxCrossEntropyGrad") {
     c->flops_fwd = (kSoftmaxRowFlops + 1) * numel(g, n.inputs[1]);  // softmax again, then the scale
+  } else if (op == "FusedAttentionGrad") {
+    c->flops_fwd = attention_flops(g, n, 1).bwd;
+  } else if (op == "FusedAttention") {
+    const AttentionFlops f = attention_flops(g, n, 0);
+    c->flops_fwd = f.fwd;
+    for (size_t i = 0; i < 3; ++i)  // one kernel makes dQ, dK and dV: charged to the first wanted
+      if (c->flops_bwd() == 0) add_grad(g, needs, n, i, f.bwd, c);
   } else {
     return false;
   }
@@ -170,7 +200,7 @@ void add_extra_sweeps(const Graph& g, const Node& n, NodeCost* c) {
 
 void compute_flops(const Graph& g, const std::vector<bool>& needs, const Node& n, NodeCost* c) {
   const std::string& op = n.op_type;
-  if (gradient_op_flops(g, n, c)) return;
+  if (gradient_op_flops(g, needs, n, c)) return;
   const int64_t out = numel(g, n.outputs.empty() ? kNoValue : n.outputs[0]);
   const int64_t in0 = n.inputs.empty() ? 0 : numel(g, n.inputs[0]);
   if (op == "MatMul" || op == "Gemm") {
@@ -236,6 +266,7 @@ std::vector<int> saved_for_backward(const Node& n) {
       op == "BatchNormalization" || op == "BatchNormTraining" || op == "MaxPool")
     return {0};
   if (op == "Dropout" || op == "SeededDropout") return {-2};  // the mask
+  if (op == "FusedAttention") return {0, 1, 2, 3, -1, -2};    // Q, K, V, Mask, Y, LogSumExp
   if (op == "Where") return {0};
   if (op == "Gather") return {1};
   return {};
@@ -265,6 +296,7 @@ bool input_differentiable(const Node& n, size_t i) {
       op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd" ||
       op == "Pad" || op == "SoftmaxCrossEntropy" || op == "Trilu" || op == "Tile")
     return i == 0;
+  if (op == "FusedAttention") return i <= 2;  // the mask gets no gradient
   if (op == "Slice" || op == "CumSum") return i == 0;
   if (op == "Clip") return i == 0;
   if (op == "BatchNormalization") return i <= 2;  // running mean and variance are buffers
@@ -277,7 +309,7 @@ bool input_differentiable(const Node& n, size_t i) {
 bool output_differentiable(const Node& n, size_t k) {
   const std::string& op = n.op_type;
   if (op == "BatchNormalization" || op == "BatchNormTraining" || op == "LayerNormalization" ||
-      op == "Dropout" || op == "SeededDropout" || op == "MaxPool")
+      op == "Dropout" || op == "SeededDropout" || op == "MaxPool" || op == "FusedAttention")
     return k == 0;
   return !is_non_differentiable(op);
 }

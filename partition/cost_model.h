@@ -21,6 +21,11 @@
 //                              (SoftmaxCrossEntropyGrad) the same plus the scale (12), reading the
 //                              logits twice and writing dX then rescaling it in place: 3 reads,
 //                              2 writes of the logits' size. (The loss autodiff/loss.h appends.)
+//   FusedAttention             per visited (query, key) pair (causal: the pairs j <= i only)
+//                              F = 2D + 2Dv + the softmax's 12; its one gradient kernel (all B)
+//                              2 (2D + 2Dv + exp) + 2Dv + 4D + 3: q.k, the exp and dy.v are
+//                              made twice (once for dQ, once for dK and dV). Kept: Q, K, V, the
+//                              mask, Y and LogSumExp, never the scores
 //   gradient ops               (core/pipetrain_ops.h: GeluGrad, LayerNormGrad, ConvGradWeight...)
 //                              F = what the forward op's gradient costs above, so the B and W
 //                              graphs autodiff derives are counted by these same rules

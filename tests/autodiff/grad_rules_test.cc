@@ -199,6 +199,22 @@ void SeededDropout() {
   check(m);
 }
 
+// FusedAttention: causal, grouped-query heads (4 heads read 2 kv heads), an additive key mask
+// and no mask; the LogSumExp output is made on demand (GradContext::y) for the gradient.
+void FusedAttention() {
+  for (bool masked : {true, false}) {
+    GraphMaker m;
+    const ValueId q = m.input("q", {1, 4, 5, 3});
+    const ValueId k = m.input("k", {1, 2, 5, 3});
+    const ValueId v = m.input("v", {1, 2, 5, 2});
+    std::vector<ValueId> in = {q, k, v};
+    if (masked) in.push_back(m.floats({5}, {0.f, -0.5f, 0.25f, -1.f, 0.5f}));
+    m.output(m.op("FusedAttention", in, {1, 4, 5, 2}, {{"scale", 0.7f}, {"causal", int64_t{masked}}},
+                  "pipetrain"));
+    check(m);
+  }
+}
+
 // A stochastic-depth branch as training runs it: h + (h @ W) * SeededBernoulli(P) / 0.8, one mask
 // value per row. The draw is fixed by the key, so f is smooth in x and W; its gradient flows
 // through Mul and Div (SeededBernoulli is not differentiable: partition/cost_model.cc).
@@ -455,6 +471,7 @@ const Case kCases[] = {
     {"BatchNormalizationTrainingAndInference", BatchNormalizationTrainingAndInference},
     {"BatchNormTraining", BatchNormTraining},
     {"SeededDropout", SeededDropout},
+    {"FusedAttention", FusedAttention},
     {"StochasticDepthBranch", StochasticDepthBranch},
     {"MatMulWeightBatchedAndBroadcast", MatMulWeightBatchedAndBroadcast},
     {"GemmTransposesAlphaBetaBias", GemmTransposesAlphaBetaBias},

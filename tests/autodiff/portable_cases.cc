@@ -348,6 +348,78 @@ void add_loss(std::vector<PortableCase>& out) {
   }
 }
 
+// ---- attention ------------------------------------------------------------------------------
+
+struct AttentionCase {
+  const char* name;
+  int64_t b, h, hkv, s, t, d, dv;
+  bool causal;
+  DType mask;  // kUndefined: none
+  Dims mask_shape;
+};
+
+// The mask's additive value at (b, h, i, j), right-aligned broadcast.
+double mask_value(const AttentionCase& c, const Tensor& m, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (c.mask == DType::kUndefined) return 0;
+  const int64_t at[4] = {b, h, i, j};
+  int64_t off = 0;
+  const size_t rank = c.mask_shape.size();
+  for (size_t r = 0; r < rank; ++r) off = off * c.mask_shape[r] + (c.mask_shape[r] == 1 ? 0 : at[4 - rank + r]);
+  if (c.mask == DType::kBool) return m.as<bool>()[off] ? 0 : -INFINITY;
+  return m.as<float>()[off];
+}
+
+// Y and LogSumExp of FusedAttention in double (the gradient's inputs must be the forward's).
+std::pair<Tensor, Tensor> attention_forward(const AttentionCase& c, float scale, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, const Tensor& m) {
+  Tensor y = make(DType::kFloat32, {c.b, c.h, c.s, c.dv}), lse = make(DType::kFloat32, {c.b, c.h, c.s});
+  std::vector<double> p(static_cast<size_t>(c.t));
+  for (int64_t b = 0; b < c.b; ++b)
+    for (int64_t h = 0; h < c.h; ++h)
+      for (int64_t i = 0; i < c.s; ++i) {
+        const int64_t row = (b * c.h + h) * c.s + i, kv = b * c.hkv + h / (c.h / c.hkv);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < c.t; ++j) {
+          double dot = 0;
+          for (int64_t x = 0; x < c.d; ++x) dot += double(q.as<float>()[row * c.d + x]) * k.as<float>()[(kv * c.t + j) * c.d + x];
+          p[j] = c.causal && j > i ? -INFINITY : dot * scale + mask_value(c, m, b, h, i, j);
+          mx = std::max(mx, p[j]);
+        }
+        for (int64_t j = 0; j < c.t; ++j) sum += p[j] = std::exp(p[j] - mx);
+        lse.as<float>()[row] = static_cast<float>(mx + std::log(sum));
+        for (int64_t x = 0; x < c.dv; ++x) {
+          double acc = 0;
+          for (int64_t j = 0; j < c.t; ++j) acc += p[j] / sum * v.as<float>()[(kv * c.t + j) * c.dv + x];
+          y.as<float>()[row * c.dv + x] = static_cast<float>(acc);
+        }
+      }
+  return {std::move(y), std::move(lse)};
+}
+
+void add_attention(std::vector<PortableCase>& out) {
+  for (const AttentionCase& c :
+       {AttentionCase{"causal_gqa_float_mask", 1, 4, 2, 7, 7, 4, 3, true, DType::kFloat32, {7}},
+        AttentionCase{"bool_mask", 2, 2, 2, 5, 6, 4, 4, false, DType::kBool, {2, 1, 5, 6}}}) {
+    const Tensor q = uniform({c.b, c.h, c.s, c.d}, 81), k = uniform({c.b, c.hkv, c.t, c.d}, 82),
+                 v = uniform({c.b, c.hkv, c.t, c.dv}, 83), dy = uniform({c.b, c.h, c.s, c.dv}, 84);
+    Tensor m = c.mask == DType::kBool ? make(DType::kBool, c.mask_shape) : uniform(c.mask_shape, 85, -2.f, 0.f);
+    if (c.mask == DType::kBool)  // key 0 always seen: no row fully masked
+      for (int64_t x = 0; x < m.type.numel(); ++x) m.as<bool>()[x] = x % c.t == 0 || x % 3 != 1;
+    else
+      m.as<float>()[3] = -INFINITY;
+    const float scale = 0.5f;  // an attribute on the causal case, the default 1/sqrt(D) on the other
+    Attrs a{{"causal", int64_t{c.causal ? 1 : 0}}};
+    if (c.causal) a["scale"] = scale;
+    const auto [y, lse] = attention_forward(c, scale, q, k, v, m);
+    out.push_back({std::string("fused_attention.") + c.name, "FusedAttention", a,
+                   {{"Q", q}, {"K", k}, {"V", v}, {"Mask", m}},
+                   {{"Y", f32({c.b, c.h, c.s, c.dv})}, {"LogSumExp", f32({c.b, c.h, c.s})}}});
+    out.push_back({std::string("fused_attention_grad.") + c.name, "FusedAttentionGrad", a,
+                   {{"dY", dy}, {"Q", q}, {"K", k}, {"V", v}, {"Y", y}, {"LogSumExp", lse}, {"Mask", m}},
+                   {{"dQ", q.type}, {"dK", k.type}, {"dV", v.type}}});
+  }
+}
+
 }  // namespace
 
 std::vector<PortableCase> portable_cases() {
@@ -358,6 +430,7 @@ std::vector<PortableCase> portable_cases() {
   add_pool(out);
   add_gather(out);
   add_loss(out);
+  add_attention(out);
   return out;
 }
 

@@ -63,7 +63,7 @@ TEST(Portable, CasesCoverEveryOpOfTheSpec) {
       "ReluGrad", "ClipGrad", "ErfGrad", "GeluGrad", "SoftmaxGrad", "LogSoftmaxGrad",
       "LayerNormGrad", "BatchNormGrad", "BatchNormTraining", "ConvGradInput", "ConvGradWeight",
       "MaxPoolGrad", "AveragePoolGrad", "GatherGrad", "SoftmaxCrossEntropy",
-      "SoftmaxCrossEntropyGrad"};
+      "SoftmaxCrossEntropyGrad", "FusedAttention", "FusedAttentionGrad"};
   EXPECT_EQ(ops, spec);
 }
 

@@ -44,6 +44,7 @@ TEST(Cli, InspectCountsWeightGradientsOnTheDerivedGraphs) {
     const nlohmann::json j = nlohmann::json::parse(r.out);
     pt::ImportOptions o;
     o.batch = 2;
+    o.fuse_attention = true;  // inspect shows the CPU program
     const pt::Graph g = pt::import_model(model, o);
     const int64_t products = pt::testing::weight_gradient_products(g);
     const double w = static_cast<double>(j["flops_bwd_weight"].get<int64_t>());

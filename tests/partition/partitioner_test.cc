@@ -260,3 +260,39 @@ TEST(InitializerRoles, BuffersAreWhatNoGradientReaches) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// FusedAttention: a causal one visits the S (S + 1) / 2 pairs on and below the diagonal, so it
+// costs about half the full one, forward and backward; its backward keeps Q, K, V, Y and the
+// rows' log-sum-exp (O(S) per head), never the S x S scores the unfused Softmax keeps.
+TEST(CostModel, FusedAttentionSkipsTheCausalHalfAndKeepsNoScores) {
+  const int64_t b = 2, h = 4, s = 64, d = 16;
+  const auto costs = [&](bool causal) {
+    Graph g;
+    const TensorType t{DType::kFloat32, {b, h, s, d}};
+    const ValueId x = g.add_value("x", t);
+    const ValueId w = g.add_initializer("w", Tensor{TensorType{DType::kFloat32, {d, d}},
+                                                    std::vector<std::byte>(d * d * sizeof(float))});
+    const ValueId q = g.add_value("q", t), y = g.add_value("y", t), out = g.add_value("out", t);
+    g.add_node(Node{"proj", "MatMul", "", {x, w}, {q}, {}});
+    g.add_node(Node{"attn", "FusedAttention", "pipetrain", {q, q, q}, {y},
+                    {{"scale", 0.25f}, {"causal", int64_t{causal}}}});
+    g.add_node(Node{"out", "MatMul", "", {y, w}, {out}, {}});
+    g.inputs = {x};
+    g.outputs = {out};
+    g.rebuild_uses();
+    return estimate_costs(g)[1];
+  };
+  const NodeCost full = costs(false), causal = costs(true);
+  const double pairs_ratio = double(s * (s + 1) / 2) / double(s * s);
+  EXPECT_NEAR(double(causal.flops_fwd) / double(full.flops_fwd), pairs_ratio, 1e-9);
+  EXPECT_NEAR(double(causal.flops_bwd_input) / double(full.flops_bwd_input), pairs_ratio, 1e-9);
+  EXPECT_GT(full.flops_bwd_input, full.flops_fwd);
+  EXPECT_EQ(full.flops_bwd_weight, 0);
+  EXPECT_EQ(full.saved_bytes, b * h * s * d * 4);  // Y; Q is MatMul's, charged there
+}
+
+}  // namespace
+}  // namespace pt

@@ -15,6 +15,7 @@
 #include "autodiff/parameter_sites.h"
 #include "autodiff/training_mode.h"
 #include "core/error.h"
+#include "onnx_import/attention_fusion.h"
 #include "onnx_import/import.h"
 #include "tests/cli/run_cli.h"
 
@@ -28,6 +29,7 @@ Graph training_graph(const std::string& name) {
   const bool path = name.find('/') != std::string::npos;
   Graph g = import_model(path ? name : "samples/" + name + "/" + name + ".onnx", io);
   to_training_mode(g, TrainingModeOptions{true});
+  fuse_attention(g);  // as `plan` and `train` on the CPU
   split_parameter_sites(g, {});
   return g;
 }

@@ -1,4 +1,4 @@
-// tests/exec/cuda/cuda_executor_test.cc: the pipeline executor (train/executor.h) on the CUDA
+// tests/train/cuda/cuda_executor_test.cc: the pipeline executor (train/executor.h) on the CUDA
 // backend. mlp, gpt and resnet in their training form (BatchNorm batch statistics as side
 // outputs, seeded Dropout), every schedule kind at 1 and 2 stages (1 or 2 chunks per stage, as
 // the kind takes), every stage a CudaBackend of its own on GPU 0 with PeerComm between them:

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -34,9 +35,10 @@ Graph training_graph(const std::string& name) {
   return g;
 }
 
-// An empty directory `name` under the system's temporary directory.
+// An empty directory `name` under the system's temporary directory, of this process alone (two
+// test runs on one machine, or ctest's parallel processes, would otherwise share it).
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / name;
+  const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/bytes.h"
+#include "onnx_import/attention_fusion.h"
 #include "partition/partitioner.h"
 
 namespace CLI {
@@ -22,6 +23,7 @@ struct ModelArgs {
   bool micro_batch_given = false;  // --micro-batch was on the command line
   std::vector<std::string> dims;  // "name=value"
   std::vector<std::string> tied, untied, trained;  // initializer names or globs (onnx_import/module_params.h)
+  int64_t fuse_attention_from = kFusedAttentionMinKeys;  // keys from which attention is one kernel
 };
 
 // How transfers between devices are priced (partition/link.h): a preset, then what the user
@@ -98,6 +100,7 @@ struct GradArgs {
   int threads = 1;
   std::string output_dir;
   BackwardArgs bwd;
+  int64_t fuse_attention_from = kFusedAttentionMinKeys;
 };
 
 struct RunArgs {
@@ -107,6 +110,7 @@ struct RunArgs {
   std::string output_dir;
   int threads = 1;
   int repeats = 1;  // forward passes timed; the median is printed
+  int64_t fuse_attention_from = kFusedAttentionMinKeys;
 };
 
 struct TrainArgs {

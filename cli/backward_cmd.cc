@@ -105,7 +105,7 @@ int run_grad(const GradArgs& a) {
   // The form train differentiates: BatchNorm on the micro-batch's statistics, Dropout the
   // identity, a file's Bernoulli a seeded draw (autodiff/training_mode.h).
   const TrainingForm form = to_training_mode(g, TrainingModeOptions{false});
-  fuse_attention(g);  // a CPU program: attention as one kernel (onnx_import/attention_fusion.h)
+  fuse_attention(g, a.fuse_attention_from);  // a CPU program: attention as one kernel
   PartitionArgs pa;
   pa.stages = a.stages;
   pa.link.preset = "none";

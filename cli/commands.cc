@@ -26,6 +26,12 @@ void add_backward_args(CLI::App* cmd, BackwardArgs* b) {
       ->delimiter(',');
 }
 
+void add_fuse_attention_option(CLI::App* cmd, int64_t* from) {
+  cmd->add_option("--fuse-attention-from", *from,
+                  "fuses an attention over at least this many keys into one CPU kernel (default 256; 1: every one)")
+      ->check(at_least_one());
+}
+
 void add_model_args(CLI::App* cmd, ModelArgs* m, bool required = true) {
   CLI::Option* model = cmd->add_option("model", m->model, "ONNX model file");
   if (required) model->required();
@@ -37,6 +43,7 @@ void add_model_args(CLI::App* cmd, ModelArgs* m, bool required = true) {
   cmd->add_option("--untied", m->untied, "initializers (names or globs) given one copy per module that reads them");
   cmd->add_option("--trained", m->trained,
                   "constants the exporter folded from parameters (names or globs), trained as the file holds them");
+  add_fuse_attention_option(cmd, &m->fuse_attention_from);
 }
 
 }  // namespace
@@ -125,6 +132,7 @@ int run_cli(int argc, char** argv) {
          c->add_option("--threads,-t", forward.threads, "CPU threads")->check(at_least_one());
          c->add_option("--repeats,-r", forward.repeats, "forward passes to time (prints the median)")
              ->check(at_least_one());
+         add_fuse_attention_option(c, &forward.fuse_attention_from);
        },
        [&] { return run_forward(forward); }},
       {"grad", "one step's loss and parameter gradients on the CPU, written as .npy",
@@ -136,6 +144,7 @@ int run_cli(int argc, char** argv) {
              ->required();
          c->add_option("--dim", grad.dims, "binds a named symbolic dimension: NAME=VALUE");
          c->add_option("--stages,-s", grad.stages, "pipeline stages")->check(at_least_one());
+         add_fuse_attention_option(c, &grad.fuse_attention_from);
          c->add_option("--micro-batches,-m", grad.micro_batches, "split the batch into these")
              ->check(at_least_one());
          c->add_option("--threads,-t", grad.threads, "CPU threads")->check(at_least_one());

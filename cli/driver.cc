@@ -66,16 +66,17 @@ int run_inspect(const InspectArgs& a) {
   }
   ImportOptions io = import_options(a.model);
   io.fuse_attention = true;  // the CPU program (the CUDA backend runs attention unfused)
+  io.fuse_attention_from = a.model.fuse_attention_from;
   Graph g = import_model(a.model.model, io);
   std::vector<NodeCost> costs = estimate_costs(g);
   const ModelWork work = model_work(g);
   if (a.json) {
     nlohmann::json j = inspect_json(g, costs, work);
-    j["attention"] = describe_attention(g);
+    j["attention"] = describe_attention(g, a.model.fuse_attention_from);
     std::cout << j.dump(2) << "\n";
   } else {
     print_inspect(std::cout, g, costs, work, a.model.model, a.model.micro_batch, a.nodes);
-    for (const std::string& line : describe_attention(g)) std::cout << "attention " << line << "\n";
+    for (const std::string& line : describe_attention(g, a.model.fuse_attention_from)) std::cout << "attention " << line << "\n";
   }
   return 0;
 }

@@ -163,7 +163,7 @@ int run_plan(const PlanArgs& a) {
   if (!loss.output.empty() && g.find(loss.output) == kNoValue)
     throw UserError("--loss-output " + loss.output, "the model has no such output", "name one of the model's outputs");
   g = training_form(std::move(g), a.frozen, true);
-  fuse_attention(g);  // as train on the CPU runs it (onnx_import/attention_fusion.h)
+  fuse_attention(g, a.model.fuse_attention_from);  // as train on the CPU runs it
   r.backward.frozen = a.frozen;
   const PlanSearch s = search_plans(g, estimate_costs(g), r);
 

@@ -75,7 +75,7 @@ int run_forward(const RunArgs& a) {
     if (t.type.numel() <= kMaxShapeArgument) options.given_inputs[name] = t;
   Graph g = import_model(a.model, options);
   dropout_as_identity(g);  // run is inference: Dropout is the identity, as in PyTorch's eval()
-  fuse_attention(g);       // a CPU program: attention as one kernel (onnx_import/attention_fusion.h)
+  fuse_attention(g, a.fuse_attention_from);  // a CPU program: attention as one kernel
   fold_batch_norms(g);     // and BatchNormalization after a Conv is that Conv's scale and shift
 
   std::vector<Buffer> feeds;

@@ -505,14 +505,18 @@ class Rewriter {
   std::map<int, std::vector<Node>> after_;
 };
 
+// The keys of a match: the last dim of K transposed, [B, H, D, T].
+int64_t keys_of(const Graph& g, const Match& m) { return g.value(m.kt).type.shape.back(); }
+
 }  // namespace
 
-int fuse_attention(Graph& g) {
+int fuse_attention(Graph& g, int64_t min_keys) {
   std::vector<bool> gone(g.nodes.size(), false);
   std::vector<Match> matches;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Match m;
-    if (is_op(&g.nodes[i], "Softmax") && match_at(g, static_cast<int>(i), m).empty()) matches.push_back(m);
+    if (is_op(&g.nodes[i], "Softmax") && match_at(g, static_cast<int>(i), m).empty() && keys_of(g, m) >= min_keys)
+      matches.push_back(m);
   }
   std::map<int, std::vector<Node>> after;
   for (const Match& m : matches) {
@@ -539,7 +543,7 @@ int fuse_attention(Graph& g) {
   return static_cast<int>(matches.size());
 }
 
-std::vector<std::string> describe_attention(const Graph& g) {
+std::vector<std::string> describe_attention(const Graph& g, int64_t min_keys) {
   std::vector<std::string> out;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -552,6 +556,9 @@ std::vector<std::string> describe_attention(const Graph& g) {
       Match m;
       const std::string why = match_at(g, static_cast<int>(i), m);
       if (!why.empty() && why != kNotScores) out.push_back("unfused: " + n.label() + ": " + why);
+      if (why.empty())
+        out.push_back("unfused: " + n.label() + ": " + std::to_string(keys_of(g, m)) + " keys, fewer than " +
+                      std::to_string(min_keys) + ", where the unfused products run faster (--fuse-attention-from sets the bound)");
     }
   }
   return out;

@@ -413,7 +413,7 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   check_folded(m.graph(), path, default_opset(m));
   Graph g = convert(m, known, declared, source_opset, path);
   fuse_gelu(g);
-  if (opts.fuse_attention) fuse_attention(g);
+  if (opts.fuse_attention) fuse_attention(g, opts.fuse_attention_from);
   g.parameter_notes = std::move(restored.notes);
   g.module_names = std::move(restored.module_names);
   g.file_draws = std::move(file_draws);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/ir.h"
+#include "onnx_import/attention_fusion.h"
 #include "onnx_import/module_params.h"
 
 namespace pt {
@@ -27,6 +28,7 @@ struct ImportOptions {
   // Attention made one pipetrain FusedAttention node (attention_fusion.h). CPU programs only:
   // the CUDA backend has no kernel for it.
   bool fuse_attention = false;
+  int64_t fuse_attention_from = kFusedAttentionMinKeys;  // keys from which it fuses
 };
 
 Graph import_model(const std::string& path, const ImportOptions& opts = {});

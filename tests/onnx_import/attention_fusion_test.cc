@@ -24,6 +24,7 @@ Graph import(const std::string& path, bool fuse) {
   ImportOptions o;
   o.batch = 2;
   o.fuse_attention = fuse;
+  o.fuse_attention_from = 1;  // every attention, however few its keys
   return import_model(path, o);
 }
 
@@ -87,6 +88,17 @@ TEST(AttentionFusion, SamplesAndExportsFuseEveryAttention) {
   }
 }
 
+// By default an attention over fewer than kFusedAttentionMinKeys keys stays as the exporter wrote
+// it (the unfused products run faster there), and inspect says so: charlm's context is 64.
+TEST(AttentionFusion, FewerKeysThanTheBoundStayUnfused) {
+  Graph g = import_model("samples/charlm/charlm.onnx");
+  EXPECT_EQ(fuse_attention(g), 0);
+  const auto lines = describe_attention(g);
+  ASSERT_EQ(lines.size(), 4u);
+  for (const std::string& l : lines) EXPECT_NE(l.find("64 keys, fewer than 256"), std::string::npos) << l;
+  EXPECT_EQ(fuse_attention(g, 64), 4);
+}
+
 // The fused program's output equals the unfused one's within float rounding (the kernel sums in
 // another order; 1e-5 of the output's largest magnitude).
 TEST(AttentionFusion, FusedForwardMatchesTheUnfusedOne) {
@@ -136,13 +148,13 @@ Graph attention_with_dropout(bool training) {
 // (the identity) fuses, as an export without dropout does.
 TEST(AttentionFusion, DropoutOnTheProbabilitiesStaysUnfused) {
   Graph g = attention_with_dropout(true);
-  EXPECT_EQ(fuse_attention(g), 0);
+  EXPECT_EQ(fuse_attention(g, 1), 0);
   EXPECT_EQ(g.nodes.size(), 4u);
   const auto lines = describe_attention(g);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("attention dropout"), std::string::npos) << lines[0];
   Graph off = attention_with_dropout(false);
-  EXPECT_EQ(fuse_attention(off), 1);
+  EXPECT_EQ(fuse_attention(off, 1), 1);
   ASSERT_EQ(off.nodes.size(), 2u);  // K's Transpose, the FusedAttention
   EXPECT_EQ(off.nodes[1].op_type, "FusedAttention");
   EXPECT_EQ(off.nodes[1].outputs[0], off.outputs[0]);

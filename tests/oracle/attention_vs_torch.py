@@ -133,7 +133,7 @@ def check(args, t, kind, tmp):
     m = model(t, kind, scale, graph_mask)
     path = os.path.join(tmp, f"attention_{kind}_{t}.onnx")
     onnx.save(m, path)
-    attention = json.loads(pipetrain(args, "inspect", path, "--json")).get("attention", [])
+    attention = json.loads(pipetrain(args, "inspect", path, "--json", "--fuse-attention-from", "1")).get("attention", [])
     if len(attention) != 1 or not attention[0].startswith("fused"):
         return f"not fused: {attention}", None
     x = rng.standard_normal((B, t, E)).astype(np.float32)
@@ -142,7 +142,7 @@ def check(args, t, kind, tmp):
     np.save(os.path.join(tmp, "t.npy"), target)
     out = os.path.join(tmp, f"grad_{kind}_{t}")
     pipetrain(args, "grad", path, "-i", f"X={os.path.join(tmp, 'x.npy')}", "--target", os.path.join(tmp, "t.npy"),
-              "--threads", "2", "--output", out)
+              "--threads", "2", "--fuse-attention-from", "1", "--output", out)
     loss = float(np.load(os.path.join(out, "loss.npy")))
     grads = {n: np.load(os.path.join(out, npy_file_name(n))) for n in ("Wq", "Wk", "Wv")}
     want_loss, want = reference(m, x, target, torch_mask, scale, torch.float64)

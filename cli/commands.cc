@@ -43,7 +43,6 @@ void add_model_args(CLI::App* cmd, ModelArgs* m, bool required = true) {
   cmd->add_option("--untied", m->untied, "initializers (names or globs) given one copy per module that reads them");
   cmd->add_option("--trained", m->trained,
                   "constants the exporter folded from parameters (names or globs), trained as the file holds them");
-  add_fuse_attention_option(cmd, &m->fuse_attention_from);
 }
 
 }  // namespace
@@ -89,6 +88,7 @@ int run_cli(int argc, char** argv) {
       {"inspect", "ops, parameters, FLOPs per sample, unsupported ops",
        [&](CLI::App* c) {
          add_model_args(c, &inspect.model);
+         add_fuse_attention_option(c, &inspect.model.fuse_attention_from);
          c->add_flag("--nodes", inspect.nodes, "list every node with its cost");
          c->add_flag("--json", inspect.json, "print one JSON object");
        },

@@ -8,8 +8,8 @@ names one fused attention) and gives the mean cross-entropy and dWq, dWk, dWv, w
 dK and dV. The reference is softmax(q k^T * scale + mask) v in float64 torch (Debian's 1.13 has no
 scaled_dot_product_attention), gradients by autograd.
 
-Tolerance: |ours - torch| <= 1e-4 of each gradient's largest magnitude (of 1e-4 of the case's
-largest gradient where a gradient is zero in exact arithmetic), and the loss within 1e-4 relative. Before trusting it, each case is run in float32 torch as well: float32 must itself be
+Tolerance: |ours - torch| <= 1e-4 of each gradient's largest magnitude (of 1e-2 of the case's
+largest gradient where a gradient is smaller, as one zero in exact arithmetic), and the loss within 1e-4 relative. Before trusting it, each case is run in float32 torch as well: float32 must itself be
 within 1e-5 of float64 there (the cases are well conditioned), so 1e-4 leaves room for the fused
 kernel's other summation order and still catches a wrong term, mask or scale (errors of order 1).
 
@@ -120,9 +120,11 @@ def pipetrain(args, *argv):
 
 
 def worst(have, want):
-    """Relative to each gradient's largest magnitude; one that is zero in exact arithmetic (dWq and
-    dWk at T = 1: softmax over one key is constant) to 1e-4 of the case's largest gradient."""
-    floor = 1e-4 * max(float(np.max(np.abs(g))) for g in want.values())
+    """Relative to each gradient's largest magnitude, or to 1e-2 of the case's largest gradient where
+    a gradient is smaller: dWq and dWk at T = 1 are zero in exact arithmetic (softmax over one key
+    is constant), and float32 rounding leaves about 1e-8 of the largest gradient there (1.5e-8
+    under ASan's build), which a floor of 1e-4 of it held to 1e-8, below float32's resolution."""
+    floor = 1e-2 * max(float(np.max(np.abs(g))) for g in want.values())
     return max(float(np.max(np.abs(have[n] - want[n]))) / max(float(np.max(np.abs(want[n]))), floor) for n in want)
 
 

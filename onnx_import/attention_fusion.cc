@@ -556,7 +556,7 @@ std::vector<std::string> describe_attention(const Graph& g, int64_t min_keys) {
       Match m;
       const std::string why = match_at(g, static_cast<int>(i), m);
       if (!why.empty() && why != kNotScores) out.push_back("unfused: " + n.label() + ": " + why);
-      if (why.empty())
+      else if (why.empty() && keys_of(g, m) < min_keys)
         out.push_back("unfused: " + n.label() + ": " + std::to_string(keys_of(g, m)) + " keys, fewer than " +
                       std::to_string(min_keys) + ", where the unfused products run faster (--fuse-attention-from sets the bound)");
     }

@@ -185,6 +185,10 @@ int train(const TrainConfig& cfg, const TrainArgs& args, const TrainRanks& ranks
   printer.start(t, ranks);
   std::optional<InterruptGuard> own;  // a signal stops the loop at the next step boundary
   InterruptGuard& g = guard ? *guard : own.emplace();
+  g.resume_hint(cfg.checkpoint.dir.empty()
+                    ? "nothing was kept (the config names no checkpoint.dir); add checkpoint: {dir: DIR, every: N} to "
+                      "make a run resumable"
+                    : "continue from the last checkpoint in " + cfg.checkpoint.dir + " with --resume");
   const int signal = t.run(printer, {[&] { return g.signal(); }, [&](int64_t n) { g.completed(n); }});
   printer.end();
   if (signal) return stop_interrupted(cfg, t, ranks, signal);
@@ -199,7 +203,8 @@ int train(const TrainConfig& cfg, const TrainArgs& args, const TrainRanks& ranks
 }  // namespace
 
 // One process, or each rank of an mpirun: a rank other than 0 prints nothing and writes no file;
-// an error on any rank ends every rank (the others would wait for its messages).
+// an error on any rank ends every rank (the others would wait for its messages), its line
+// written once, by the rank that failed first (the lowest of those, when several fail at once).
 int run_train(const TrainArgs& a) {
   TrainRanks ranks;
   if (ranks.alone()) {
@@ -223,12 +228,16 @@ int run_train(const TrainArgs& a) {
   } catch (const std::exception& e) {
     std::cout.rdbuf(out);
     std::cout.flush();
-    // One write: mpirun forwards every rank's stderr, and a line in pieces would interleave.
-    const std::string line = "error: rank " + std::to_string(ranks.rank()) + " of " + std::to_string(ranks.size()) +
-                             ": " + e.what() + "\n";
-    std::fwrite(line.data(), 1, line.size(), stderr);
-    std::fflush(stderr);
-    ranks.abort(2);
+    // Ranks failing on one cause (a config every rank reads) agree on which writes the line.
+    const bool write = ranks.report_failure();
+    if (write) {
+      // One write: mpirun forwards every rank's stderr, and a line in pieces would interleave.
+      const std::string line = "error: rank " + std::to_string(ranks.rank()) + " of " + std::to_string(ranks.size()) +
+                               ": " + e.what() + "\n";
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
+    }
+    ranks.end_failed(2, write);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 namespace pt {
@@ -25,6 +26,10 @@ int g_rank = 0, g_size = 1;
 bool g_under_mpirun = false;  // Open MPI's launcher started this process
 std::atomic<int64_t> g_completed{-1};  // -1: still in set-up
 static_assert(std::atomic<int64_t>::is_always_lock_free, "read in a signal handler");
+std::atomic<bool> g_job_failed{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "read in a signal handler");
+char g_resume_hint[512] = "";
+volatile sig_atomic_t g_resume_hint_ready = 0;  // 0 while it is written: the handler says the general way
 
 // Async-signal-safe text: a fixed buffer, integers written by hand.
 struct Line {
@@ -47,9 +52,10 @@ struct Line {
 
 // When ranks of this host have no process any more: the line (from the lowest survivor) and
 // the exit. Under mpirun a SIGTERM alone ends the job too: mpirun sends it to the ranks it stops
-// (a rank on another host was lost, or the job was interrupted) and kills them a second later,
-// too soon for a step boundary; the line then names the step and leaves the lost rank to
-// mpirun's own message. Otherwise returns and the signal is an ordinary interrupt.
+// (the job was interrupted, a rank on another host was lost, or a rank failed) and kills them a
+// second later, too soon for a step boundary. After a failure the failing rank has written the
+// line; else rank 0 writes that the job was interrupted, naming the step, and leaves a lost
+// rank to mpirun's own message. Otherwise returns and the signal is an ordinary interrupt.
 void end_if_a_rank_was_lost(int signal) {
   bool lost[kMaxHostRanks] = {};
   int lost_count = 0, reporter = -1;
@@ -59,26 +65,38 @@ void end_if_a_rank_was_lost(int signal) {
     else if (reporter < 0 || g_host[i].rank < reporter) reporter = g_host[i].rank;
   }
   if (!lost_count && !(g_under_mpirun && signal == SIGTERM)) return;
-  if (reporter == g_rank) {
-    Line l;
-    if (lost_count) {
-      l.add(lost_count == 1 ? "error: rank " : "error: ranks ");
-      for (int i = 0, k = 0; i < g_host_count; ++i) {
-        if (!lost[i]) continue;
-        if (k++) l.add(", ");
-        l.add(int64_t{g_host[i].rank});
+  // A rank that failed wrote the job's line and ended the job (its process may be gone already).
+  if (g_job_failed.load()) ::_exit(2);
+  const int64_t completed = g_completed.load();
+  Line l;
+  if (!lost_count) {  // Ctrl-C (mpirun turns it into SIGTERM), or a rank lost on another host
+    if (g_rank == 0) {
+      l.add("interrupted: mpirun stopped every rank ");
+      if (completed < 0) {
+        l.add("during set-up, before the first step (a Ctrl-C or a signal to mpirun, or a rank lost on another "
+              "host, which mpirun's message then names); start the job again\n");
+      } else {
+        l.add("after step ");
+        l.add(completed);
+        l.add(", the last every rank completed (a Ctrl-C or a signal to mpirun, or a rank lost on another host, "
+              "which mpirun's message then names); ");
+        l.add(g_resume_hint_ready ? g_resume_hint : "start the job again (with --resume to go on from the last checkpoint)");
+        l.add("\n");
       }
-      l.add(" of ");
-      l.add(int64_t{g_size});
-      l.add(lost_count == 1 ? " was lost (its process is gone)" : " were lost (their processes are gone)");
-    } else {
-      l.add("error: rank ");
-      l.add(int64_t{g_rank});
-      l.add(" of ");
-      l.add(int64_t{g_size});
-      l.add(": mpirun ended the job (its message names the rank it lost, if one was lost)");
+      [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, l.text, static_cast<size_t>(l.n));
     }
-    const int64_t completed = g_completed.load();
+    ::_exit(interrupted_exit_code(signal));
+  }
+  if (reporter == g_rank) {
+    l.add(lost_count == 1 ? "error: rank " : "error: ranks ");
+    for (int i = 0, k = 0; i < g_host_count; ++i) {
+      if (!lost[i]) continue;
+      if (k++) l.add(", ");
+      l.add(int64_t{g_host[i].rank});
+    }
+    l.add(" of ");
+    l.add(int64_t{g_size});
+    l.add(lost_count == 1 ? " was lost (its process is gone)" : " were lost (their processes are gone)");
     if (completed < 0) {
       l.add(" during set-up, before the first step");
     } else {
@@ -137,6 +155,18 @@ void InterruptGuard::watch_ranks(int rank, int size, const std::vector<std::pair
 }
 
 void InterruptGuard::completed(int64_t steps) { g_completed = steps; }
+
+void InterruptGuard::resume_hint(const std::string& text) {
+  g_resume_hint_ready = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::snprintf(g_resume_hint, sizeof g_resume_hint, "%s", text.c_str());
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g_resume_hint_ready = 1;
+}
+
+void note_job_failed() { g_job_failed = true; }
+
+bool job_failed() { return g_job_failed.load(); }
 
 bool InterruptGuard::interrupted() const { return g_interrupted != 0; }
 

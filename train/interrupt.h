@@ -11,10 +11,15 @@
 // lost ranks and the last step every rank completed, and each exits at once with 1 (waiting for
 // the step boundary would hang in a collective the lost rank never joins). Under mpirun a
 // SIGTERM with no rank of this host lost (one on another host, or the job interrupted) ends the
-// rank the same way, its line naming the step; mpirun's own line names the lost rank.
+// rank the same way: rank 0 writes one line saying the job was interrupted, after which step and
+// how to go on (mpirun's own line names a lost rank, if one was lost); each rank exits with 143.
+// Where a rank failed (note_job_failed: this one, or another that said so, train/mpi_comm.h),
+// mpirun's SIGTERM is that failure's end: the rank exits with 2 and writes nothing, the failing
+// rank's own line being the job's one.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,7 +43,15 @@ class InterruptGuard {
   // Every rank has completed `steps` steps (for the lost-rank line; before the first call the
   // line says the job was still in set-up).
   void completed(int64_t steps);
+  // How to go on after the job was interrupted under mpirun (the end of its line), e.g.
+  // "continue from the last checkpoint in DIR with --resume".
+  void resume_hint(const std::string& text);
 };
+
+// Across processes: a rank of the job failed (this one, or another that said so). From then on
+// mpirun's SIGTERM ends this rank silently with exit code 2.
+void note_job_failed();
+bool job_failed();
 
 // The exit code of a run stopped by `signal`, as shells report it.
 constexpr int interrupted_exit_code(int signal) { return 128 + signal; }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "train/interrupt.h"
 
 namespace pt {
 
@@ -31,6 +32,53 @@ struct MpiWorld::Groups {
   }
   MPI_Comm of(Over over) const {
     return over == Over::kWorld ? MPI_COMM_WORLD : over == Over::kReplica ? replica : position;
+  }
+};
+
+// Other ranks' failures, heard on a communicator of their own by a thread that polls for them
+// (a blocking receive would spin a core for the whole run). A report is {rank, first}: first
+// when that rank had heard of no failure before its own.
+struct MpiWorld::FailureWatch {
+  static constexpr int kTag = 1;
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::atomic<bool> heard{false}, stop{false};
+  std::atomic<int> lowest_first{std::numeric_limits<int>::max()};
+  std::thread thread;
+  int mine[2] = {0, 0};  // this rank's report, alive until the process ends
+  std::vector<MPI_Request> sent;
+
+  explicit FailureWatch(MPI_Comm world) {
+    MPI_Comm_dup(world, &comm);
+    thread = std::thread([this] { listen(); });
+  }
+  ~FailureWatch() {
+    stop = true;
+    thread.join();
+    MPI_Comm_free(&comm);
+  }
+  void note(int rank, bool first) {
+    heard = true;
+    note_job_failed();
+    int low = lowest_first.load();
+    while (first && rank < low && !lowest_first.compare_exchange_weak(low, rank)) {
+    }
+  }
+  void listen() {
+    int report[2] = {0, 0};
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Irecv(report, 2, MPI_INT, MPI_ANY_SOURCE, kTag, comm, &request);
+    while (!stop) {
+      int done = 0;
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      note(report[0], report[1] != 0);
+      MPI_Irecv(report, 2, MPI_INT, MPI_ANY_SOURCE, kTag, comm, &request);
+    }
+    MPI_Cancel(&request);
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
   }
 };
 
@@ -55,11 +103,29 @@ MpiWorld::MpiWorld() {
   for (size_t i = 0; i < all.size(); i += 2) host_ranks_.emplace_back(all[i], all[i + 1]);
   MPI_Comm_free(&host);
   groups_ = std::make_unique<Groups>();
+  watch_ = std::make_unique<FailureWatch>(MPI_COMM_WORLD);
 }
 
 MpiWorld::~MpiWorld() {
+  watch_.reset();
   groups_.reset();
   MPI_Finalize();
+}
+
+bool MpiWorld::report_failure() {
+  const bool first = !watch_->heard.load();
+  note_job_failed();
+  watch_->note(rank_, first);
+  watch_->mine[0] = rank_;
+  watch_->mine[1] = first ? 1 : 0;
+  watch_->sent.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_)
+      MPI_Isend(watch_->mine, 2, MPI_INT, r, FailureWatch::kTag, watch_->comm, &watch_->sent[static_cast<size_t>(r)]);
+  // Ranks failing on one cause (a config every rank reads) fail within milliseconds of each
+  // other; their reports cross in this time. The sends complete as the watch thread polls.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return first && watch_->lowest_first.load() == rank_;
 }
 
 void MpiWorld::split(int replicas) {

@@ -80,11 +80,20 @@ class MpiWorld {
   // waiting for its messages).
   [[noreturn]] void abort(int code) const;
 
+  // A failure on this rank, its line not yet written: tells every other rank (which then end
+  // silently when mpirun stops them, train/interrupt.h), waits a moment for the reports of
+  // ranks that failed at the same time (a config error fails every rank), and says whether
+  // this rank writes the job's one line: the lowest of the ranks that failed before hearing
+  // of another's failure.
+  bool report_failure();
+
  private:
   struct Groups;  // the communicator of each scope (Over)
+  struct FailureWatch;  // a thread that hears other ranks' failures
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   std::vector<std::pair<int, int>> host_ranks_;
   std::unique_ptr<Groups> groups_;
+  std::unique_ptr<FailureWatch> watch_;
 };
 
 class MpiComm : public Comm {

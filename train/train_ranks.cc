@@ -1,6 +1,8 @@
 #include "train/train_ranks.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
 #include "train/ranks.h"
@@ -66,6 +68,7 @@ void TrainRanks::abort(int code) const {
   if (world_) world_->abort(code);
   std::_Exit(code);
 }
+bool TrainRanks::report_failure() const { return world_ ? world_->report_failure() : true; }
 #else
 void TrainRanks::sum(std::vector<double>&, Over) const {}
 void TrainRanks::max(std::vector<int64_t>&, Over) const {}
@@ -75,7 +78,13 @@ void TrainRanks::sum_shard_in_replica_order(float*, const std::vector<size_t>&) 
 void TrainRanks::gather_shards(std::byte*, const std::vector<size_t>&) const {}
 void TrainRanks::check_same(uint64_t, const std::string&) const {}
 void TrainRanks::abort(int code) const { std::_Exit(code); }
+bool TrainRanks::report_failure() const { return true; }
 #endif
+
+void TrainRanks::end_failed(int code, bool wrote_line) const {
+  if (!wrote_line) std::this_thread::sleep_for(std::chrono::seconds(10));
+  abort(code);
+}
 
 uint64_t fnv1a(const std::string& text, uint64_t h) {
   for (unsigned char c : text) {

@@ -53,6 +53,11 @@ class TrainRanks {
   void gather_shards(std::byte* data, const std::vector<size_t>& bytes) const;
   void check_same(uint64_t value, const std::string& what) const;
   [[noreturn]] void abort(int code) const;
+  // This rank failed (MpiWorld::report_failure): whether it writes the job's one line (alone:
+  // always). Then end_failed ends the job: at once where this rank wrote the line; else it waits
+  // for the rank that writes it to end the job, and ends it itself if that has not come in 10 s.
+  bool report_failure() const;
+  [[noreturn]] void end_failed(int code, bool wrote_line) const;
 
  private:
   std::unique_ptr<MpiWorld> world_;

@@ -108,7 +108,7 @@ kill_try() {  # $1: the try's number. Exit 0: as it should; 2: the line missing;
   kill -9 "$victim"
   wait "$run" || code=$?
   local elapsed=$((SECONDS - t0)) line ended=false
-  line=$(grep -E "^error: rank 0 of 2: mpirun ended the job .* after step [0-9]+, the last every rank completed" "$log" || true)
+  line=$(grep -E "^interrupted: mpirun stopped every rank after step [0-9]+, the last every rank completed .*a rank lost on another host" "$log" || true)
   [ "$code" != 0 ] && [ "$elapsed" -le 60 ] && ended=true
   if $ended && [ -n "$line" ]; then
     echo "two_hosts: the rank on the second host killed: exit $code in $elapsed s; $line"

@@ -132,7 +132,7 @@ TEST(TrainInterrupt, ASecondCtrlCExitsAtOnce) {
 // Across processes the guard watches from before set-up (train/interrupt.h): the signal mpirun
 // sends when a rank is lost ends this rank at once with one line, whether a step was completed
 // yet or not. `completed` < 0 leaves the job in set-up. Runs in a child, which _exits.
-std::pair<int, std::string> rank_signalled(bool peer_lost, int64_t completed) {
+std::pair<int, std::string> rank_signalled(bool peer_lost, int64_t completed, bool job_failed = false) {
   const fs::path log = scratch("int_rank_lost") / "stderr.txt";
   const pid_t child = fork();
   if (child == 0) {
@@ -148,6 +148,8 @@ std::pair<int, std::string> rank_signalled(bool peer_lost, int64_t completed) {
     pt::InterruptGuard guard;
     guard.watch_ranks(0, 2, {{0, getpid()}, {1, peer}});
     if (completed >= 0) guard.completed(completed);
+    guard.resume_hint("continue from the last checkpoint in ck with --resume");
+    if (job_failed) pt::note_job_failed();
     raise(SIGTERM);
     _exit(125);  // the handler did not end the process
   }
@@ -163,10 +165,19 @@ TEST(TrainInterrupt, ARankLostNamesTheStepOrTheSetUp) {
                                                         "set-up, before the first step" + stops));
   EXPECT_EQ(rank_signalled(true, 3), std::make_pair(1, "error: rank 1 of 2 was lost (its process is gone) after "
                                                        "step 3, the last every rank completed" + stops));
-  // No rank of this host lost: mpirun's SIGTERM (its own line names a rank lost on another host).
-  EXPECT_EQ(rank_signalled(false, -1),
-            std::make_pair(1, "error: rank 0 of 2: mpirun ended the job (its message names the rank it lost, if one "
-                              "was lost) during set-up, before the first step" + stops));
+  // No rank of this host lost: mpirun's SIGTERM after a Ctrl-C (or a rank lost on another host,
+  // which mpirun's own line names) reads as the interruption, with how to go on.
+  const std::string why = " (a Ctrl-C or a signal to mpirun, or a rank lost on another host, which mpirun's message "
+                          "then names); ";
+  EXPECT_EQ(rank_signalled(false, -1), std::make_pair(143, "interrupted: mpirun stopped every rank during set-up, "
+                                                           "before the first step" + why + "start the job again\n"));
+  EXPECT_EQ(rank_signalled(false, 7),
+            std::make_pair(143, "interrupted: mpirun stopped every rank after step 7, the last every rank completed" +
+                                    why + "continue from the last checkpoint in ck with --resume\n"));
+  // A rank failed (and wrote the job's line): mpirun's SIGTERM ends this one silently, also
+  // where the failed rank's process is gone already.
+  EXPECT_EQ(rank_signalled(false, 7, true), std::make_pair(2, std::string()));
+  EXPECT_EQ(rank_signalled(true, 7, true), std::make_pair(2, std::string()));
 }
 
 }  // namespace

@@ -345,6 +345,55 @@ TEST(TrainRanks, ReplicasMustDivideTheProcesses) {
       << r.err;
 }
 
+// An error is one line, written by the rank that met it; the other ranks end without a word
+// (mpirun -q leaves out mpirun's own box). Every rank meets a bad --set: rank 0 writes it.
+TEST(TrainRanks, AnErrorIsOneLineFromTheRankThatMetIt) {
+  const fs::path d = scratch("ranks_error_once");
+  const std::string bad = "--set pipeline.stages=nonsense";
+  const std::string what = ": --set pipeline.stages: expected a whole number, got 'nonsense'; give a whole number\n";
+  const auto errors = [](const std::string& err) {
+    size_t n = 0;
+    for (size_t at = 0; (at = err.find("error:", at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  for (int n : {2, 4}) {
+    const Result r = mpirun(n, charlm(d, bad), "-q");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(errors(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("error: rank 0 of " + std::to_string(n) + what), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("mpirun"), std::string::npos) << r.err;
+  }
+  // Rank 1 alone meets it (its own command line); rank 0 goes on into set-up and is stopped.
+  const std::string ok = std::string(PT_BINARY) + " " + charlm(d, "--set steps=2");
+  const Result r = run_command(std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -q -n 1 " + ok +
+                               " : -n 1 " + ok + " " + bad);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(errors(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("error: rank 1 of 2" + what), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d / "charlm.onnx"));
+}
+
+// A Ctrl-C at mpirun (which stops every rank with SIGTERM, then SIGKILL) is an interruption:
+// one line from rank 0 with the last step every rank completed and how to go on. The SIGINT goes
+// to mpirun itself, as a terminal sends it: `timeout` would pass it on to its whole process
+// group, and a second SIGINT makes mpirun exit at once, leaving its ranks running.
+TEST(TrainRanks, ACtrlCAtMpirunReadsAsTheInterruption) {
+  const fs::path d = scratch("ranks_ctrl_c");
+  const std::string metrics = (d / "metrics.jsonl").string();
+  const Result r = run_command(
+      "(rm -f " + metrics + "; timeout 300 " + std::string(PT_MPIRUN) + " --oversubscribe --allow-run-as-root -q -n 2 " +
+      PT_BINARY + " " + charlm(d, "--set steps=100000 --set checkpoint.every=5 --set checkpoint.dir=" +
+                                      (d / "ckpt").string()) +
+      " & for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.2; done; kill -INT $(pgrep -P $!); wait $!)");
+  EXPECT_NE(r.code, 0);
+  const std::regex line("(^|\n)interrupted: mpirun stopped every rank after step [0-9]+, the last every rank "
+                        "completed \\([^)]*\\); continue from the last checkpoint in " + (d / "ckpt").string() +
+                        " with --resume\n");
+  EXPECT_TRUE(std::regex_search(r.err, line)) << r.err;
+  EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("interrupted"), r.err.rfind("interrupted")) << r.err;
+}
+
 // A rank killed mid-run: mpirun ends the others; the survivor names the lost rank and the last step every
 // rank completed; nothing hangs.
 TEST(TrainRanks, ALostRankEndsTheJob) {

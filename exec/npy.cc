@@ -54,8 +54,10 @@ std::vector<int64_t> parse_shape(const std::string& tuple, const std::string& pa
 
 }  // namespace
 
-Tensor read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+namespace {
+
+// The header, checked against the bytes the file holds; `in` is left at the data.
+TensorType read_header(const std::string& path, std::ifstream& in) {
   if (!in) throw UserError(path, "cannot be opened", "check the path to the .npy file");
   char magic[8];
   if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
@@ -91,21 +93,35 @@ Tensor read_npy(const std::string& path) {
     throw UserError(path, "is in Fortran order", "save numpy.ascontiguousarray(x)");
   if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
     throw UserError(path, "has no shape in its header", "save it with numpy.save");
-  Tensor t;
-  t.type.dtype = dt->second;
-  t.type.shape = parse_shape(m[1], path);
+  TensorType type;
+  type.dtype = dt->second;
+  type.shape = parse_shape(m[1], path);
   const std::streamoff start = in.tellg();
   in.seekg(0, std::ios::end);
   const int64_t held = static_cast<int64_t>(in.tellg() - start);
   in.seekg(start);
-  int64_t needed = static_cast<int64_t>(dtype_size(t.type.dtype));
-  for (int64_t d : t.type.shape)
+  int64_t needed = static_cast<int64_t>(dtype_size(type.dtype));
+  for (int64_t d : type.shape)
     if (__builtin_mul_overflow(needed, d, &needed)) needed = INT64_MAX;
   if (needed > held)
     throw UserError(path, "holds " + std::to_string(held) + " bytes of data, fewer than its shape " +
-                              shape_str(t.type.shape) + " needs",
+                              shape_str(type.shape) + " needs",
                     "the file is truncated or its header is wrong; save it again");
-  t.data.resize(static_cast<size_t>(needed));
+  return type;
+}
+
+}  // namespace
+
+TensorType read_npy_type(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return read_header(path, in);
+}
+
+Tensor read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  Tensor t;
+  t.type = read_header(path, in);
+  t.data.resize(static_cast<size_t>(t.type.bytes()));
   in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
   return t;
 }

@@ -11,6 +11,8 @@ namespace pt {
 // Throws UserError naming the file: missing, not .npy, Fortran order, big-endian, an unknown
 // dtype, or fewer bytes than the header promises.
 Tensor read_npy(const std::string& path);
+// The type alone, from the header, with the same checks (the data is not read).
+TensorType read_npy_type(const std::string& path);
 // Writes atomically (temporary file renamed into place).
 void write_npy(const Tensor& t, const std::string& path);
 

@@ -181,9 +181,10 @@ class NpySource : public DataSource {
 // (the target) ids [i*T+1, i*T+T+1).
 class TokenSource : public DataSource {
  public:
-  TokenSource(std::vector<std::byte> bytes, int width, int64_t window, DType input, DType target)
-      : bytes_(std::move(bytes)), width_(width), window_(window), dtypes_{input, target} {}
-  int64_t count() const { return static_cast<int64_t>(bytes_.size()) / width_; }
+  // bytes: the file, or nothing where no feed of it is read (count: its ids all the same).
+  TokenSource(std::vector<std::byte> bytes, int64_t count, int width, int64_t window, DType input, DType target)
+      : bytes_(std::move(bytes)), count_(count), width_(width), window_(window), dtypes_{input, target} {}
+  int64_t count() const { return count_; }
   int64_t token(int64_t i) const {
     const auto* p = reinterpret_cast<const uint8_t*>(bytes_.data()) + i * width_;
     return width_ == 1 ? p[0] : p[0] | (p[1] << 8);  // little-endian
@@ -196,6 +197,7 @@ class TokenSource : public DataSource {
 
  private:
   std::vector<std::byte> bytes_;
+  int64_t count_;
   int width_;
   int64_t window_;
   DType dtypes_[2];
@@ -256,11 +258,13 @@ struct Builder {
            "check the path (" + (o.path_rule ? o.path_rule(key) : "relative paths are from the working folder") + ")");
   }
 
+  // The file's tensor (only its type where the feed is not read), checked against the feed.
   Tensor read_checked(const std::string& key, const std::string& path, const FeedSpec& f) const {
     need_file(key, path);
     Tensor t;
     try {
-      t = read_npy(path);
+      if (f.read) t = read_npy(path);
+      else t.type = read_npy_type(path);
     } catch (const UserError& e) {
       fail(key, e.what(), "");
     }
@@ -316,7 +320,7 @@ struct Builder {
              target ? "no data.targets file" : "the model's input '" + f.name + "' has no file",
              "give " + key + ": FILE.npy holding " + with_n(f.type) + " (N samples)");
       tensors.push_back(read_checked(key, path, f));
-      if (!target) check_range(key, path, tensors.back(), f);
+      if (!target && f.read) check_range(key, path, tensors.back(), f);
       keys.push_back(key);
       paths.push_back(path);
     }
@@ -354,25 +358,28 @@ struct Builder {
                " per sample, but the loss target is " + target.type.str(),
            "use loss.kind cross_entropy on the logits of every position");
     need_file("data.file", o.file);
-    std::ifstream f(o.file, std::ios::binary);
-    std::vector<std::byte> bytes(std::filesystem::file_size(o.file));
-    if (!f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
+    const size_t size = std::filesystem::file_size(o.file);
+    const bool read = in.read || target.read;  // else the file's size is all this process needs
+    std::vector<std::byte> bytes(read ? size : 0);
+    std::ifstream f;
+    if (read) f.open(o.file, std::ios::binary);
+    if (read && !f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
       fail("data.file", "'" + o.file + "' cannot be read", "check its permissions");
     const int64_t limit = in.limit > 0 && target.limit > 0 ? std::min(in.limit, target.limit)
                                                            : std::max(in.limit, target.limit);
     const int width = token_width(o.file, limit);
-    if (bytes.size() % width != 0)
+    if (size % width != 0)
       fail("data.file",
            base_name(o.file) + " has an odd number of bytes, but holds uint16 token ids",
            "write every id as two little-endian bytes");
-    auto src = std::make_unique<TokenSource>(std::move(bytes), width, window, in.type.dtype,
-                                             target.type.dtype);
+    auto src = std::make_unique<TokenSource>(std::move(bytes), static_cast<int64_t>(size) / width, width, window,
+                                             in.type.dtype, target.type.dtype);
     if (src->samples() < 1)
       fail("data.file",
            base_name(o.file) + " holds " + std::to_string(src->count()) +
                " tokens, fewer than one window of " + std::to_string(window) + " + 1",
            "give a longer file");
-    for (int64_t i = 0; limit > 0 && i < src->count(); ++i)
+    for (int64_t i = 0; read && limit > 0 && i < src->count(); ++i)
       if (src->token(i) >= limit)
         fail("data.file",
              base_name(o.file) + " holds token " + std::to_string(src->token(i)) + " at offset " +
@@ -458,6 +465,7 @@ FeedMap DataLoader::make_feeds() const {
 
 void DataLoader::copy_sample(int64_t sample, FeedMap& feeds, int64_t row) const {
   for (size_t i = 0; i < feeds_.size(); ++i) {
+    if (!feeds_[i].read) continue;  // zeros: no chunk of this process takes it
     Tensor& t = feeds.at(feeds_[i].name);
     const size_t bytes = t.data.size() / static_cast<size_t>(rows_);
     source_->read(sample, i, t.data.data() + bytes * static_cast<size_t>(row));

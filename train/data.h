@@ -42,6 +42,10 @@ struct FeedSpec {
   TensorType type;  // per micro-batch; axis 0 is the micro-batch's rows
   int64_t limit =
       0;  // integer feeds: values lie in [0, limit) (embedding rows, classes); 0: unknown
+  // False where this process runs no chunk that takes the feed (a rank of a pipeline's middle):
+  // its data is never read (npy: the file's header only, for its type and sample count; tokens:
+  // the file's size, when no feed of it is read) and the feed stays zeros.
+  bool read = true;
 };
 
 struct DataOptions {

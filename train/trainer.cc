@@ -117,19 +117,33 @@ void Trainer::make_optimizers(const std::vector<int>& placement) {
   }
 }
 
+// Across processes a rank reads the feeds its own chunks take: the inputs where it holds a first
+// stage, the target where it holds the loss. Rank 0 reads every feed: it evaluates the whole
+// model, and runs it again to find a non-finite value.
 void Trainer::open_data() {
   DataOptions o = options_.data;
+  const auto read_here = [&](const std::string& feed) {
+    if (ranks_.rank() == 0) return true;
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const Graph& g = chunks_[c].forward;
+      if (here(static_cast<size_t>(schedule_.device_of(static_cast<int>(c)))))
+        for (ValueId v : g.inputs)
+          if (g.value(v).name == feed) return true;
+    }
+    return false;
+  };
   std::vector<FeedSpec> inputs;
   for (ValueId v : model_.inputs) {
     const Value& val = model_.value(v);
-    inputs.push_back({val.name, val.type, is_floating(val.type.dtype) ? 0 : index_limit(model_, v)});
+    inputs.push_back({val.name, val.type, is_floating(val.type.dtype) ? 0 : index_limit(model_, v), read_here(val.name)});
   }
   const Graph& last = chunks_.back().forward;
-  FeedSpec target{kLossTarget, last.value(last.find(kLossTarget)).type, 0};
+  FeedSpec target{kLossTarget, last.value(last.find(kLossTarget)).type, 0, read_here(kLossTarget)};
   if (loss_.kind == LossSpec::Kind::kCrossEntropy) {
     const ValueId out = loss_.output.empty() ? model_.outputs.front() : model_.find(loss_.output);
     target.limit = model_.value(out).type.shape.back();
   }
+  targets_read_ = target.read;
   data_ = std::make_unique<DataLoader>(o, std::move(inputs), std::move(target));
   const int64_t global = rows_ * schedule_.micro_batches;
   if (data_->train_samples() < global)
@@ -205,7 +219,8 @@ Trainer::StepFeeds Trainer::draw_feeds(int64_t s) {
   std::vector<FeedMap> all = data_->next(D * M);
   std::vector<const Tensor*> targets;
   for (const FeedMap& f : all) targets.push_back(&f.at(kLossTarget));
-  const float scale = loss_scale(loss_, targets, where("data"));
+  // Read by the loss alone: a rank that holds no loss has zeros for targets and needs none.
+  const float scale = targets_read_ ? loss_scale(loss_, targets, where("data")) : 1.0f;
   in.feeds.assign(std::make_move_iterator(all.begin() + in.first), std::make_move_iterator(all.begin() + in.first + M));
   for (int m = 0; m < M; ++m) {
     in.feeds[static_cast<size_t>(m)][kLossScale] = scalar_tensor(scale);

@@ -237,6 +237,7 @@ class Trainer {
   std::vector<std::vector<const float*>> device_grads_;  // device updates: per device, whole_'s gradients there
   std::vector<std::string> params_;                      // trained, in first-chunk order
   std::unique_ptr<DataLoader> data_;
+  bool targets_read_ = true;  // this process's chunks (or rank 0's evaluation) read the targets
   std::unique_ptr<Evaluator> eval_;
   int64_t first_step_ = 0, steps_done_ = 0;
   int64_t profiled_from_ = -1;

@@ -502,5 +502,43 @@ TEST(DataLoader, NpyIntegerInputOutsideItsRangeIsAnError) {
                 "model's 'ids'"));
 }
 
+// Across processes a rank reads only the feeds its chunks take (FeedSpec::read): a feed not read
+// stays zeros, and its file is not read (a value that would be an error goes unseen); the sample
+// count still comes from its header (npy) or its size (tokens).
+TEST(DataLoader, AFeedNotReadHereStaysZerosAndItsDataIsNotRead) {
+  const fs::path d = temp_dir();
+  write_npy(tensor<int64_t>({3, 2}, {1, 1, 2, 2, 7, 4}), (d / "unread_ids.npy").string());
+  write_npy(tensor<int64_t>({3}, {0, 1, 0}), (d / "unread_cls.npy").string());
+  DataOptions o;
+  o.kind = "npy";
+  o.shuffle = false;
+  o.inputs = {{"ids", (d / "unread_ids.npy").string()}};
+  o.targets = (d / "unread_cls.npy").string();
+  FeedSpec ids{"ids", {DType::kInt64, {1, 2}}, 5};
+  ids.read = false;  // 7 lies outside [0, 5): read, it is an error
+  DataLoader npy(o, {ids}, {"target", {DType::kInt64, {1}}, 2});
+  EXPECT_EQ(npy.train_samples(), 3);
+  const auto batch = npy.next(3);
+  for (int m = 0; m < 3; ++m) {
+    EXPECT_EQ(values<int64_t>(batch[m].at("ids")), (std::vector<int64_t>{0, 0}));
+    EXPECT_EQ(values<int64_t>(batch[m].at("target")), (std::vector<int64_t>{m % 2}));
+  }
+  // Its shape is still checked, from the header.
+  ids.type.shape = {1, 3};
+  EXPECT_THAT(error_of([&] { DataLoader(o, {ids}, {"target", {DType::kInt64, {1}}, 2}); }),
+              HasSubstr("data.inputs.ids: unread_ids.npy holds int64[2] per sample"));
+
+  // tokens: neither feed read, so not the file either (token 9 is past the vocabulary of 8).
+  std::vector<uint8_t> bytes;
+  for (int v : {3, 0, 1, 0, 9, 0, 2, 0, 5, 0}) bytes.push_back(static_cast<uint8_t>(v));
+  FeedSpec in{"input", {DType::kInt64, {1, 2}}, 8}, target{"target", {DType::kInt64, {1, 2}}, 8};
+  in.read = target.read = false;
+  DataLoader tokens(token_options(write_bytes("unread.u16", bytes)), {in}, target);
+  EXPECT_EQ(tokens.train_samples(), 2);  // 5 ids -> (5 - 1) / 2
+  const auto b = tokens.next(1)[0];
+  EXPECT_EQ(values<int64_t>(b.at("input")), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(values<int64_t>(b.at("target")), (std::vector<int64_t>{0, 0}));
+}
+
 }  // namespace
 }  // namespace pt

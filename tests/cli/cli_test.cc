@@ -78,7 +78,7 @@ TEST(Cli, InspectFlagsInitializersThatLookLikeBuffers) {
 
 // `inspect --untied NAME` acts on the name: GPT-2's LM head, which reads the token embedding
 // (the module's own tie), gets a copy of its own and the embedding one named after its module;
-// a name that matches no initializer is one line naming it.
+// a name that matches no initializer is one line naming it, from `inspect` and from a config.
 TEST(Cli, InspectUntiedUntiesTheNamedTie) {
   const auto trained_names = [](const Result& r) {
     std::set<std::string> names;
@@ -101,9 +101,12 @@ TEST(Cli, InspectUntiedUntiesTheNamedTie) {
                           "model.lm_head.weight)  (parameters.untied names it)\n"),
             std::string::npos)
       << text.out;
-  expect_one_line_error(run("inspect samples/exports/gpt2.onnx --untied lm_head.weight"),
-                        "samples/exports/gpt2.onnx: parameters.untied 'lm_head.weight': matches no initializer of the "
-                        "model; `pipetrain inspect` lists them (and what import untied, restored or folded)");
+  const std::string unmatched = "samples/exports/gpt2.onnx: parameters.untied 'lm_head.weight': matches no initializer "
+                                "of the model; `pipetrain inspect` lists them (and what import untied, restored or folded)";
+  expect_one_line_error(run("inspect samples/exports/gpt2.onnx --untied lm_head.weight"), unmatched);
+  const fs::path cfg = write(scratch("untied_config") / "c.yaml", "model: samples/exports/gpt2.onnx\ndims: {batch: 2}\n"
+                                                                  "parameters: {untied: [lm_head.weight]}\n");
+  expect_one_line_error(run("train " + cfg.string() + " --set output.model="), cfg.string() + ":1: model: " + unmatched);
 }
 
 TEST(Cli, PartitionJsonHasTheDocumentedShape) {

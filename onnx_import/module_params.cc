@@ -205,7 +205,7 @@ class Restorer {
     untie_by_value(with_fx);
     restore_folded();
     drop_unread();
-    warn_untied_kept();
+    untie_named();
     return std::move(out_);
   }
 
@@ -668,20 +668,67 @@ class Restorer {
     return true;
   }
 
-  // parameters.untied naming an initializer that several nodes read and no rule untied: the
-  // file's nodes read it as one module parameter (the module's own tie: an embedding and its LM
-  // head), which stays one tensor; said in one line rather than ignored.
-  void warn_untied_kept() {
+  // parameters.untied naming an initializer that several modules read and no rule untied (the
+  // module's own tie: an embedding and its LM head, one placeholder read by two FX nodes): each
+  // module gets a copy of its own, named after it (`<module>.weight`); the module whose name the
+  // initializer has keeps it, else the first. One module reading it (a module called twice)
+  // leaves nothing to untie, which is said in one line.
+  void untie_named() {
+    reindex();  // drop_unread moved the initializers
     std::set<std::string> untied;
     for (const ParameterNote& n : out_.notes)
       if (n.action.rfind("untied into", 0) == 0) untied.insert(n.initializer);
-    std::map<std::string, int> readers;
-    for (const auto& n : g_->node())
-      for (const std::string& i : std::set<std::string>(n.input().begin(), n.input().end())) ++readers[i];
-    for (const auto& t : g_->initializer())
-      if (is_float(t) && readers[t.name()] > 1 && matches(choices_.untied, t.name()) && !untied.count(t.name()))
-        out_.warnings.push_back("parameters.untied names '" + t.name() + "', which stays one tensor: the file's nodes "
-                                "read it as one module parameter (a tie in the module, not a merge by the exporter)");
+    std::map<std::string, std::vector<Site>> sites;
+    std::vector<std::string> order;
+    for (auto& n : *g_->mutable_node())
+      for (int i = 0; i < n.input_size(); ++i) {
+        const std::string& t = n.input(i);
+        if (!inits_.count(t) || !is_float(*inits_.at(t)) || !matches(choices_.untied, t) || matches(choices_.tied, t) ||
+            untied.count(t))
+          continue;
+        if (!sites.count(t)) order.push_back(t);
+        sites[t].push_back({&n, i});
+      }
+    for (const std::string& t : order) untie_by_module(t, sites[t]);
+  }
+
+  void untie_by_module(const std::string& t, const std::vector<Site>& sites) {
+    std::vector<std::string> modules;
+    std::map<std::string, std::vector<Site>> by_module;
+    for (const Site& s : sites) {
+      const std::string m = module_of(*s.node);
+      if (!by_module.count(m)) modules.push_back(m);
+      by_module[m].push_back(s);
+    }
+    if (modules.size() < 2) {
+      if (sites.size() > 1)
+        out_.warnings.push_back("parameters.untied names '" + t + "', which one module (" + modules[0] +
+                                ") reads at several nodes: it stays one tensor");
+      return;
+    }
+    const size_t dot = t.rfind('.');
+    const auto named = [&](const std::string& m) { return dot == std::string::npos ? t + "@" + m : m + t.substr(dot); };
+    std::string keeper = modules[0], list;
+    for (const std::string& m : modules)
+      if (named(m) == t) keeper = m;
+    for (const std::string& m : modules) {
+      if (m == keeper) continue;
+      const std::string name = fresh_name(named(m));
+      add_copy(t, name);
+      for (const Site& s : by_module[m]) s.node->set_input(s.input, name);
+      list += (list.empty() ? "" : ", ") + name;
+    }
+    out_.notes.push_back({t, "untied into " + list + " (" + keeper + " keeps " + t + ")", "parameters.untied names it"});
+  }
+
+  // The module a node runs in: its FX node's innermost scope, else its name's folder, else its
+  // name; a Transpose this pass added (a tie read transposed) runs in its first reader's.
+  std::string module_of(const onnx::NodeProto& n) const {
+    if (n.op_type() == "Transpose" && n.output_size() == 1 && added_.count(n.output(0)))
+      for (const auto& r : g_->node())
+        if (std::count(r.input().begin(), r.input().end(), n.output(0))) return module_of(r);
+    if (const std::optional<FxNode> f = fx_node(n); f && !f->scopes.empty()) return f->scopes.front();
+    return scope_of(n).empty() ? n.name() : scope_of(n);
   }
 
   std::string fresh_name(const std::string& want) const {

@@ -22,7 +22,8 @@
 //     input) comes back as a zero initializer under the bias's name;
 //   - other parameters some FX node reads and no initializer holds (BatchNorm fused into a
 //     convolution) are reported, with the re-export that keeps them.
-// One parameter read at several FX nodes (a tie, or a module called twice) stays one tensor.
+// One parameter read at several FX nodes (a tie, or a module called twice) stays one tensor,
+// unless `parameters.untied` names it (below).
 //
 // The exporter's optimizer also folds whole subgraphs that read one parameter into a constant,
 // and records what it folded (`pkg.onnxscript.optimizer.folded_from` on the constant's value
@@ -45,8 +46,10 @@
 //     projection weight: the tied LM head);
 //   - otherwise kept tied with a warning naming the initializer and the override.
 // `parameters.tied` (names or globs) keeps an initializer as the file has it; `parameters.untied`
-// gives each scope its own copy even where the rules keep a tie; `parameters.trained` trains a
-// folded constant as the file holds it.
+// gives each scope its own copy even where the rules keep a tie, the module's own tie included
+// (an embedding and its LM head: each module's copy is named after it, `<module>.weight`, and the
+// module whose name the initializer has keeps it; one module reading it at several nodes is
+// said in a warning); `parameters.trained` trains a folded constant as the file holds it.
 #pragma once
 
 #include <onnx/onnx_pb.h>

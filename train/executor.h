@@ -27,8 +27,9 @@
 // and the Comm learns every message name through Comm::plan), but nothing is compiled,
 // allocated or run for them: run_step() runs the workers of this process's devices, and loss(),
 // side_outputs(), grads() and the measurements cover those devices only (the loss lives where
-// the last chunk runs). A parameter read by chunks of this process and of another one is a
-// UserError (a tie across processes is not summed yet).
+// the last chunk runs). A parameter is read by the chunks of one process only: a tie across
+// processes comes split into sites (autodiff/parameter_sites.h), one accumulator each, which the
+// trainer brings together (train/ties.h).
 //
 // Determinism: gradients are accumulated exactly as ReferenceStep does (micro-batch order, and
 // for a parameter several chunks share, the later chunk first), so every schedule gives the
@@ -95,7 +96,8 @@ class PipelineExecutor {
   // Accumulated gradient per parameter name, as ReferenceStep::grads(): host tensors, copied
   // from the devices after each step.
   const std::map<std::string, Tensor>& grads() const { return grads_; }
-  std::map<std::string, Tensor>& grads() { return grads_; }  // the trainer sums tied sites in place
+  // The trainer adds the sites other processes hold (train/ties.h) and sums tied sites in place.
+  std::map<std::string, Tensor>& grads() { return grads_; }
   // From the next step on, the gradients stay where they were accumulated (grads() is no longer
   // written): for an optimizer that updates on the device (Optimizer::bind_device).
   void keep_gradients_on_device() { gradients_on_device_ = true; }

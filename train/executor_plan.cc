@@ -207,11 +207,11 @@ PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
       where[p].insert(dev.local);
     }
   }
+  // A parameter read on several processes is one site per process (autodiff/parameter_sites.h),
+  // its gradients summed by whoever holds the sites (train/ties.h): never one accumulator.
   for (const auto& [p, sides] : where)
-    if (sides.size() == 2)
-      throw UserError("parameter '" + p + "'",
-                      "is read by stages of this process and of another one (a tie across processes)",
-                      "place the stages that read it in one process, or untie it (parameters.untied)");
+    PT_CHECK(sides.size() == 1, "parameter '" + p + "' is read by chunks of this process and of another one: "
+                                "split it into sites (split_parameter_sites) first");
   std::vector<const TensorType*> side_type(side_outputs.size(), nullptr);
   for (auto& c : chunks_)
     plan_forward(chunks_, *c, c->index + 1 == static_cast<int>(chunks_.size()), side_outputs, side_type);

@@ -25,7 +25,10 @@ struct MpiComm::Pending {
 struct MpiWorld::Groups {
   MPI_Comm replica = MPI_COMM_WORLD, position = MPI_COMM_SELF;
   int replicas = 1;
+  std::vector<MPI_Comm> made;  // make_group's, on this rank's groups (MPI_COMM_NULL elsewhere)
   ~Groups() {
+    for (MPI_Comm& c : made)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     if (replicas == 1) return;  // the predefined communicators are not ours to free
     MPI_Comm_free(&replica);
     MPI_Comm_free(&position);
@@ -130,6 +133,7 @@ bool MpiWorld::report_failure() {
 
 void MpiWorld::split(int replicas) {
   PT_CHECK(replicas >= 1 && size_ % replicas == 0, "replicas must divide the ranks");
+  PT_CHECK(groups_->made.empty(), "split after make_group");
   if (replicas == 1) return;
   auto g = std::make_unique<Groups>();
   g->replicas = replicas;
@@ -165,6 +169,15 @@ void add_in_replica_order(const float* all, size_t count, int replicas, float* o
     for (int r = 1; r < replicas; ++r) s += all[static_cast<size_t>(r) * count + i];
     out[i] = s;
   }
+}
+
+// The owner's bytes to every rank of `group`: the others' zeros ORed with them, exactly.
+void share_over(MPI_Comm group, void* data, size_t bytes, bool mine) {
+  if (!mine && bytes) std::memset(data, 0, bytes);
+  constexpr size_t kPiece = size_t{1} << 30;  // MPI counts are ints
+  for (size_t at = 0; at < bytes; at += kPiece)
+    MPI_Allreduce(MPI_IN_PLACE, static_cast<std::byte*>(data) + at, static_cast<int>(std::min(kPiece, bytes - at)),
+                  MPI_BYTE, MPI_BOR, group);
 }
 
 }  // namespace
@@ -224,11 +237,21 @@ void MpiWorld::max(std::vector<int64_t>& values, Over over) const {
 }
 
 void MpiWorld::share(void* data, size_t bytes, bool mine, Over over) const {
-  if (!mine && bytes) std::memset(data, 0, bytes);
-  constexpr size_t kPiece = size_t{1} << 30;  // MPI counts are ints
-  for (size_t at = 0; at < bytes; at += kPiece)
-    MPI_Allreduce(MPI_IN_PLACE, static_cast<std::byte*>(data) + at, static_cast<int>(std::min(kPiece, bytes - at)),
-                  MPI_BYTE, MPI_BOR, groups_->of(over));
+  share_over(groups_->of(over), data, bytes, mine);
+}
+
+int MpiWorld::make_group(bool member) {
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_split(groups_->replica, member ? 0 : MPI_UNDEFINED, rank_, &c);
+  groups_->made.push_back(c);
+  return member ? static_cast<int>(groups_->made.size()) - 1 : -1;
+}
+
+void MpiWorld::share_in_group(int group, void* data, size_t bytes, bool mine) const {
+  PT_CHECK(group >= 0 && static_cast<size_t>(group) < groups_->made.size() &&
+               groups_->made[static_cast<size_t>(group)] != MPI_COMM_NULL,
+           "not a member of group " + std::to_string(group));
+  share_over(groups_->made[static_cast<size_t>(group)], data, bytes, mine);
 }
 
 void MpiWorld::share_to_first(void* data, size_t bytes, bool mine, Over over) const {

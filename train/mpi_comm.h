@@ -61,6 +61,12 @@ class MpiWorld {
   void sum(std::vector<double>& values, Over over = Over::kWorld) const;
   void max(std::vector<int64_t>& values, Over over = Over::kWorld) const;
   void share(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;
+  // A group of ranks of this rank's replica (the ranks that hold a tied parameter, train/ties.h):
+  // made by every rank of the replica, in the same order, each saying whether it is a member.
+  // Returns the group's number on its members, -1 elsewhere. After split().
+  int make_group(bool member);
+  // share over a group of make_group's (its members only).
+  void share_in_group(int group, void* data, size_t bytes, bool mine) const;
   // share to the group's first rank only (the one that writes the trained model): `data` there
   // gets the owner's bytes; elsewhere it is read where mine and never touched (it may be null).
   void share_to_first(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;

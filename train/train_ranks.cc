@@ -63,6 +63,10 @@ void TrainRanks::sum_shard_in_replica_order(float* values, const std::vector<siz
 void TrainRanks::gather_shards(std::byte* data, const std::vector<size_t>& bytes) const {
   if (world_) world_->gather_shards(data, bytes);
 }
+int TrainRanks::make_group(bool member) const { return world_ ? world_->make_group(member) : member ? 0 : -1; }
+void TrainRanks::share_in_group(int group, void* data, size_t bytes, bool mine) const {
+  if (world_) world_->share_in_group(group, data, bytes, mine);
+}
 void TrainRanks::check_same(uint64_t value, const std::string& what) const { if (world_) world_->check_same(value, what); }
 void TrainRanks::abort(int code) const {
   if (world_) world_->abort(code);
@@ -76,6 +80,8 @@ void TrainRanks::share(void*, size_t, bool, Over, bool) const {}
 void TrainRanks::sum_in_replica_order(float*, size_t) const {}
 void TrainRanks::sum_shard_in_replica_order(float*, const std::vector<size_t>&) const {}
 void TrainRanks::gather_shards(std::byte*, const std::vector<size_t>&) const {}
+int TrainRanks::make_group(bool member) const { return member ? 0 : -1; }
+void TrainRanks::share_in_group(int, void*, size_t, bool) const {}
 void TrainRanks::check_same(uint64_t, const std::string&) const {}
 void TrainRanks::abort(int code) const { std::_Exit(code); }
 bool TrainRanks::report_failure() const { return true; }

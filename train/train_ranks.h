@@ -51,6 +51,10 @@ class TrainRanks {
   void sum_in_replica_order(float* values, size_t count) const;
   void sum_shard_in_replica_order(float* values, const std::vector<size_t>& counts) const;
   void gather_shards(std::byte* data, const std::vector<size_t>& bytes) const;
+  // Groups of ranks within the replica (the holders of a tied parameter, train/ties.h): every rank
+  // of the replica makes each, in the same order; the number on its members, -1 elsewhere.
+  int make_group(bool member) const;
+  void share_in_group(int group, void* data, size_t bytes, bool mine) const;
   void check_same(uint64_t value, const std::string& what) const;
   [[noreturn]] void abort(int code) const;
   // This rank failed (MpiWorld::report_failure): whether it writes the job's one line (alone:

@@ -39,6 +39,12 @@ int64_t index_limit(const Graph& g, ValueId v) {
   return limit;
 }
 
+// The parameter a checkpoint key holds: model/<param>, optimizer/<param>.<state kind>.
+std::string parameter_of(const std::string& key) {
+  const size_t slash = key.find('/'), dot = key.rfind('.');
+  return key.rfind("model/", 0) == 0 ? key.substr(slash + 1) : key.substr(slash + 1, dot - slash - 1);
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainerPlan plan, TrainerOptions options, const TrainRanks& ranks)
@@ -67,6 +73,8 @@ Trainer::Trainer(TrainerPlan plan, TrainerOptions options, const TrainRanks& ran
   for (int c = 0; c < schedule_.total_chunks(); ++c) placement.push_back(schedule_.device_of(c));
   executor_ = std::make_unique<PipelineExecutor>(chunks_, placement, devices_.backends, *devices_.comm, lowered_, side_);
   check_plan_across_processes();
+  ties_ = ties_across_ranks(sites_, chunks_, placement, rank_of_);
+  tie_exchange_ = std::make_unique<TieExchange>(ties_, ranks_, executor_->grads());
   make_optimizers(placement);
   bind_device_updates(placement);
   open_data();
@@ -91,9 +99,11 @@ Tensor& Trainer::mutable_initializer(const std::string& name) {
   return const_cast<Tensor&>(*train_.value(v).init);
 }
 
-// One optimizer per device over the parameters whose first reader lives there. ZeRO-1: a
+// One optimizer per device over the parameters whose first reader lives there, then the tied
+// parameters it mirrors (train/ties.h: read on its rank, first read on another). ZeRO-1: a
 // device's parameters fall into shards (train/zero.h); this replica keeps and steps its own. The
-// norm stays the whole device's (Optimizer::squared_norm over the full list: the same bits).
+// norm stays the whole device's (Optimizer::squared_norm over the full list: the same bits),
+// without the mirrors (their owners count them).
 void Trainer::make_optimizers(const std::vector<int>& placement) {
   std::vector<std::vector<OptimizerParam>> per_device(static_cast<size_t>(schedule_.stages));
   for (size_t c = 0; c < chunks_.size(); ++c)
@@ -105,6 +115,10 @@ void Trainer::make_optimizers(const std::vector<int>& placement) {
       // parameters and state (another rank's device: none, and nothing of its model is read).
       per_device[static_cast<size_t>(placement[c])].push_back({p, &mutable_initializer(p)});
     }
+  counted_ = per_device;
+  for (const TiedParameter& t : ties_)
+    for (const auto& [rank, device] : t.mirror_device)
+      per_device[static_cast<size_t>(device)].push_back({t.parameter, &mutable_initializer(t.parameter)});
   for (size_t d = 0; d < per_device.size(); ++d) {
     const std::vector<OptimizerParam>& list = per_device[d];
     std::vector<int> shard = zero_shards(list, ranks_.replicas());
@@ -230,10 +244,12 @@ Trainer::StepFeeds Trainer::draw_feeds(int64_t s) {
   return in;
 }
 
-// Each parameter's gradient over the replicas, added in replica order: the same on every replica
-// and from run to run (ZeRO-1: each replica sums its shard only).
+// A tied parameter's sites to each of its holders (train/ties.h), then each parameter's gradient
+// over the replicas, added in replica order: the same on every replica and from run to run
+// (ZeRO-1: each replica sums its shard only); then each parameter's sites, in node order.
 void Trainer::reduce_gradients(StepClock* clock) {
   clock->spans[0] = clock->since();
+  tie_exchange_->run();
   if (sharded()) {
     for (size_t d = 0; d < whole_.size(); ++d)
       if (here(d)) reduce_scatter_gradients(whole_[d], shard_of_[d], sites_, executor_->grads(), ranks_);
@@ -260,9 +276,9 @@ double Trainer::gradient_norm() {
   std::vector<double> squares;
   for (size_t d = 0; d < optimizers_.size(); ++d)
     squares.push_back(!here(d)           ? 0.0
-                      : sharded()        ? sharded_squared_norm(whole_[d], shard_of_[d], executor_->grads(), ranks_)
+                      : sharded()        ? sharded_squared_norm(counted_[d], shard_of_[d], executor_->grads(), ranks_)
                       : device_updates() ? optimizers_[d]->squared_norm(device_grads_[d])
-                                         : Optimizer::squared_norm(whole_[d], executor_->grads()));
+                                         : Optimizer::squared_norm(counted_[d], executor_->grads()));
   ranks_.sum(squares, Over::kReplica);
   return Optimizer::global_norm(squares);
 }
@@ -395,7 +411,9 @@ void Trainer::save_checkpoint(int64_t steps_done) {
     const OptimizerState st = optimizers_[d]->state();
     if (first_replica) steps[d] = static_cast<double>(st.step);
     if (!first_replica && !sharded()) continue;
-    for (const auto& [name, t] : st.tensors) mine.tensors.emplace_back("optimizer/" + name, t);
+    for (const auto& [name, t] : st.tensors)  // a tie's mirror: its owner writes the state
+      if (const std::string key = "optimizer/" + name; owner_of(parameter_of(key)) == ranks_.rank())
+        mine.tensors.emplace_back(key, t);
   }
   ranks_.sum(steps);
   for (size_t d = 0; d < steps.size(); ++d) c.meta["optimizer" + std::to_string(d) + ".step"] = std::to_string(static_cast<int64_t>(steps[d]));
@@ -418,11 +436,10 @@ void Trainer::save_checkpoint(int64_t steps_done) {
 }
 
 std::optional<int64_t> Trainer::resume() {
-  // Across processes a rank reads the bytes of its own parameters and their optimizer state only.
+  // Across processes a rank reads the bytes of the parameters it holds and their optimizer state only.
   const auto wanted = [this](const std::string& key) {
-    const size_t slash = key.find('/'), dot = key.rfind('.');
-    const std::string p = key.rfind("model/", 0) == 0 ? key.substr(slash + 1) : key.substr(slash + 1, dot - slash - 1);
-    return ranks_.alone() || !first_device_.count(p) || owner_of(p) == ranks_.rank();
+    const std::string p = parameter_of(key);
+    return ranks_.alone() || !first_device_.count(p) || holds(p);
   };
   const std::optional<Checkpoint> c = read_latest_checkpoint(options_.checkpoint_dir, wanted);
   if (!c) return std::nullopt;
@@ -457,7 +474,7 @@ std::optional<int64_t> Trainer::resume() {
       throw UserError(at_dir, "the checkpoint has no " + t->type.str() + " '" + name + "'",
                       "resume with the model and config that wrote it");
     // Another rank's parameter: that rank resumes it, and this one never reads it.
-    if (!ranks_.alone() && first_device_.count(name) && owner_of(name) != ranks_.rank()) continue;
+    if (!ranks_.alone() && first_device_.count(name) && !holds(name)) continue;
     Tensor& held = mutable_initializer(name);
     held.skip_load();  // the checkpoint's bytes, not the file's
     held.data = saved->data;

@@ -42,6 +42,7 @@
 #include "train/optimizer.h"
 #include "train/timeline.h"
 #include "train/train_devices.h"
+#include "train/ties.h"
 #include "train/train_ranks.h"
 
 namespace pt {
@@ -205,7 +206,8 @@ class Trainer {
   // Device updates: the host tensors of the parameters take the devices' copies (before anything
   // on the host reads them: evaluation, checkpoints, the trained model, the NaN hunt).
   void pull_parameters();
-  int owner_of(const std::string& param) const;  // the rank whose device updates it
+  int owner_of(const std::string& param) const;  // the rank whose device updates it (a tie's: its first reader's)
+  bool holds(const std::string& param) const;     // this rank updates it: its owner, or a tie's mirror (train/ties.h)
   bool here(size_t device) const { return rank_of_[device] == ranks_.rank(); }
   // Across processes (train/trainer_ranks.cc): every device's action times from its rank; the
   // collectives' spans of every rank; step s added to the trace, each replica on its own tracks.
@@ -232,7 +234,10 @@ class Trainer {
   TrainDevices devices_;                       // backends and comm: outlive the executor
   std::unique_ptr<PipelineExecutor> executor_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;   // per device (ZeRO-1: this replica's shard)
-  std::vector<std::vector<OptimizerParam>> whole_;       // per device: every parameter it updates
+  std::vector<std::vector<OptimizerParam>> whole_;       // per device: every parameter it updates (then mirrors)
+  std::vector<std::vector<OptimizerParam>> counted_;     // per device: whole_ less the mirrors: what the norm counts
+  std::vector<TiedParameter> ties_;                      // parameters read on several ranks (train/ties.h)
+  std::unique_ptr<TieExchange> tie_exchange_;            // their sites' gradients to every holder
   std::vector<std::vector<int>> shard_of_;               // per device and parameter: its ZeRO-1 replica
   std::vector<std::vector<const float*>> device_grads_;  // device updates: per device, whole_'s gradients there
   std::vector<std::string> params_;                      // trained, in first-chunk order

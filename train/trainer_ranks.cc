@@ -2,7 +2,6 @@
 // the parameters' owners and their sharing, device-side updates, and the times every rank's
 // devices took, gathered for the trace.
 #include <algorithm>
-#include <set>
 
 #include "core/error.h"
 #include "schedule/action.h"
@@ -29,24 +28,17 @@ void Trainer::check_plan_across_processes() const {
   if (!side_.empty())
     throw UserError(where("model"), "has BatchNormalization, whose running statistics do not yet cross processes",
                     "train it in one process");
-  // A parameter read at several nodes sums its sites' gradients where it is updated: every
-  // site must be on that rank.
-  for (const ParameterSites& s : sites_) {
-    std::set<int> ranks;
-    for (size_t c = 0; c < chunks_.size(); ++c)
-      for (const std::string& p : chunks_[c].params)
-        if (p == s.parameter || std::count(s.copies.begin(), s.copies.end(), p))
-          ranks.insert(rank_of_[static_cast<size_t>(schedule_.device_of(static_cast<int>(c)))]);
-    if (ranks.size() > 1)
-      throw UserError("parameter '" + s.parameter + "'",
-                      "is read by stages on " + std::to_string(ranks.size()) + " processes (a tie across processes)",
-                      "train in one process, or under a V-shaped schedule (zb-v, v-half, v-min, dualpipev), "
-                      "which puts the first and last chunks on one device");
-  }
 }
 
 int Trainer::owner_of(const std::string& param) const {
   return rank_of_[static_cast<size_t>(first_device_.at(param))];
+}
+
+bool Trainer::holds(const std::string& param) const {
+  if (owner_of(param) == ranks_.rank()) return true;
+  for (const TiedParameter& t : ties_)
+    if (t.parameter == param) return t.mirror_device.count(ranks_.rank()) > 0;
+  return false;
 }
 
 void Trainer::bind_device_updates(const std::vector<int>& placement) {

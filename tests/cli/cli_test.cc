@@ -1,5 +1,8 @@
 // Runs the pipetrain binary as a user would and pins what it prints and returns.
 #include <gtest/gtest.h>
+
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "exec/npy.h"
@@ -71,6 +74,39 @@ TEST(Cli, InspectFlagsInitializersThatLookLikeBuffers) {
   EXPECT_FALSE(trained.at("bn1.running_var"));
   EXPECT_TRUE(trained.at("bn1.weight"));
   EXPECT_TRUE(trained.at("blocks.0.ln1.weight"));
+}
+
+// `inspect --untied NAME` acts on the name: GPT-2's LM head, which reads the token embedding
+// (the module's own tie), gets a copy of its own and the embedding one named after its module;
+// a name that matches no initializer is one line naming it, from `inspect` and from a config.
+TEST(Cli, InspectUntiedUntiesTheNamedTie) {
+  const auto trained_names = [](const Result& r) {
+    std::set<std::string> names;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    for (const auto& i : j["initializers"])
+      if (i["trained"].get<bool>()) names.insert(i["name"].get<std::string>());
+    return names;
+  };
+  const Result tied = run("inspect samples/exports/gpt2.onnx --json");
+  ASSERT_EQ(tied.code, 0) << tied.err;
+  EXPECT_TRUE(trained_names(tied).count("model.lm_head.weight"));
+  EXPECT_FALSE(trained_names(tied).count("model.transformer.wte.weight"));
+  const Result untied = run("inspect samples/exports/gpt2.onnx --json --untied model.lm_head.weight");
+  ASSERT_EQ(untied.code, 0) << untied.err;
+  EXPECT_EQ(untied.err, "");
+  EXPECT_TRUE(trained_names(untied).count("model.lm_head.weight"));
+  EXPECT_TRUE(trained_names(untied).count("model.transformer.wte.weight"));
+  const Result text = run("inspect samples/exports/gpt2.onnx --untied model.lm_head.weight");
+  EXPECT_NE(text.out.find("  model.lm_head.weight: untied into model.transformer.wte.weight (model.lm_head keeps "
+                          "model.lm_head.weight)  (parameters.untied names it)\n"),
+            std::string::npos)
+      << text.out;
+  const std::string unmatched = "samples/exports/gpt2.onnx: parameters.untied 'lm_head.weight': matches no initializer "
+                                "of the model; `pipetrain inspect` lists them (and what import untied, restored or folded)";
+  expect_one_line_error(run("inspect samples/exports/gpt2.onnx --untied lm_head.weight"), unmatched);
+  const fs::path cfg = write(scratch("untied_config") / "c.yaml", "model: samples/exports/gpt2.onnx\ndims: {batch: 2}\n"
+                                                                  "parameters: {untied: [lm_head.weight]}\n");
+  expect_one_line_error(run("train " + cfg.string() + " --set output.model="), cfg.string() + ":1: model: " + unmatched);
 }
 
 TEST(Cli, PartitionJsonHasTheDocumentedShape) {

@@ -354,8 +354,9 @@ TEST(ModuleParams, ParametersTrainedTrainsAFoldedConstantAsHeld) {
 }
 
 // parameters.untied naming a parameter the module itself ties (one placeholder read by two FX
-// nodes) changes nothing, and says so in one line.
-TEST(ModuleParams, UntiedOnTheModulesOwnTieSaysItStaysOne) {
+// nodes): each module reads a copy of its own, named after it; the module whose name the
+// parameter has keeps it.
+TEST(ModuleParams, UntiedOnTheModulesOwnTieGivesEachModuleItsCopy) {
   GraphBuilder b;
   b.declared("emb.weight", {2, 2}, {0.3f, -1.2f, 0.8f, 0.1f});
   GraphBuilder::fx(b.node("gather", "Gather", {"emb.weight", "ids"}, "h"), "embedding", "embedding.default",
@@ -365,10 +366,32 @@ TEST(ModuleParams, UntiedOnTheModulesOwnTieSaysItStaysOne) {
   ParameterChoices choices;
   choices.untied = {"emb.weight"};
   const ModuleParameters r = restore_module_parameters(&b.g, choices);
-  EXPECT_EQ(b.named("head").input(1), "emb.weight");
+  EXPECT_EQ(b.named("gather").input(0), "emb.weight");
+  EXPECT_EQ(b.named("head").input(1), "head.weight");
+  ASSERT_NE(b.find("head.weight"), nullptr);
+  EXPECT_EQ(values(*b.find("head.weight")), values(*b.find("emb.weight")));
+  EXPECT_TRUE(r.parameters.count("head.weight"));
+  EXPECT_TRUE(r.warnings.empty());
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_EQ(r.notes[0].action, "untied into head.weight (emb keeps emb.weight)");
+  EXPECT_EQ(r.notes[0].why, "parameters.untied names it");
+}
+
+// One module reading its parameter at two nodes (a module called twice) has nothing to untie:
+// parameters.untied naming it says so in one line.
+TEST(ModuleParams, UntiedOnAModuleCalledTwiceSaysItStaysOne) {
+  GraphBuilder b;
+  b.declared("fc.weight", {2, 2}, {0.3f, -1.2f, 0.8f, 0.1f});
+  GraphBuilder::fx(b.node("first", "MatMul", {"x", "fc.weight"}, "h"), "linear", "linear.default", "%x, %p_fc_weight", "fc");
+  GraphBuilder::fx(b.node("second", "MatMul", {"h", "fc.weight"}, "y"), "linear_1", "linear.default", "%h, %p_fc_weight",
+                   "fc");
+  ParameterChoices choices;
+  choices.untied = {"fc.weight"};
+  const ModuleParameters r = restore_module_parameters(&b.g, choices);
+  EXPECT_EQ(b.named("second").input(1), "fc.weight");
   ASSERT_EQ(r.warnings.size(), 1u);
-  EXPECT_EQ(r.warnings[0], "parameters.untied names 'emb.weight', which stays one tensor: the file's nodes read it "
-                           "as one module parameter (a tie in the module, not a merge by the exporter)");
+  EXPECT_EQ(r.warnings[0], "parameters.untied names 'fc.weight', which one module (fc) reads at several nodes: it "
+                           "stays one tensor");
 }
 
 }  // namespace

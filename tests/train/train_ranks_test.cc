@@ -1,7 +1,8 @@
 // `mpirun -n N pipetrain train`: the pipeline's devices on N processes (train/train_ranks.h) give
 // the very bytes of the run in one process (trained model, weights, every loss and gradient
 // norm, the state in checkpoints, resumed runs), over shared memory and over TCP; what such a run cannot do
-// yet is one line; a rank that dies ends the job instead of leaving the others waiting.
+// yet is one line; a rank that dies ends the job instead of leaving the others waiting. A tied
+// embedding and LM head on two ranks gives those bytes too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,9 +45,10 @@ std::string without_timings(const std::string& metrics) {
   return out;
 }
 
-void expect_same_run(const fs::path& one, const fs::path& many) {
-  EXPECT_EQ(slurp(many / "charlm.onnx"), slurp(one / "charlm.onnx"));
-  EXPECT_EQ(slurp(many / "charlm.safetensors"), slurp(one / "charlm.safetensors"));
+// The outputs of two runs (model `name`.onnx): the same bytes, the same metrics but for timings.
+void expect_same_run(const fs::path& one, const fs::path& many, const std::string& name = "charlm") {
+  EXPECT_EQ(slurp(many / (name + ".onnx")), slurp(one / (name + ".onnx")));
+  EXPECT_EQ(slurp(many / (name + ".safetensors")), slurp(one / (name + ".safetensors")));
   EXPECT_EQ(without_timings(slurp(many / "metrics.jsonl")), without_timings(slurp(one / "metrics.jsonl")));
   EXPECT_FALSE(without_timings(slurp(one / "metrics.jsonl")).empty());
 }
@@ -392,6 +394,79 @@ TEST(TrainRanks, ACtrlCAtMpirunReadsAsTheInterruption) {
   EXPECT_TRUE(std::regex_search(r.err, line)) << r.err;
   EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("interrupted"), r.err.rfind("interrupted")) << r.err;
+}
+
+// GPT-2 as today's PyTorch exports it (samples/exports/gpt2.onnx: 2 layers, d 32, its LM head
+// reads the token embedding, a tie), 3 AdamW steps of 4 micro-batches of 2 on synthetic tokens;
+// every output under `dir`, `sets` appended.
+std::string tied_gpt(const fs::path& dir, const std::string& sets) {
+  const fs::path cfg = write(dir / "gpt2.yaml",
+                             "model: samples/exports/gpt2.onnx\ndims: {batch: 2}\nloss: {kind: cross_entropy}\n"
+                             "data: {kind: synthetic, samples: 64, shuffle: false}\n"
+                             "optimizer: {kind: adamw, lr: 0.01, weight_decay: 0.01, clip_grad_norm: 1.0, schedule: constant}\n"
+                             "pipeline: {stages: 2, micro_batches: 4, schedule: 1f1b}\nsteps: 3\n"
+                             "checkpoint: {dir: \"\", every: 0}\noutput: {trace: \"\", timeline: \"\"}\n");
+  return "train " + cfg.string() + " -q --set output.model=" + (dir / "gpt2.onnx").string() +
+         " --set output.metrics=" + (dir / "metrics.jsonl").string() + " " + sets;
+}
+
+// A tied embedding and LM head on the first and last stage, so on two ranks (train/ties.h): each
+// holds the weight, the two sites' gradients are exchanged and summed in one process's order,
+// and each steps the same update. The bytes of one process, at 2 and 4 ranks under 1f1b and zb-v
+// (there both ends of the V are on device 0), with the final evaluation.
+TEST(TrainRanks, ATiedEmbeddingAcrossRanksGivesTheBytesOfOneProcess) {
+  for (const auto& [ranks, sets] : std::vector<std::pair<int, std::string>>{
+           {2, "--set eval_every=3"},
+           {4, "--set pipeline.stages=4"},
+           {2, "--set pipeline.schedule=zb-v --set pipeline.chunks=2"},
+           {4, "--set pipeline.stages=4 --set pipeline.schedule=zb-v --set pipeline.chunks=2"}}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks " + sets);
+    const fs::path one = scratch("tied_one"), many = scratch("tied_many");
+    ASSERT_EQ(run(tied_gpt(one, sets)).code, 0);
+    const Result r = mpirun(ranks, tied_gpt(many, sets));
+    ASSERT_EQ(r.code, 0) << r.err;
+    expect_same_run(one, many, "gpt2");
+  }
+}
+
+// Its checkpoints: the tied weight and its optimizer state once (the owner, the first stage's
+// rank, writes them), the state of one process's checkpoint; resumed on 2 ranks (every holder
+// reads them back) or in one process, the bytes of the uninterrupted run.
+TEST(TrainRanks, ATiedEmbeddingAcrossRanksCheckpointsAndResumes) {
+  const fs::path one = scratch("tied_ckpt_one"), two = scratch("tied_ckpt_two"), whole = scratch("tied_ckpt_whole");
+  const auto with = [](const fs::path& d, const std::string& sets) {
+    return tied_gpt(d, "--set checkpoint.every=2 --set checkpoint.dir=" + (d / "ckpt").string() + " " + sets);
+  };
+  ASSERT_EQ(run(with(one, "--set steps=2")).code, 0);
+  const Result first = mpirun(2, with(two, "--set steps=2"));
+  ASSERT_EQ(first.code, 0) << first.err;
+  expect_same_checkpoint(two / "ckpt" / "step_00000002.ckpt", one / "ckpt" / "step_00000002.ckpt");
+  ASSERT_EQ(run(with(whole, "--set steps=4")).code, 0);
+  const Result resumed = mpirun(2, with(two, "--set steps=4 --resume"));
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from step 2"), std::string::npos) << resumed.out;
+  EXPECT_EQ(slurp(two / "gpt2.onnx"), slurp(whole / "gpt2.onnx"));
+  ASSERT_EQ(run(with(one, "--set steps=4 --resume")).code, 0);
+  EXPECT_EQ(slurp(one / "gpt2.onnx"), slurp(whole / "gpt2.onnx"));
+}
+
+// With replicas (2 x 2 stages on 4 ranks), with ZeRO-1 too (the tied weight's state sharded on
+// each holder's device, checkpointed at step 2 and resumed): the bytes of 2 replicas of one
+// stage each, where the tie stays on one rank.
+TEST(TrainRanks, ATiedEmbeddingAcrossRanksWithReplicasAndZeroOne) {
+  const fs::path flat = scratch("tied_dp_flat"), dp = scratch("tied_dp"), zero = scratch("tied_dp_zero");
+  const std::string common = "--set parallel.data=2 ";
+  ASSERT_EQ(mpirun(2, tied_gpt(flat, common + "--set steps=4 --set pipeline.stages=1")).code, 0);
+  const Result r = mpirun(4, tied_gpt(dp, common + "--set steps=4"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(dp / "gpt2.onnx"), slurp(flat / "gpt2.onnx"));
+  EXPECT_EQ(slurp(dp / "gpt2.safetensors"), slurp(flat / "gpt2.safetensors"));
+  const std::string ckpt = "--set parallel.zero=1 --set checkpoint.every=2 --set checkpoint.dir=" + (zero / "ckpt").string();
+  const Result cut = mpirun(4, tied_gpt(zero, common + ckpt + " --set steps=2"));
+  ASSERT_EQ(cut.code, 0) << cut.err;
+  const Result resumed = mpirun(4, tied_gpt(zero, common + ckpt + " --set steps=4 --resume"));
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(slurp(zero / "gpt2.onnx"), slurp(flat / "gpt2.onnx"));
 }
 
 // A rank killed mid-run: mpirun ends the others; the survivor names the lost rank and the last step every

@@ -13,6 +13,7 @@
 
 #include "train/checkpoint.h"
 #include "tests/cli/run_cli.h"
+#include "tests/exec/safetensors_reader.h"
 
 namespace {
 
@@ -46,6 +47,7 @@ std::string without_timings(const std::string& metrics) {
 
 // The trained model and weights (`model`.onnx and .safetensors) and the metrics of two runs.
 void expect_same_run(const fs::path& one, const fs::path& many, const std::string& model = "charlm") {
+  EXPECT_TRUE(fs::exists(one / (model + ".onnx")) && fs::exists(one / (model + ".safetensors")));
   EXPECT_EQ(slurp(many / (model + ".onnx")), slurp(one / (model + ".onnx")));
   EXPECT_EQ(slurp(many / (model + ".safetensors")), slurp(one / (model + ".safetensors")));
   EXPECT_EQ(without_timings(slurp(many / "metrics.jsonl")), without_timings(slurp(one / "metrics.jsonl")));
@@ -289,19 +291,20 @@ TEST(TrainRanks, ZeroOneCheckpointsResumeToTheSameBytes) {
 }
 
 // A ResNet with BatchNormalization (samples/exports/resnet_legacy.onnx: 6 of them, two residual
-// adds) on synthetic 16x16 images, 2 a micro-batch and 4 micro-batches a step, a quarter held out;
-// AdamW at a constant rate (a run cut short and resumed takes the steps of a longer one); every
-// output under `dir`, `sets` appended.
-std::string resnet(const fs::path& dir, const std::string& sets) {
-  const fs::path cfg = write(dir / "resnet.yaml",
-                             "model: samples/exports/resnet_legacy.onnx\n"
-                             "dims: {batch: 2}\n"
-                             "data: {kind: synthetic, samples: 64, eval_fraction: 0.25}\n"
-                             "optimizer: {kind: adamw, lr: 1.0e-2}\n"
-                             "pipeline: {stages: 2, micro_batches: 4, schedule: 1f1b}\n"
-                             "steps: 3\n"
-                             "eval_every: 2\n");
-  return "train " + cfg.string() + " -q --set output.model=" + (dir / "resnet.onnx").string() +
+// adds), or another BatchNorm `model`, on synthetic 16x16 images, 2 a micro-batch and 4
+// micro-batches a step, a quarter held out; AdamW at a constant rate (a run cut short and resumed
+// takes the steps of a longer one); every output under `dir` (trained.onnx, trained.safetensors,
+// metrics.jsonl), `sets` appended.
+std::string resnet(const fs::path& dir, const std::string& sets,
+                   const std::string& model = "samples/exports/resnet_legacy.onnx") {
+  const fs::path cfg = write(dir / "bn.yaml", "model: " + model + "\n"
+                                              "dims: {batch: 2}\n"
+                                              "data: {kind: synthetic, samples: 64, eval_fraction: 0.25}\n"
+                                              "optimizer: {kind: adamw, lr: 1.0e-2}\n"
+                                              "pipeline: {stages: 2, micro_batches: 4, schedule: 1f1b}\n"
+                                              "steps: 3\n"
+                                              "eval_every: 2\n");
+  return "train " + cfg.string() + " -q --set output.model=" + (dir / "trained.onnx").string() +
          " --set output.metrics=" + (dir / "metrics.jsonl").string() + " " + sets;
 }
 
@@ -327,7 +330,7 @@ TEST(TrainRanks, BatchNormTrainsAcrossRanksToTheBytesOfOneProcess) {
       ASSERT_EQ(alone.code, 0) << alone.err;
       const Result r = mpirun(ranks, resnet(many, sets));
       ASSERT_EQ(r.code, 0) << r.err;
-      expect_same_run(one, many, "resnet");
+      expect_same_run(one, many, "trained");
       EXPECT_NE(slurp(one / "metrics.jsonl").find("\"eval_loss\""), std::string::npos);
     }
 }
@@ -352,18 +355,38 @@ TEST(TrainRanks, BatchNormReplicasAverageTheGlobalBatch) {
   EXPECT_EQ(want.size(), 12u);
   ASSERT_EQ(have.size(), want.size());
   for (const auto& [name, bytes] : want) EXPECT_TRUE(have.count(name) && have.at(name) == bytes) << name;
-  const Result updates = run_command(std::string(PT_PYTHON) + " bench/gpu_compare.py " + (d2 / "resnet.onnx").string() +
-                                     " " + (one / "resnet.onnx").string() +
+  const Result updates = run_command(std::string(PT_PYTHON) + " bench/gpu_compare.py " + (d2 / "trained.onnx").string() +
+                                     " " + (one / "trained.onnx").string() +
                                      " --update-from samples/exports/resnet_legacy.onnx --tol 1e-6");
   EXPECT_EQ(updates.code, 0) << updates.out << updates.err;
   ASSERT_EQ(mpirun(4, resnet(zbv, dp + "--set pipeline.schedule=zb-v")).code, 0);
-  EXPECT_EQ(slurp(zbv / "resnet.onnx"), slurp(d2 / "resnet.onnx"));
-  EXPECT_EQ(slurp(zbv / "resnet.safetensors"), slurp(d2 / "resnet.safetensors"));
+  EXPECT_EQ(slurp(zbv / "trained.onnx"), slurp(d2 / "trained.onnx"));
+  EXPECT_EQ(slurp(zbv / "trained.safetensors"), slurp(d2 / "trained.safetensors"));
   ASSERT_EQ(mpirun(4, with_checkpoints(cut, dp + "--set steps=1 --set parallel.zero=1")).code, 0);
   const Result resumed = mpirun(4, with_checkpoints(cut, dp + "--set parallel.zero=1 --resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_EQ(slurp(cut / "resnet.onnx"), slurp(d2 / "resnet.onnx"));
-  EXPECT_EQ(slurp(cut / "resnet.safetensors"), slurp(d2 / "resnet.safetensors"));
+  EXPECT_EQ(slurp(cut / "trained.onnx"), slurp(d2 / "trained.onnx"));
+  EXPECT_EQ(slurp(cut / "trained.safetensors"), slurp(d2 / "trained.safetensors"));
+}
+
+// num_batches_tracked (samples/export_model/convbn.onnx carries the record that names it) counts
+// the forwards the running statistics took: with 2 replicas of 4 micro-batches, 8 a step, as one
+// process training that global batch writes beside the same bytes of the running statistics.
+TEST(TrainRanks, BatchNormReplicasCountEveryForwardOfTheGlobalBatch) {
+  const std::string convbn = "samples/export_model/convbn.onnx";
+  const fs::path one = scratch("bn_count_one"), d2 = scratch("bn_count_d2");
+  ASSERT_EQ(run(resnet(one, "--set steps=1 --set pipeline.stages=1 --set pipeline.micro_batches=8", convbn)).code, 0);
+  const Result r = mpirun(2, resnet(d2, "--set steps=1 --set pipeline.stages=1 --set parallel.data=2", convbn));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const pt::test::StFile want = pt::test::read_safetensors_for_test((one / "trained.safetensors").string());
+  const pt::test::StFile have = pt::test::read_safetensors_for_test((d2 / "trained.safetensors").string());
+  for (const char* bn : {"bn1", "bn2"}) {
+    const std::string n = std::string(bn) + ".num_batches_tracked";
+    ASSERT_TRUE(want.tensors.count(n) && have.tensors.count(n)) << n;
+    EXPECT_EQ(have.values<int64_t>(n), std::vector<int64_t>{8}) << n;
+    for (const std::string& buffer : {n, std::string(bn) + ".running_mean", std::string(bn) + ".running_var"})
+      EXPECT_TRUE(have.tensors.at(buffer).bytes == want.tensors.at(buffer).bytes) << buffer;
+  }
 }
 
 // Checkpoints with BatchNorm across ranks: the rank of each BatchNorm's stage writes its running
@@ -385,8 +408,9 @@ TEST(TrainRanks, BatchNormCheckpointsResumeToTheBytesOfOneProcess) {
   const Result resumed = mpirun(2, with(cut, "--set steps=4 --resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   expect_same_checkpoint(cut / "ckpt" / "step_00000004.ckpt", whole / "ckpt" / "step_00000004.ckpt");
-  EXPECT_EQ(slurp(cut / "resnet.onnx"), slurp(whole / "resnet.onnx"));
-  EXPECT_EQ(slurp(cut / "resnet.safetensors"), slurp(whole / "resnet.safetensors"));
+  ASSERT_TRUE(fs::exists(whole / "trained.onnx") && fs::exists(whole / "trained.safetensors"));
+  EXPECT_EQ(slurp(cut / "trained.onnx"), slurp(whole / "trained.onnx"));
+  EXPECT_EQ(slurp(cut / "trained.safetensors"), slurp(whole / "trained.safetensors"));
 }
 
 // The Chrome trace of a run across processes (rank 0 writes it): every device's track names its

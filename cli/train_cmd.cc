@@ -91,12 +91,13 @@ void check_before_work(const TrainConfig& cfg, const TrainArgs& args, const Trai
     check_writable(path, cfg.where(key));
 }
 
-// Every BatchNorm ran one training-mode forward per micro-batch of every step, resumed or not.
+// Every BatchNorm's running statistics took one training-mode forward per micro-batch of the
+// global batch (every replica's) of every step, resumed or not.
 TrainedState trained_state(const TrainConfig& cfg, const Trainer& t) {
   TrainedState s;
   s.tensors = t.trained_tensors();
   for (const BatchNormStats& bn : t.form().batch_norms) s.counted.insert(bn.running_mean);
-  s.forwards = cfg.steps * t.schedule().micro_batches;
+  s.forwards = cfg.steps * t.batch_norm_updates_per_step();
   s.module_names = t.model().module_names;
   s.start_state = cfg.output.start_state;
   return s;

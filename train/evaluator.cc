@@ -9,9 +9,19 @@
 namespace pt {
 namespace {
 
-// The model as evaluation runs it: Dropout the identity (autodiff/training_mode.h).
+// The model as evaluation runs it: Dropout the identity (autodiff/training_mode.h), and every
+// BatchNormalization on its running statistics, as PyTorch's eval() does. An export made in
+// training mode writes training_mode=1 and the running statistics' outputs (which nothing reads:
+// to_training_mode refuses the model otherwise); that BatchNormalization would normalize each
+// held-out batch by its own statistics and never read the running ones the training keeps.
 Graph inference_form(Graph g) {
   dropout_as_identity(g);
+  for (Node& n : g.nodes)
+    if ((n.domain.empty() || n.domain == "ai.onnx") && n.op_type == "BatchNormalization") {
+      n.attrs.erase("training_mode");
+      n.outputs.resize(1);
+    }
+  g.rebuild_uses();
   return g;
 }
 

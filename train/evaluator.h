@@ -3,8 +3,10 @@
 // micro-batches. Out: the mean loss over them and, for cross-entropy, the accuracy.
 //
 // It runs the model as evaluation does, compiled once on the CPU: BatchNorm on its running
-// statistics, Dropout the identity (autodiff/training_mode.h), a file's Bernoulli the same draw
-// at every evaluation.
+// statistics (also where the file exported it in training mode), Dropout the identity
+// (autodiff/training_mode.h), a file's Bernoulli the same draw at every evaluation. The
+// running statistics are read where the training keeps them, the initializers the model shares
+// with the training form (across processes: on rank 0, after Trainer::share_parameters).
 #pragma once
 
 #include <cstdint>

@@ -76,6 +76,7 @@ Trainer::Trainer(TrainerPlan plan, TrainerOptions options, const TrainRanks& ran
   ties_ = ties_across_ranks(sites_, chunks_, placement, rank_of_);
   tie_exchange_ = std::make_unique<TieExchange>(ties_, ranks_, executor_->grads());
   make_optimizers(placement);
+  place_batch_norms(placement);
   bind_device_updates(placement);
   open_data();
   peak_kept_.assign(static_cast<size_t>(schedule_.stages), 0);
@@ -260,17 +261,6 @@ void Trainer::reduce_gradients(StepClock* clock) {
   sum_sites(sites_, executor_->grads());  // the copies' data is the parameter's: one update serves
 }
 
-// BatchNorm buffers, micro-batch by micro-batch as torch updates them.
-void Trainer::update_batch_norm_statistics() {
-  for (int m = 0; m < schedule_.micro_batches; ++m)
-    for (size_t i = 0; i < form_.batch_norms.size(); ++i) {
-      const BatchNormStats& bn = form_.batch_norms[i];
-      const std::vector<Tensor>& side = executor_->side_outputs(m);
-      update_running_statistics(mutable_initializer(bn.running_mean), mutable_initializer(bn.running_var),
-                                side[2 * i], side[2 * i + 1], bn.momentum);
-    }
-}
-
 // Each device's squared norm from its rank, summed: the same norm as in one process.
 double Trainer::gradient_norm() {
   std::vector<double> squares;
@@ -396,8 +386,8 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   c.meta["stages"] = std::to_string(schedule_.stages);
   c.meta["optimizer"] = options_.optimizer_kind;
   // Across processes each rank writes what it holds (train/checkpoint.h): its devices'
-  // parameters (replica 0 alone: the replicas hold the same) and optimizer state (every
-  // replica its shard under ZeRO-1, else replica 0 alone); then rank 0 names the parts.
+  // parameters and BatchNorm buffers (replica 0 alone: the replicas hold the same) and optimizer
+  // state (every replica its shard under ZeRO-1, else replica 0 alone); then rank 0 names the parts.
   Checkpoint part;
   part.step = steps_done;
   Checkpoint& mine = ranks_.alone() ? c : part;

@@ -9,8 +9,9 @@
 //
 // Per step (Trainer::step): data (the global batch, this replica's micro-batches), the pipelined
 // forward and backward (train/executor.h), the gradients over the replicas (summed in replica
-// order; ZeRO-1: train/zero.h), BatchNorm running statistics in micro-batch order, the global
-// gradient norm over every device, one optimizer per device, then evaluation (train/evaluator.h)
+// order; ZeRO-1: train/zero.h), BatchNorm running statistics in micro-batch order (on the rank
+// whose device computes them, over every replica's micro-batches: train/trainer_batch_norm.cc),
+// the global gradient norm over every device, one optimizer per device, then evaluation (train/evaluator.h)
 // and a checkpoint when due. A NaN or an Inf in the loss or the norm stops the run before the
 // update with a UserError naming the first non-finite node. A stop signal (StopCheck) ends the
 // loop at the next step boundary, on every rank alike.
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -136,9 +138,12 @@ class Trainer {
 
   // The trained parameters and the BatchNorm running statistics, by name.
   std::map<std::string, const Tensor*> trained_tensors() const;
-  // Every trained parameter from the rank that updates it (and from the devices) to every rank
-  // of its replica; to_first: to rank 0 alone, over the world.
+  // Every trained parameter and BatchNorm buffer from the rank that updates it (and from the
+  // devices) to every rank of its replica; to_first: to rank 0 alone, over the world.
   void share_parameters(bool to_first = false);
+  // The training-mode forwards whose batch statistics each BatchNorm's running statistics take
+  // in a step: every micro-batch of the global batch (of every replica).
+  int64_t batch_norm_updates_per_step() const { return int64_t{schedule_.micro_batches} * ranks_.replicas(); }
 
   const Schedule& schedule() const { return schedule_; }
   const Schedule& lowered() const { return lowered_; }
@@ -184,7 +189,11 @@ class Trainer {
   void step(int64_t s, TrainObserver& observer);
   StepFeeds draw_feeds(int64_t s);
   void reduce_gradients(StepClock* clock);
+  // BatchNorm's running statistics across devices, processes and replicas (trainer_batch_norm.cc).
+  void place_batch_norms(const std::vector<int>& placement);
   void update_batch_norm_statistics();
+  void gather_batch_statistics();
+  const std::vector<Tensor>& batch_statistics(int global_micro_batch) const;
   double gradient_norm();
   double summed_loss();
   double update_parameters(double norm, StepClock* clock);
@@ -229,8 +238,15 @@ class Trainer {
   Costs planned_;
   std::vector<int> rank_of_;                   // per pipeline device
   std::vector<std::string> device_names_;      // the trace's device tracks: "device D (rank R)" across processes
-  std::map<std::string, int> first_device_;    // trained parameter -> device of its first reader
+  // Trained tensor -> the device that updates it: a parameter's first reader, a BatchNorm
+  // buffer's the device whose chunk computes its batch statistics.
+  std::map<std::string, int> first_device_;
   std::vector<std::string> side_;              // batch statistics, mean then var per BN
+  std::vector<size_t> local_batch_norms_;      // the BNs (form_.batch_norms) this rank's devices compute
+  // Data parallelism: every replica's batch statistics, [global micro-batch][side output] (the
+  // others' BNs: zeros), and the bytes the replicas gather them through.
+  std::vector<std::vector<Tensor>> replica_side_;
+  std::vector<std::byte> replica_side_bytes_;
   TrainDevices devices_;                       // backends and comm: outlive the executor
   std::unique_ptr<PipelineExecutor> executor_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;   // per device (ZeRO-1: this replica's shard)

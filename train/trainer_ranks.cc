@@ -25,9 +25,6 @@ void Trainer::check_plan_across_processes() const {
     for (const std::string& p : c.params) text += p + ",";
   }
   ranks_.check_same(fnv1a(text), "the plan (schedule, stages and their parameters)");
-  if (!side_.empty())
-    throw UserError(where("model"), "has BatchNormalization, whose running statistics do not yet cross processes",
-                    "train it in one process");
 }
 
 int Trainer::owner_of(const std::string& param) const {
@@ -81,7 +78,7 @@ void Trainer::pull_parameters() {
 void Trainer::share_parameters(bool to_first) {
   pull_parameters();
   if (ranks_.alone()) return;
-  for (const std::string& p : params_) {
+  for (const auto& [p, device] : first_device_) {  // every trained parameter and BatchNorm buffer
     Tensor& t = mutable_initializer(p);
     const bool mine = owner_of(p) == ranks_.rank(), takes = !to_first || ranks_.rank() == 0;
     if (!mine && takes) t.skip_load();  // another rank's parameter: its bytes come from there, not the file

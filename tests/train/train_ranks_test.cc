@@ -14,6 +14,7 @@
 
 #include "train/checkpoint.h"
 #include "tests/cli/run_cli.h"
+#include "tests/exec/safetensors_reader.h"
 
 namespace {
 
@@ -45,10 +46,11 @@ std::string without_timings(const std::string& metrics) {
   return out;
 }
 
-// The outputs of two runs (model `name`.onnx): the same bytes, the same metrics but for timings.
-void expect_same_run(const fs::path& one, const fs::path& many, const std::string& name = "charlm") {
-  EXPECT_EQ(slurp(many / (name + ".onnx")), slurp(one / (name + ".onnx")));
-  EXPECT_EQ(slurp(many / (name + ".safetensors")), slurp(one / (name + ".safetensors")));
+// The trained model and weights (`model`.onnx and .safetensors) and the metrics of two runs.
+void expect_same_run(const fs::path& one, const fs::path& many, const std::string& model = "charlm") {
+  EXPECT_TRUE(fs::exists(one / (model + ".onnx")) && fs::exists(one / (model + ".safetensors")));
+  EXPECT_EQ(slurp(many / (model + ".onnx")), slurp(one / (model + ".onnx")));
+  EXPECT_EQ(slurp(many / (model + ".safetensors")), slurp(one / (model + ".safetensors")));
   EXPECT_EQ(without_timings(slurp(many / "metrics.jsonl")), without_timings(slurp(one / "metrics.jsonl")));
   EXPECT_FALSE(without_timings(slurp(one / "metrics.jsonl")).empty());
 }
@@ -287,6 +289,129 @@ TEST(TrainRanks, ZeroOneCheckpointsResumeToTheSameBytes) {
   const Result unsharded = mpirun(2, with(plain, "--set steps=4 --resume"));
   ASSERT_EQ(unsharded.code, 0) << unsharded.err;
   EXPECT_EQ(slurp(plain / "charlm.onnx"), slurp(whole / "charlm.onnx"));
+}
+
+// A ResNet with BatchNormalization (samples/exports/resnet_legacy.onnx: 6 of them, two residual
+// adds), or another BatchNorm `model`, on synthetic 16x16 images, 2 a micro-batch and 4
+// micro-batches a step, a quarter held out; AdamW at a constant rate (a run cut short and resumed
+// takes the steps of a longer one); every output under `dir` (trained.onnx, trained.safetensors,
+// metrics.jsonl), `sets` appended.
+std::string resnet(const fs::path& dir, const std::string& sets,
+                   const std::string& model = "samples/exports/resnet_legacy.onnx") {
+  const fs::path cfg = write(dir / "bn.yaml", "model: " + model + "\n"
+                                              "dims: {batch: 2}\n"
+                                              "data: {kind: synthetic, samples: 64, eval_fraction: 0.25}\n"
+                                              "optimizer: {kind: adamw, lr: 1.0e-2}\n"
+                                              "pipeline: {stages: 2, micro_batches: 4, schedule: 1f1b}\n"
+                                              "steps: 3\n"
+                                              "eval_every: 2\n");
+  return "train " + cfg.string() + " -q --set output.model=" + (dir / "trained.onnx").string() +
+         " --set output.metrics=" + (dir / "metrics.jsonl").string() + " " + sets;
+}
+
+// The BatchNorm running statistics (model/*.running_mean, model/*.running_var) of a checkpoint.
+std::map<std::string, std::vector<std::byte>> running_statistics(const fs::path& checkpoint) {
+  std::map<std::string, std::vector<std::byte>> out;
+  for (const auto& [name, t] : pt::read_checkpoint(checkpoint.string()).tensors)
+    if (name.find(".running_") != std::string::npos) out[name] = t.data;
+  return out;
+}
+
+// BatchNorm across ranks: a BatchNorm's running statistics live on the rank whose stage computes
+// them, are updated there and come to rank 0 for evaluation (after steps 2 and 3) and the outputs:
+// the trained model, its weights, every loss and held-out loss are the bytes of one process, on 2
+// and 4 ranks, under 1f1b and zb-v (its V puts the first and last chunks on rank 0).
+TEST(TrainRanks, BatchNormTrainsAcrossRanksToTheBytesOfOneProcess) {
+  for (const int ranks : {2, 4})
+    for (const char* kind : {"1f1b", "zb-v"}) {
+      SCOPED_TRACE(std::to_string(ranks) + " ranks, " + kind);
+      const std::string sets = "--set pipeline.stages=" + std::to_string(ranks) + " --set pipeline.schedule=" + kind;
+      const fs::path one = scratch("bn_one"), many = scratch("bn_many");
+      const Result alone = run(resnet(one, sets));
+      ASSERT_EQ(alone.code, 0) << alone.err;
+      const Result r = mpirun(ranks, resnet(many, sets));
+      ASSERT_EQ(r.code, 0) << r.err;
+      expect_same_run(one, many, "trained");
+      EXPECT_NE(slurp(one / "metrics.jsonl").find("\"eval_loss\""), std::string::npos);
+    }
+}
+
+// Replicas (parallel.data): every replica's running statistics take the batch statistics of every
+// micro-batch of the global batch in order (gathered over the replicas, train/trainer_batch_norm.cc),
+// as one process training that global batch does: after step 1 the very bytes of its running
+// statistics (both from the same parameters), after step 2 its training updates within 1e-6 (the
+// gradient sums are grouped by replica: not the same bits). Bit-identical across schedules, with
+// ZeRO-1, and cut after step 1 and resumed (with ZeRO-1) against the run never stopped.
+TEST(TrainRanks, BatchNormReplicasAverageTheGlobalBatch) {
+  const std::string dp = "--set steps=2 --set pipeline.stages=2 --set parallel.data=2 ";
+  const auto with_checkpoints = [](const fs::path& d, const std::string& sets) {
+    return resnet(d, "--set checkpoint.every=1 --set checkpoint.dir=" + (d / "ckpt").string() + " " + sets);
+  };
+  const fs::path one = scratch("bn_dp_one"), d2 = scratch("bn_dp"), zbv = scratch("bn_dp_zbv"), cut = scratch("bn_dp_cut");
+  ASSERT_EQ(run(with_checkpoints(one, "--set steps=2 --set pipeline.micro_batches=8")).code, 0);
+  const Result r = mpirun(4, with_checkpoints(d2, dp + "--set pipeline.schedule=1f1b"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto want = running_statistics(one / "ckpt" / "step_00000001.ckpt");
+  const auto have = running_statistics(d2 / "ckpt" / "step_00000001.ckpt");
+  EXPECT_EQ(want.size(), 12u);
+  ASSERT_EQ(have.size(), want.size());
+  for (const auto& [name, bytes] : want) EXPECT_TRUE(have.count(name) && have.at(name) == bytes) << name;
+  const Result updates = run_command(std::string(PT_PYTHON) + " bench/gpu_compare.py " + (d2 / "trained.onnx").string() +
+                                     " " + (one / "trained.onnx").string() +
+                                     " --update-from samples/exports/resnet_legacy.onnx --tol 1e-6");
+  EXPECT_EQ(updates.code, 0) << updates.out << updates.err;
+  ASSERT_EQ(mpirun(4, resnet(zbv, dp + "--set pipeline.schedule=zb-v")).code, 0);
+  EXPECT_EQ(slurp(zbv / "trained.onnx"), slurp(d2 / "trained.onnx"));
+  EXPECT_EQ(slurp(zbv / "trained.safetensors"), slurp(d2 / "trained.safetensors"));
+  ASSERT_EQ(mpirun(4, with_checkpoints(cut, dp + "--set steps=1 --set parallel.zero=1")).code, 0);
+  const Result resumed = mpirun(4, with_checkpoints(cut, dp + "--set parallel.zero=1 --resume"));
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(slurp(cut / "trained.onnx"), slurp(d2 / "trained.onnx"));
+  EXPECT_EQ(slurp(cut / "trained.safetensors"), slurp(d2 / "trained.safetensors"));
+}
+
+// num_batches_tracked (samples/export_model/convbn.onnx carries the record that names it) counts
+// the forwards the running statistics took: with 2 replicas of 4 micro-batches, 8 a step, as one
+// process training that global batch writes beside the same bytes of the running statistics.
+TEST(TrainRanks, BatchNormReplicasCountEveryForwardOfTheGlobalBatch) {
+  const std::string convbn = "samples/export_model/convbn.onnx";
+  const fs::path one = scratch("bn_count_one"), d2 = scratch("bn_count_d2");
+  ASSERT_EQ(run(resnet(one, "--set steps=1 --set pipeline.stages=1 --set pipeline.micro_batches=8", convbn)).code, 0);
+  const Result r = mpirun(2, resnet(d2, "--set steps=1 --set pipeline.stages=1 --set parallel.data=2", convbn));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const pt::test::StFile want = pt::test::read_safetensors_for_test((one / "trained.safetensors").string());
+  const pt::test::StFile have = pt::test::read_safetensors_for_test((d2 / "trained.safetensors").string());
+  for (const char* bn : {"bn1", "bn2"}) {
+    const std::string n = std::string(bn) + ".num_batches_tracked";
+    ASSERT_TRUE(want.tensors.count(n) && have.tensors.count(n)) << n;
+    EXPECT_EQ(have.values<int64_t>(n), std::vector<int64_t>{8}) << n;
+    for (const std::string& buffer : {n, std::string(bn) + ".running_mean", std::string(bn) + ".running_var"})
+      EXPECT_TRUE(have.tensors.at(buffer).bytes == want.tensors.at(buffer).bytes) << buffer;
+  }
+}
+
+// Checkpoints with BatchNorm across ranks: the rank of each BatchNorm's stage writes its running
+// statistics into its part, and the checkpoint holds one process's state; cut after step 2 and
+// resumed on the ranks, the bytes of the uninterrupted run.
+TEST(TrainRanks, BatchNormCheckpointsResumeToTheBytesOfOneProcess) {
+  const auto with = [](const fs::path& d, const std::string& sets) {
+    return resnet(d, "--set pipeline.schedule=zb-v --set checkpoint.every=2 --set checkpoint.dir=" +
+                         (d / "ckpt").string() + " " + sets);
+  };
+  const fs::path whole = scratch("bn_ckpt_whole"), cut = scratch("bn_ckpt_cut");
+  ASSERT_EQ(run(with(whole, "--set steps=4")).code, 0);
+  const Result first = mpirun(2, with(cut, "--set steps=2"));
+  ASSERT_EQ(first.code, 0) << first.err;
+  expect_same_checkpoint(cut / "ckpt" / "step_00000002.ckpt", whole / "ckpt" / "step_00000002.ckpt");
+  // zb-v on 2 ranks: rank 1 holds the middle chunks, so some running statistics are in its part.
+  EXPECT_FALSE(running_statistics(cut / "ckpt" / "step_00000002.rank1.part").empty());
+  EXPECT_FALSE(running_statistics(cut / "ckpt" / "step_00000002.rank0.part").empty());
+  const Result resumed = mpirun(2, with(cut, "--set steps=4 --resume"));
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  expect_same_checkpoint(cut / "ckpt" / "step_00000004.ckpt", whole / "ckpt" / "step_00000004.ckpt");
+  ASSERT_TRUE(fs::exists(whole / "trained.onnx") && fs::exists(whole / "trained.safetensors"));
+  EXPECT_EQ(slurp(cut / "trained.onnx"), slurp(whole / "trained.onnx"));
+  EXPECT_EQ(slurp(cut / "trained.safetensors"), slurp(whole / "trained.safetensors"));
 }
 
 // The Chrome trace of a run across processes (rank 0 writes it): every device's track names its

@@ -1,0 +1,114 @@
+// tests/train/evaluator_test.cc: the held-out evaluation (train/evaluator.h) runs BatchNorm on
+// its running statistics, also where the file exported it in training mode (training_mode=1, the
+// running statistics' outputs unread), as PyTorch's eval() does: the loss against one computed
+// here from the running statistics, and different from one on each batch's own statistics.
+#include "train/evaluator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/exec/test_tensors.h"
+
+namespace pt {
+namespace {
+
+using testing::make_tensor;
+
+constexpr int64_t kRows = 2, kChannels = 2, kWidth = 3;
+constexpr float kEps = 1e-5f;
+
+Tensor per_channel(float a, float b) {
+  Tensor t = make_tensor(DType::kFloat32, {kChannels});
+  t.as<float>()[0] = a;
+  t.as<float>()[1] = b;
+  return t;
+}
+
+// x (rows, C, 1, W) -> BatchNormalization -> y, with running mean (0.5, -1) and variance (4, 0.25).
+// training: as an export in training mode writes it (training_mode=1, three outputs).
+Graph batch_norm_model(bool training) {
+  Graph g;
+  g.opsets[""] = 17;
+  const TensorType x_type{DType::kFloat32, {kRows, kChannels, 1, kWidth}};
+  const ValueId x = g.add_value("x", x_type);
+  g.inputs.push_back(x);
+  Node n;
+  n.name = "bn";
+  n.op_type = "BatchNormalization";
+  n.inputs = {x, g.add_initializer("bn.weight", per_channel(1.5f, 0.5f)), g.add_initializer("bn.bias", per_channel(0.25f, -2)),
+              g.add_initializer("bn.running_mean", per_channel(0.5f, -1), true),
+              g.add_initializer("bn.running_var", per_channel(4, 0.25f), true)};
+  n.outputs = {g.add_value("y", x_type)};
+  n.attrs["epsilon"] = kEps;
+  if (training) {
+    n.attrs["training_mode"] = int64_t{1};
+    n.outputs.push_back(g.add_value("bn.mean_out", TensorType{DType::kFloat32, {kChannels}}));
+    n.outputs.push_back(g.add_value("bn.var_out", TensorType{DType::kFloat32, {kChannels}}));
+  }
+  g.add_node(n);
+  g.outputs = {n.outputs[0]};
+  g.rebuild_uses();
+  return g;
+}
+
+// Synthetic x and target, half of 8 samples held out.
+DataLoader held_out_data() {
+  DataOptions o;
+  o.samples = 8;
+  o.eval_fraction = 0.5;
+  const TensorType t{DType::kFloat32, {kRows, kChannels, 1, kWidth}};
+  return DataLoader(o, {{"x", t, 0}}, {kLossTarget, t, 0});
+}
+
+// The mean squared error over the held-out batches with y = (x - mean) * scale / sqrt(var + eps)
+// + bias per channel, on the running statistics or on each batch's own (biased variance).
+double expected_mse(const DataLoader& data, bool running) {
+  const float scale[] = {1.5f, 0.5f}, bias[] = {0.25f, -2}, rmean[] = {0.5f, -1}, rvar[] = {4, 0.25f};
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < data.eval_batches(); ++i) {
+    const FeedMap f = data.eval_batch(i);
+    const float* x = f.at("x").as<float>();
+    const float* t = f.at(kLossTarget).as<float>();
+    for (int64_t c = 0; c < kChannels; ++c) {
+      double mean = rmean[c], var = rvar[c];
+      if (!running) {
+        double s = 0, s2 = 0;
+        for (int64_t r = 0; r < kRows; ++r)
+          for (int64_t w = 0; w < kWidth; ++w) s += x[(r * kChannels + c) * kWidth + w];
+        mean = s / (kRows * kWidth);
+        for (int64_t r = 0; r < kRows; ++r)
+          for (int64_t w = 0; w < kWidth; ++w) s2 += std::pow(x[(r * kChannels + c) * kWidth + w] - mean, 2);
+        var = s2 / (kRows * kWidth);
+      }
+      for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t w = 0; w < kWidth; ++w) {
+          const int64_t k = (r * kChannels + c) * kWidth + w;
+          const double y = (x[k] - mean) * scale[c] / std::sqrt(var + kEps) + bias[c];
+          sum += (y - t[k]) * (y - t[k]);
+          ++count;
+        }
+    }
+  }
+  return sum / static_cast<double>(count);
+}
+
+TEST(Evaluator, BatchNormEvaluatesOnItsRunningStatisticsAlsoWhereExportedInTrainingMode) {
+  const DataLoader data = held_out_data();
+  ASSERT_EQ(data.eval_batches(), 2);
+  const double running = expected_mse(data, true), own = expected_mse(data, false);
+  EXPECT_GT(std::abs(running - own), 1e-2 * running);  // the test tells the two apart
+  LossSpec mse;
+  mse.kind = LossSpec::Kind::kMse;
+  for (const bool training : {false, true}) {
+    SCOPED_TRACE(training ? "exported in training mode" : "exported in eval mode");
+    Evaluator eval(batch_norm_model(training), mse, 1);
+    const EvalResult r = eval.run(data);
+    EXPECT_NEAR(r.loss, running, 1e-5 * running);
+    EXPECT_EQ(r.samples, 4);
+  }
+}
+
+}  // namespace
+}  // namespace pt

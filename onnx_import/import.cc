@@ -398,7 +398,11 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
       known.constants[t.name()] = tensor_from_proto(t, path);
   m.mutable_graph()->clear_value_info();  // stale: every type is inferred from the bound inputs
   known.read(m.graph());
-  for (int round = 0; round < 32; ++round) {
+  // Until nothing changes: a round makes the shapes one more stretch of the graph known, so a
+  // deep model needs rounds in proportion to its layers (a SplitToSequence per attention layer
+  // folds once its input's shape is known). The bound only stops a rewrite that would not end.
+  const int rounds = 32 + m.graph().node_size();
+  for (int round = 0; round < rounds; ++round) {
     infer_pass(m.graph(), known, path, default_opset(m));
     const int folded = fold_pass(&m, known, path);
     if (folded + rewrite_constant_gathers(m.mutable_graph(), &known.types, &known.constants, path) +

@@ -157,6 +157,34 @@ TEST(SequenceFold, SplitToSequenceWithAScalarSplitBecomesSplit) {
   EXPECT_EQ(shape_of(g, "z"), (std::vector<int64_t>{2, 2}));
 }
 
+// A deep model: each layer's SplitToSequence folds once the shape of its input is known, which
+// takes the layers before it folded first (a 1B GPT of 20 layers, as torch 2.15 exports
+// q, k, v = qkv.split(d, dim=2), stopped at layer 16 when import gave up after 32 rounds).
+TEST(SequenceFold, EveryLayerOfADeepChainFolds) {
+  ModelBuilder b(20);
+  b.input("x0", onnx::TensorProto::FLOAT, {8});
+  b.constant("four", {}, {4});
+  b.constant("zero", {}, {0});
+  b.constant("one", {}, {1});
+  constexpr int kLayers = 48;
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string x = "x" + std::to_string(l), seq = "seq" + std::to_string(l), at = std::to_string(l);
+    ModelBuilder::attr(b.node("SplitToSequence", {x, "four"}, {seq}), "axis", 1);
+    b.node("SequenceAt", {seq, "zero"}, {"a" + at});
+    b.node("SequenceAt", {seq, "one"}, {"b" + at});
+    ModelBuilder::attr(b.node("Concat", {"b" + at, "a" + at}, {"x" + std::to_string(l + 1)}), "axis", 1);
+  }
+  b.output("x" + std::to_string(kLayers));
+  Graph g = b.import("deep_chain.onnx");
+  int splits = 0;
+  for (const std::string& op : op_types(g)) {
+    EXPECT_TRUE(op == "Split" || op == "Concat") << op;
+    splits += op == "Split";
+  }
+  EXPECT_EQ(splits, kLayers);
+  EXPECT_EQ(shape_of(g, "x" + std::to_string(kLayers)), (std::vector<int64_t>{2, 8}));
+}
+
 // Sizes given as a 1-D tensor; ConcatFromSequence with new_axis (torch.stack of the parts) and
 // SequenceLength folded too; a part that is a graph output comes out through an Identity.
 TEST(SequenceFold, SizesConcatFromSequenceAndLength) {

@@ -16,14 +16,19 @@ head, its 470 MB of weights in MODEL.data) trains 3 AdamW steps of 4 micro-batch
 stages (1f1b), in one process and on 4 ranks (one stage each), writing the trained model and
 safetensors; the table gives each process's peak RSS (/usr/bin/time) and the import alone
 (`pipetrain inspect MODEL`: what every rank does first). Each --pipetrain binary (before and
-after a change) is one row pair; the trained files of every run must be byte-identical.
+after a change) is one row pair; the trained files of every run must be byte-identical (their
+sha256; they are removed after each run). `--export-memory-model PATH --size 1b` makes a GPT of
+1.04B parameters (d 2048, 20 layers; 4.2 GB of weights), trained with --memory-steps 2.
 
 Usage: .venv/bin/python bench/ranks.py [--pipetrain build/pipetrain] [--steps 12]
        .venv-export/bin/python bench/ranks.py --export-memory-model out/nanogpt117m.onnx
        .venv/bin/python bench/ranks.py --memory out/nanogpt117m.onnx --pipetrain A --pipetrain B
+       .venv-export/bin/python bench/ranks.py --export-memory-model out/gpt1b.onnx --size 1b
+       .venv/bin/python bench/ranks.py --memory out/gpt1b.onnx --memory-steps 2
 """
 import argparse
 import filecmp
+import hashlib
 import json
 import os
 import re
@@ -76,16 +81,21 @@ optimizer: {{kind: adamw, lr: 1.0e-4}}
 pipeline: {{stages: 4, chunks: 1, micro_batches: 4, schedule: 1f1b}}
 threads: 1
 seed: 0
-steps: 3
+steps: {steps}
 eval_every: 0
 output: {{model: {out}/trained.onnx, safetensors: {out}/trained.safetensors, metrics: {out}/m.jsonl}}
 """
 
 
-def export_memory_model(path):
-    """The 117M nanoGPT (samples/exports/make_exports.py's NanoGPT, untied), by export_model.py."""
+# The generated GPTs (samples/exports/make_exports.py's NanoGPT, untied head, context 128, vocab
+# 8192): 117M parameters (470 MB of weights) and 1.04B (4.2 GB).
+SIZES = {"117m": {"d": 1024, "heads": 16, "layers": 8}, "1b": {"d": 2048, "heads": 16, "layers": 20}}
+
+
+def export_memory_model(path, size):
+    """A generated nanoGPT of `size` (SIZES), by export_model.py: nothing downloaded."""
     subprocess.run([sys.executable, "samples/export_model.py", "--module", "samples/exports/make_exports.py:NanoGPT",
-                    "--kwargs", json.dumps({"d": 1024, "heads": 16, "layers": 8, "vocab": 8192, "tie": False}),
+                    "--kwargs", json.dumps(dict(SIZES[size], vocab=8192, tie=False)),
                     "--input-dtype", "int64", "--vocab", "8192", "--input-shape", "2,128", "-o", path],
                    check=True, cwd=ROOT)
 
@@ -107,10 +117,29 @@ def timed(args, out, ranks=1):
     return out_list
 
 
-def memory(model, binaries):
+def digests(out):
+    """sha256 of each trained file in `out` (the model, its external data, the safetensors), which
+    are then removed: a 1B model's outputs are 8 GB a run."""
+    found = {}
+    for name in sorted(os.listdir(out)):
+        if name.startswith("trained."):
+            h = hashlib.sha256()
+            with open(f"{out}/{name}", "rb") as f:
+                for block in iter(lambda: f.read(1 << 24), b""):
+                    h.update(block)
+            found[name] = h.hexdigest()
+            os.remove(f"{out}/{name}")
+    return found
+
+
+def memory(model, binaries, steps):
     tmp = tempfile.mkdtemp(prefix="pt_bench_memory_")
-    print("| binary | run | peak RSS MiB per process | largest / one process | sum / one process | import s (inspect) | import peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|")
+    data = model + ".data"
+    weights_mib = os.path.getsize(data) / 2**20 if os.path.exists(data) else float("nan")
+    print(f"weights {weights_mib:,.0f} MiB; AdamW holds 4x: {4 * weights_mib:,.0f} MiB; {steps} steps")
+    print("| binary | run | peak RSS MiB per process | largest / one process | sum / one process | "
+          "one process / (4 x weights + 300 MiB) | import s (inspect) | import peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|")
     reference = None
     for i, binary in enumerate(binaries):
         inspect = timed([binary, "inspect", model], f"{tmp}/b{i}_inspect")[0]
@@ -120,19 +149,16 @@ def memory(model, binaries):
             os.makedirs(out, exist_ok=True)
             config = f"{out}/train.yaml"
             with open(config, "w") as f:
-                f.write(MEMORY_CONFIG.format(model=os.path.abspath(model), out=out))
+                f.write(MEMORY_CONFIG.format(model=os.path.abspath(model), out=out, steps=steps))
             rss = [m for m, _ in timed([binary, "train", "-q", config], out, ranks)]
             one = one or rss[0]
-            same = []
-            for name in ("trained.onnx", "trained.safetensors"):
-                if reference is None:
-                    continue
-                same.append(filecmp.cmp(f"{reference}/{name}", f"{out}/{name}", shallow=False))
-            reference = reference or out
+            files = digests(out)
+            same = reference is None or files == reference
+            reference = reference or files
             run = "1 process" if ranks == 1 else f"{ranks} ranks"
-            print(f"| {binary} | {run}{'' if all(same) else ' (trained files DIFFER)'} | "
+            print(f"| {binary} | {run}{'' if same else ' (trained files DIFFER)'} | "
                   f"{' / '.join(f'{m:,.0f}' for m in rss)} | {max(rss) / one:.2f}x | {sum(rss) / one:.2f}x | "
-                  f"{inspect[1]:.2f} | {inspect[0]:,.0f} |", flush=True)
+                  f"{one / (4 * weights_mib + 300):.2f} | {inspect[1]:.2f} | {inspect[0]:,.0f} |", flush=True)
 
 
 def main():
@@ -140,13 +166,15 @@ def main():
     ap.add_argument("--pipetrain", action="append")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--memory", metavar="MODEL", help="peak RSS and import of MODEL instead of step times")
-    ap.add_argument("--export-memory-model", metavar="PATH", help="export the 117M nanoGPT to PATH and stop")
+    ap.add_argument("--memory-steps", type=int, default=3, help="AdamW steps of --memory (3; 2 for the 1B model)")
+    ap.add_argument("--export-memory-model", metavar="PATH", help="export a generated nanoGPT to PATH and stop")
+    ap.add_argument("--size", choices=sorted(SIZES), default="117m", help="of --export-memory-model")
     a = ap.parse_args()
     if a.export_memory_model:
-        return export_memory_model(a.export_memory_model)
+        return export_memory_model(a.export_memory_model, a.size)
     binaries = a.pipetrain or [os.path.join(ROOT, "build", "pipetrain")]
     if a.memory:
-        return memory(a.memory, binaries)
+        return memory(a.memory, binaries, a.memory_steps)
     a.pipetrain = binaries[0]
     tmp = tempfile.mkdtemp(prefix="pt_bench_ranks_")
     print("| stages | schedule | layout | step ms (median) | in sends and receives | simulated step ms | trained model |")

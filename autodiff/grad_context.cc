@@ -16,6 +16,16 @@ ValueId GradContext::x(size_t i) const {
   return i < node().inputs.size() ? node().inputs[i] : kNoValue;
 }
 
+ValueId GradContext::untransposed(ValueId v) const {
+  const int p = work_.value(v).producer;
+  if (p < 0) return kNoValue;
+  const Node& t = work_.nodes[static_cast<size_t>(p)];
+  if (t.op_type != "Transpose" || !t.domain.empty() || t.inputs.size() != 1 || work_.value(t.inputs[0]).type.shape.size() != 2)
+    return kNoValue;
+  const std::vector<int64_t> perm = t.attr_ints("perm");
+  return perm.empty() || perm == std::vector<int64_t>{1, 0} ? t.inputs[0] : kNoValue;
+}
+
 const Tensor* GradContext::constant(size_t i) const {
   const ValueId v = x(i);
   return v == kNoValue ? nullptr : work_.value(v).init.get();

@@ -26,6 +26,10 @@ class GradContext {
   ValueId x(size_t i) const;     // forward input i (kNoValue when omitted)
   // Data of input i when it is an initializer or folded constant (axes, pads), else nullptr.
   const Tensor* constant(size_t i) const;
+  // W where v is Transpose(W) of a 2-D W (how exporters write a linear layer's weight for
+  // MatMul), else kNoValue: a rule that reads W itself spares the backward the transposed copy,
+  // which F would otherwise keep for every micro-batch in flight.
+  ValueId untransposed(ValueId v) const;
   // Forward output k. An optional output the forward did not produce (LayerNormalization's
   // Mean, Dropout's mask) is added to the forward node on demand.
   ValueId y(size_t k);

@@ -293,7 +293,10 @@ void grad_matmul(GradContext& c) {
     const int64_t rows = c.type(c.x(0)).numel() / k;
     const ValueId dy2 = c.reshape(dy, {rows, n});
     if (c.wants(0)) {
-      const ValueId g = c.emit("Gemm", {dy2, c.x(1)}, f32({rows, k}), {{"transB", int64_t{1}}});
+      // B = W^T (a linear layer's weight as exporters write it): dA = dY2 @ W reads W itself.
+      const ValueId w = c.untransposed(c.x(1));
+      const ValueId g = w != kNoValue ? c.emit("Gemm", {dy2, w}, f32({rows, k}))
+                                      : c.emit("Gemm", {dy2, c.x(1)}, f32({rows, k}), {{"transB", int64_t{1}}});
       c.give(0, c.reshape(g, as));
     }
     if (c.wants(1)) {

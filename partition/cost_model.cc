@@ -387,6 +387,16 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
       if (idx >= list.size() || list[idx] == kNoValue) continue;
       const Value& v = g.value(list[idx]);
       if (v.is_initializer()) continue;  // parameters and constants are not activations
+      // A MatMul's B = Transpose(W) of a 2-D W: its backward reads W itself (grad_matmul).
+      if (n.op_type == "MatMul" && s == 1 && v.producer >= 0) {
+        const Node& t = g.nodes[static_cast<size_t>(v.producer)];
+        const std::vector<int64_t> perm = t.attr_ints("perm");
+        if (t.op_type == "Transpose" && t.inputs.size() == 1 && g.value(t.inputs[0]).type.shape.size() == 2 &&
+            (perm.empty() || perm == std::vector<int64_t>{1, 0})) {
+          if (!g.value(t.inputs[0]).is_initializer()) saved[static_cast<size_t>(t.inputs[0])] = true;
+          continue;
+        }
+      }
       saved[static_cast<size_t>(list[idx])] = true;
     }
   }

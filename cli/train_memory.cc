@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <ostream>
 
 #include "core/bytes.h"
@@ -81,7 +82,7 @@ void check_host(const TrainConfig& cfg, const TrainMemory& m, const TrainRanks& 
   if (need <= have.bytes) return;
   const std::string who = ranks.alone() ? "this run" : "ranks " + list(here) + " on this host";
   throw UserError("host memory",
-                  who + " needs " + format_bytes(need) + " (" + parts_text(part, m.on_gpu ? "gradients' host copy" : "gradients with their host copy") + ", " + format_bytes(m.needs.overhead) +
+                  who + (ranks.alone() ? " needs " : " need ") + format_bytes(need) + " (" + parts_text(part, m.on_gpu ? "gradients' host copy" : "gradients with their host copy") + ", " + format_bytes(m.needs.overhead) +
                       " per process), more than the " + format_bytes(have.bytes) + " it has available (" + have.source + ")",
                   what_fits(cfg, m.rows, need, have.bytes, part.activations, fixed, "hosts"));
 }
@@ -130,10 +131,28 @@ TrainMemory planned_memory(const TrainConfig& cfg, const TrainerPlan& plan, cons
   return m;
 }
 
+// Across processes every rank of a host finds the same shortage: the lowest rank that finds one
+// says it (its error ends the job, train_cmd.cc), the others wait in a collective for that end,
+// so that the job prints one line.
 void check_memory(const TrainConfig& cfg, const TrainMemory& m, const TrainRanks& ranks) {
   if (!cfg.memory.check) return;
-  check_host(cfg, m, ranks);
-  if (m.on_gpu) check_gpus(cfg, m, ranks);
+  std::optional<UserError> failure;
+  try {
+    check_host(cfg, m, ranks);
+    if (m.on_gpu) check_gpus(cfg, m, ranks);
+  } catch (const UserError& e) {
+    failure = e;
+  }
+  if (ranks.alone()) {
+    if (failure) throw *failure;
+    return;
+  }
+  std::vector<int64_t> lowest = {failure ? ranks.size() - ranks.rank() : 0};
+  ranks.max(lowest);
+  if (lowest[0] == 0) return;
+  if (ranks.size() - lowest[0] == ranks.rank()) throw *failure;
+  std::vector<int64_t> never = {0};
+  ranks.max(never);  // the reporting rank never joins: its TrainRanks::abort ends this one
 }
 
 void print_memory_plan(std::ostream& os, const TrainMemory& m, const TrainRanks& ranks) {

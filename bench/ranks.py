@@ -20,11 +20,17 @@ after a change) is one row pair; the trained files of every run must be byte-ide
 sha256; they are removed after each run). `--export-memory-model PATH --size 1b` makes a GPT of
 1.04B parameters (d 2048, 20 layers; 4.2 GB of weights), trained with --memory-steps 2.
 
+With --plan-memory MODEL (the same model): 2 AdamW steps of 4 micro-batches of 2 (1f1b) on 1
+stage, on 4 stages in one process, and on 4 ranks; each process's peak RSS after the last step
+(train's summary) against the host memory train planned for it (plan/memory.h) and against issue
+42's bound, 1.25 x (4 x parameter bytes + planned peak activations) + 300 MiB.
+
 Usage: .venv/bin/python bench/ranks.py [--pipetrain build/pipetrain] [--steps 12]
        .venv-export/bin/python bench/ranks.py --export-memory-model out/nanogpt117m.onnx
        .venv/bin/python bench/ranks.py --memory out/nanogpt117m.onnx --pipetrain A --pipetrain B
        .venv-export/bin/python bench/ranks.py --export-memory-model out/gpt1b.onnx --size 1b
        .venv/bin/python bench/ranks.py --memory out/gpt1b.onnx --memory-steps 2
+       .venv/bin/python bench/ranks.py --plan-memory out/nanogpt117m.onnx
 """
 import argparse
 import filecmp
@@ -161,6 +167,54 @@ def memory(model, binaries, steps):
                   f"{one / (4 * weights_mib + 300):.2f} | {inspect[1]:.2f} | {inspect[0]:,.0f} |", flush=True)
 
 
+PLAN_CONFIG = """model: {model}
+dims: {{batch: 2}}
+loss: {{kind: cross_entropy}}
+data: {{kind: synthetic, samples: 64, eval_fraction: 0}}
+optimizer: {{kind: adamw, lr: 1.0e-4}}
+pipeline: {{stages: {stages}, chunks: 1, micro_batches: 4, schedule: 1f1b}}
+threads: 1
+seed: 0
+steps: 2
+eval_every: 0
+"""
+
+UNITS = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
+
+
+def mib(text):
+    """'3.39 GiB' -> 3471.4 (MiB)."""
+    value, unit = text.split()
+    return float(value) * UNITS[unit] / 2 ** 20
+
+
+def plan_memory(model, binary):
+    """Issue 42: each process's peak RSS (train's summary, after the last step) against the host
+    memory train planned (plan/memory.h) and against the issue's bound, 1.25 x (4 x parameter
+    bytes + planned peak activations) + 300 MiB per process."""
+    tmp = tempfile.mkdtemp(prefix="pt_bench_plan_memory_")
+    print("| layout | process | peak RSS MiB | planned MiB | RSS / planned | 4 x params + activations + 300 MiB | RSS / that | within the bound |")
+    print("|---|---|---|---|---|---|---|---|")
+    for stages, ranks in ((1, 1), (4, 1), (4, 4)):
+        config = f"{tmp}/s{stages}r{ranks}.yaml"
+        with open(config, "w") as f:
+            f.write(PLAN_CONFIG.format(model=os.path.abspath(model), stages=stages))
+        args = [binary, "train", "-q", config]
+        if ranks > 1:
+            mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
+            args = [mpirun, "--oversubscribe", "--allow-run-as-root", "-n", str(ranks)] + args
+        printed = subprocess.run(args, check=True, cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout
+        devices = [mib(m.group(1)) for m in re.finditer(r"^  device \d+: .* = ([0-9.]+ \w+)$", printed, re.M)]
+        peaks = re.findall(r"^  (process|rank \d+): ([0-9.]+ \w+) / ([0-9.]+ \w+) \(", printed, re.M)
+        layout = f"{stages} stage(s), " + ("1 process" if ranks == 1 else f"{ranks} ranks")
+        for i, (who, rss, planned) in enumerate(peaks):
+            held = devices if ranks == 1 else devices[i * stages // ranks:(i + 1) * stages // ranks]
+            issue = sum(held) + 300
+            bound = 1.25 * sum(held) + 300
+            print(f"| {layout} | {who} | {mib(rss):,.0f} | {mib(planned):,.0f} | {mib(rss) / mib(planned):.2f}x | "
+                  f"{issue:,.0f} | {mib(rss) / issue:.2f}x | {'yes' if mib(rss) <= bound else 'no'} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pipetrain", action="append")
@@ -169,12 +223,15 @@ def main():
     ap.add_argument("--memory-steps", type=int, default=3, help="AdamW steps of --memory (3; 2 for the 1B model)")
     ap.add_argument("--export-memory-model", metavar="PATH", help="export a generated nanoGPT to PATH and stop")
     ap.add_argument("--size", choices=sorted(SIZES), default="117m", help="of --export-memory-model")
+    ap.add_argument("--plan-memory", metavar="MODEL", help="peak RSS of MODEL's training against train's planned memory")
     a = ap.parse_args()
     if a.export_memory_model:
         return export_memory_model(a.export_memory_model, a.size)
     binaries = a.pipetrain or [os.path.join(ROOT, "build", "pipetrain")]
     if a.memory:
         return memory(a.memory, binaries, a.memory_steps)
+    if a.plan_memory:
+        return plan_memory(a.plan_memory, binaries[0])
     a.pipetrain = binaries[0]
     tmp = tempfile.mkdtemp(prefix="pt_bench_ranks_")
     print("| stages | schedule | layout | step ms (median) | in sends and receives | simulated step ms | trained model |")

@@ -189,7 +189,7 @@ void read_relative_to(Reader& r, const YAML::Node& root, TrainConfig* c) {
 void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.check_keys(root, "", {"model", "dims", "loss", "data", "optimizer", "pipeline", "parameters",
                           "device", "threads", "seed", "steps", "eval_every", "checkpoint",
-                          "output", "dropout", "precision", "parallel", "relative_to"});
+                          "output", "dropout", "precision", "parallel", "relative_to", "memory"});
   read_path(r, root, "", "model", &c->model, "a model file");
   if (c->model.empty())
     throw UserError(r.where(root, "model"), "is missing", "name the ONNX model to train");
@@ -231,6 +231,10 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.positive(root, "", "steps", c->steps, 1);
   r.read(root, "", "eval_every", &c->eval_every, "a whole number");
   r.positive(root, "", "eval_every", c->eval_every, 0);
+  if (const YAML::Node m = root["memory"]) {
+    r.check_keys(m, "memory", {"check"});
+    r.read(m, "memory", "check", &c->memory.check, "on or off");
+  }
 }
 
 void read_loss_data(const Reader& r, const YAML::Node& root, TrainConfig* c) {

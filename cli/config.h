@@ -38,6 +38,8 @@
 //   steps: 200
 //   eval_every: 50
 //   checkpoint: {dir: out/ckpt, every: 100}
+//   memory: {check: on}              # off: train skips the check of its planned memory against
+//                                    # the host's (and GPUs') free memory before loading
 //   output: {model: out/trained.onnx, safetensors: out/trained.safetensors,
 //            metrics: out/metrics.jsonl, trace: out/trace.json, timeline: out/timeline.svg}
 //
@@ -118,6 +120,10 @@ struct TrainConfig {
   bool dropout = true;              // training-mode Dropout and Bernoulli draws, seeded
   int64_t steps = 1;
   int64_t eval_every = 0;           // 0: no evaluation
+
+  struct Memory {
+    bool check = true;  // the planned memory against what the host and GPUs have, before loading
+  } memory;
 
   struct Checkpoint {
     std::string dir;   // empty: none

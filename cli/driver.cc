@@ -18,6 +18,7 @@
 #include "partition/cut.h"
 #include "partition/partitioner.h"
 #include "plan/chunk_costs.h"
+#include "plan/memory.h"
 #include "plan/pipeline.h"
 #include "schedule/generators.h"
 #include "schedule/schedule.h"
@@ -130,12 +131,17 @@ int run_partition(const PartitionArgs& given) {
     export_graphs(files, a.export_dir);
     note_fixed_batch(a.model);
   }
+  // Memory per device as train counts it (plan/memory.h), AdamW, 1F1B's micro-batches in flight.
+  const MemoryNeeds memory = memory_needs(device_loads(plan), MemoryOptions{});
   if (a.json) {
     nlohmann::json j = partition_json(g, plan);
+    j["memory"] = memory_json(memory);
     if (a.backward) report_backward(std::cout, &j, g, plan, a);
     std::cout << j.dump(2) << "\n";
   } else {
     print_partition_table(std::cout, g, plan, a.model.model, a.model.micro_batch);
+    std::cout << "memory per device under AdamW, chunk k of K keeping K-k micro-batches of activations (1F1B):\n";
+    print_memory_table(std::cout, memory, "  ");
     if (a.backward) report_backward(std::cout, nullptr, g, plan, a);
   }
   return 0;

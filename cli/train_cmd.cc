@@ -22,6 +22,7 @@
 #include "cli/config.h"
 #include "cli/driver.h"
 #include "train/interrupt.h"
+#include "cli/train_memory.h"
 #include "cli/train_plan.h"
 #include "cli/train_report.h"
 #include "cli/trained_weights.h"
@@ -154,12 +155,14 @@ int stop_interrupted(const TrainConfig& cfg, Trainer& t, const TrainRanks& ranks
   return interrupted_exit_code(signal);
 }
 
-// Checks, the chain, the Trainer; then resume, the loop and the outputs. guard: across
-// processes, the one run_train installed before set-up (a rank lost then ends the job with its
-// line too); alone, train makes its own for the step loop.
+// Checks, the chain, the memory it plans against the machine's, the Trainer; then resume, the
+// loop and the outputs. guard: across processes, the one run_train installed before set-up (a
+// rank lost then ends the job with its line too); alone, train makes its own for the step loop.
 int train(const TrainConfig& cfg, const TrainArgs& args, const TrainRanks& ranks, InterruptGuard* guard) {
   check_before_work(cfg, args, ranks);
   TrainerPlan plan = plan_training(cfg, args.quiet);
+  const TrainMemory memory = planned_memory(cfg, plan, ranks);
+  check_memory(cfg, memory, ranks);  // before the Trainer loads any parameter
   const std::optional<ModuleState> module = at_key(cfg, "model", [&] { return read_module_state(cfg.model); });
   std::string warmup;
   const OptimizerConfig optimizer = optimizer_config(cfg, &warmup);
@@ -183,7 +186,7 @@ int train(const TrainConfig& cfg, const TrainArgs& args, const TrainRanks& ranks
     if (!args.quiet) std::cout << "--overwrite: removed the checkpoints in " << cfg.checkpoint.dir << "\n";
   }
   TrainPrinter printer(cfg, args, t.first_step(), ranks);
-  printer.start(t, ranks);
+  printer.start(t, ranks, memory);
   std::optional<InterruptGuard> own;  // a signal stops the loop at the next step boundary
   InterruptGuard& g = guard ? *guard : own.emplace();
   g.resume_hint(cfg.checkpoint.dir.empty()
@@ -195,7 +198,7 @@ int train(const TrainConfig& cfg, const TrainArgs& args, const TrainRanks& ranks
   if (signal) return stop_interrupted(cfg, t, ranks, signal);
   own.reset();
   const TrainSummary summary = t.finish();
-  printer.summary(t, summary);
+  printer.summary(t, summary, memory, ranks);
   t.gather_trained();
   write_outputs(cfg, t, module, summary);
   return 0;

@@ -41,7 +41,7 @@ TrainPrinter::TrainPrinter(const TrainConfig& cfg, const TrainArgs& args, int64_
 
 // A config without `data:` trains on seeded random samples (data.kind: synthetic, for benchmarks
 // and tries): one line says so at the start, and how to give real data (rank 0 alone prints).
-void TrainPrinter::start(const Trainer& t, const TrainRanks& ranks) {
+void TrainPrinter::start(const Trainer& t, const TrainRanks& ranks, const TrainMemory& memory) {
   if (quiet_) return;
   const Graph& model = t.model();
   if (!cfg_.places.count("data")) {
@@ -60,6 +60,7 @@ void TrainPrinter::start(const Trainer& t, const TrainRanks& ranks) {
   if (t.sharded())
     std::cout << "ZeRO-1: each replica holds the optimizer state of 1/" << ranks.replicas()
               << " of the parameters: " << format_bytes(t.optimizer_state_bytes()) << " on rank 0\n";
+  print_memory_plan(std::cout, memory, ranks);
 }
 
 void TrainPrinter::step(const StepRecord& r) {
@@ -104,7 +105,7 @@ void TrainPrinter::end() {
   open_ = false;
 }
 
-void TrainPrinter::summary(const Trainer& t, const TrainSummary& s) {
+void TrainPrinter::summary(const Trainer& t, const TrainSummary& s, const TrainMemory& memory, const TrainRanks& ranks) {
   const Schedule& schedule = t.schedule();
   std::cout << "schedule " << schedule.kind << ": " << schedule.stages << " stages x " << schedule.chunks << " chunk(s), "
             << schedule.micro_batches << " micro-batches; measured step " << std::fixed << std::setprecision(2)
@@ -116,6 +117,7 @@ void TrainPrinter::summary(const Trainer& t, const TrainSummary& s) {
     std::cout << (d ? "," : "") << " " << format_bytes(s.peak_kept[d]) << " / "
               << format_bytes(static_cast<int64_t>(s.planned_peak[d]));
   std::cout << "\n";
+  print_memory_summary(std::cout, memory, ranks);
   print_chunk_times(std::cout, schedule, t.planned(), s.costs);
   metrics_.summary(t, s, cfg_.threads);
   if (t.profiled_from() >= 0) print_profile(t);

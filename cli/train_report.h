@@ -2,8 +2,9 @@
 // (train/trainer.h). In: the Trainer's records (a TrainObserver) and its summary; out: the start
 // lines, one progress line per step (on a terminal in one process rewritten in place, otherwise
 // every steps/20), the evaluation and checkpoint lines, output.metrics as JSON lines (one per step and
-// evaluation, a summary last: train/metrics.h), the summary of the measured step against the simulated one, and
-// with --profile the kernel time per pass and op.
+// evaluation, a summary last: train/metrics.h), the summary of the measured step against the simulated one
+// and of the memory planned against the peak RSS (cli/train_memory.h), and with --profile the
+// kernel time per pass and op.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "cli/args.h"
 #include "cli/config.h"
+#include "cli/train_memory.h"
 #include "cli/trained_weights.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
@@ -27,13 +29,14 @@ class TrainPrinter : public TrainObserver {
   // line is rewritten in place only on a terminal and in one process: under mpirun a rank's
   // stdout is a pseudo-terminal of mpirun's whatever mpirun's own output is (a log file too).
   TrainPrinter(const TrainConfig& cfg, const TrainArgs& args, int64_t first_step, const TrainRanks& ranks);
-  // The data line (synthetic data), the run line and ZeRO-1's.
-  void start(const Trainer& t, const TrainRanks& ranks);
+  // The data line (synthetic data), the run line, ZeRO-1's and the memory the run plans.
+  void start(const Trainer& t, const TrainRanks& ranks, const TrainMemory& memory);
   void step(const StepRecord& r) override;
   void evaluated(int64_t done, const EvalResult& r, bool last) override;
   void checkpointed(int64_t done) override;
   void end();  // closes the progress line
-  void summary(const Trainer& t, const TrainSummary& s);
+  // On every rank (the memory line gathers each rank's peak RSS).
+  void summary(const Trainer& t, const TrainSummary& s, const TrainMemory& memory, const TrainRanks& ranks);
 
  private:
   // A line that stays (eval results, checkpoints); `always`: even with -q (the final eval).

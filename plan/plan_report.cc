@@ -7,6 +7,7 @@
 
 #include "core/bytes.h"
 #include "partition/link.h"
+#include "plan/memory.h"
 
 namespace pt {
 namespace {
@@ -41,7 +42,8 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
           {"cut_after", c.cut_after},
           {"grid", c.grid},           {"step_s", c.step_s},        {"bubble", c.bubble},
           {"state_bytes", c.state_bytes}, {"kept_bytes", c.kept_bytes}, {"fits", c.fits},
-          {"note", c.note}};
+          {"note", c.note},
+          {"memory", memory_json(memory_needs(device_loads(c.state_bytes, c.kept_bytes), MemoryOptions{}))}};
 }
 
 nlohmann::json plan_search_json(const PlanRequest& r, const PlanSearch& s) {
@@ -69,14 +71,8 @@ void print_plan_search(std::ostream& os, const std::string& model_path, int64_t 
      << "searched " << s.candidates.size() << " plans in " << std::fixed << std::setprecision(2) << s.seconds
      << " s, " << s.fitting << " fit\n\n"
      << "best: " << b.name() << (b.note.empty() ? "" : " (" + b.note + ")") << "\n"
-     << "  simulated step " << format_ms(b.step_s) << ", bubble " << percent(b.bubble) << "\n"
-     << "  device   parameters+state   kept activations      total\n";
-  for (int d = 0; d < r.devices; ++d) {
-    char line[128];
-    std::snprintf(line, sizeof line, "  %6d %18s %18s %10s\n", d, format_bytes(b.state_bytes[d]).c_str(),
-                  format_bytes(b.kept_bytes[d]).c_str(), format_bytes(b.memory(d)).c_str());
-    os << line;
-  }
+     << "  simulated step " << format_ms(b.step_s) << ", bubble " << percent(b.bubble) << "\n";
+  print_memory_table(os, memory_needs(device_loads(b.state_bytes, b.kept_bytes), MemoryOptions{}), "  ");
   os << "\nrunner-ups (the best of each other kind and chunking):\n";
   for (const PlanCandidate* c : runner_ups(s)) {
     char line[256];

@@ -20,7 +20,7 @@ namespace pt {
 std::vector<const PlanCandidate*> runner_ups(const PlanSearch& s);
 
 // One candidate: kind, chunks, recompute, cut_after, grid, step_s, bubble, state_bytes,
-// kept_bytes (per device), fits, note.
+// kept_bytes (per device), fits, note, and memory: plan/memory.h memory_json of its devices.
 nlohmann::json candidate_json(const PlanCandidate& c);
 
 // The search: devices, micro_batches, memory, searched, fitting, seconds, best, best_grid (null

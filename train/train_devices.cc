@@ -189,4 +189,15 @@ TrainDevices make_train_devices(const TrainDeviceOptions& cfg, const Schedule& l
 #endif
 }
 
+std::vector<GpuFree> free_gpu_memory(const TrainDeviceOptions& cfg, const std::vector<int>& rank_of_device,
+                                     const TrainRanks& ranks) {
+  std::vector<GpuFree> out;
+#ifdef PT_HAVE_CUDA
+  if (cfg.kind != "cuda") return out;
+  for (int g : gpu_of_device(cfg, rank_of_device, ranks.rank(), ranks.local_rank()))
+    out.push_back({g, g < 0 ? 0 : cuda::free_memory(g)});
+#endif
+  return out;
+}
+
 }  // namespace pt

@@ -60,4 +60,14 @@ struct TrainDevices {
 TrainDevices make_train_devices(const TrainDeviceOptions& options, const Schedule& lowered, const std::vector<int>& rank_of_device,
                                 const TrainRanks& ranks);
 
+// device: cuda, before any backend is made: per pipeline device the GPU make_train_devices will
+// put it on (-1: another process's) and that GPU's free memory now. Empty on the CPU and in a
+// build without CUDA (make_train_devices says so).
+struct GpuFree {
+  int gpu = -1;
+  int64_t bytes = 0;
+};
+std::vector<GpuFree> free_gpu_memory(const TrainDeviceOptions& options, const std::vector<int>& rank_of_device,
+                                     const TrainRanks& ranks);
+
 }  // namespace pt

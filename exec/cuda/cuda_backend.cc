@@ -41,6 +41,13 @@ std::string no_device_reason() {
   return n > 0 ? "" : "no CUDA device";
 }
 
+int64_t free_memory(int device) {
+  DeviceGuard guard(device);
+  size_t free = 0, total = 0;
+  PT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free);
+}
+
 CudaFactory kernel_factory(const std::string& op_key) { return registry().find(op_key); }
 
 std::vector<std::string> kernel_ops() { return registry().ops(); }

@@ -27,6 +27,8 @@ namespace pt::cuda {
 int device_count();
 // Why there is no usable device ("no CUDA driver", ...), or "" when there is one.
 std::string no_device_reason();
+// Free bytes of GPU `device` now (cudaMemGetInfo): what `train` checks its plan against.
+int64_t free_memory(int device);
 
 // The registered factory for an op key ("MatMul", "pipetrain::ReluGrad"), or nullptr.
 CudaFactory kernel_factory(const std::string& op_key);

@@ -175,6 +175,39 @@ TEST(Cli, RecomputeTakesOnePolicyPerChunk) {
       << bad.err;
 }
 
+// The memory per device as train counts it (plan/memory.h), from the partition alone: AdamW
+// (4 x parameter bytes: weights, gradients, two moments) and stage k of K keeping K - k
+// micro-batches of its activations (1F1B), which is the partitioner's own memory_bytes.
+TEST(Cli, PartitionJsonGivesTheMemoryPerDevice) {
+  Result r = run("partition samples/gpt/gpt.onnx --stages 4 --micro-batch 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& m = j["memory"];
+  EXPECT_EQ(m["optimizer_moments"].get<int>(), 2);
+  EXPECT_EQ(m["process_overhead_bytes"].get<int64_t>(), int64_t{300} << 20);
+  ASSERT_EQ(m["devices"].size(), 4u);
+  int64_t process = m["process_overhead_bytes"].get<int64_t>();
+  for (int d = 0; d < 4; ++d) {
+    const auto& dev = m["devices"][d];
+    const auto& stage = j["stages"][d];
+    const int64_t params = stage["param_bytes"].get<int64_t>();
+    EXPECT_EQ(dev["parameter_bytes"].get<int64_t>(), params);
+    EXPECT_EQ(dev["gradient_bytes"].get<int64_t>(), params);
+    EXPECT_EQ(dev["optimizer_bytes"].get<int64_t>(), 2 * params);
+    EXPECT_EQ(dev["activation_bytes"].get<int64_t>(), (4 - d) * stage["activation_bytes"].get<int64_t>());
+    EXPECT_EQ(dev["total_bytes"].get<int64_t>(), stage["memory_bytes"].get<int64_t>()) << "device " << d;
+    process += dev["total_bytes"].get<int64_t>() + params;  // one process: the gradients' host copy too
+  }
+  EXPECT_EQ(m["process_bytes"].get<int64_t>(), process);
+  const Result table = run("partition samples/gpt/gpt.onnx --stages 4 --micro-batch 2");
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("memory per device under AdamW, chunk k of K keeping K-k micro-batches of activations (1F1B):\n"
+                           "  device   parameters    gradients    optimizer  activations        total\n"),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("one process holding every device on the CPU: "), std::string::npos) << table.out;
+}
+
 TEST(Cli, PartitionTablePrintsImbalance) {
   Result r = run("partition samples/bert/bert.onnx --stages 3");
   ASSERT_EQ(r.code, 0) << r.err;

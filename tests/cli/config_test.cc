@@ -93,6 +93,17 @@ TEST(Config, TrainedWeightsGoBesideTheModel) {
   EXPECT_EQ(load_config(none).output.safetensors, "");
 }
 
+// memory.check: on by default (train checks its plan against the host before loading).
+TEST(Config, MemoryCheckIsOnUnlessTurnedOff) {
+  const std::string path = write("pt_cfg_mem.yaml", "model: samples/mlp/mlp.onnx\n");
+  EXPECT_TRUE(load_config(path).memory.check);
+  EXPECT_FALSE(load_config(path, {"memory.check=off"}).memory.check);
+  const std::string off = write("pt_cfg_mem_off.yaml", "model: samples/mlp/mlp.onnx\nmemory: {check: off}\n");
+  EXPECT_FALSE(load_config(off).memory.check);
+  EXPECT_EQ(error_of(path, {"memory.check=maybe"}), "--set memory.check: expected on or off, got 'maybe'; give on or off");
+  EXPECT_EQ(error_of(path, {"memory.limit=1GiB"}), "--set memory.limit: unknown key; known keys here: check");
+}
+
 TEST(Config, OverridesUseDottedKeys) {
   const std::string path = write("pt_cfg_min.yaml", "model: samples/mlp/mlp.onnx\n");
   const TrainConfig c = load_config(path, {"optimizer.lr=0.5", "pipeline.stages=2", "steps=3"});

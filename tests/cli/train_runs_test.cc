@@ -294,4 +294,43 @@ TEST(TrainRuns, ProfileSaysWhereTheStepsTimeGoes) {
   EXPECT_TRUE(ops.count("Gemm") || ops.count("MatMul")) << r.out;
 }
 
+// Issue 42: a plan needing more host memory than the machine has stops before loading, with one
+// line giving both figures and what would fit, and writes nothing; memory.check: off runs it
+// anyway. PT_MEMAVAILABLE pretends the small machine (tests only). A run prints its plan per
+// device and its peak RSS beside the planned host memory.
+TEST(TrainRuns, APlanLargerThanTheHostStopsBeforeLoading) {
+  const fs::path d = scratch("memory");
+  const fs::path cfg = mlp_config(d, 2, 1);
+  const Result refused = run_command("PT_MEMAVAILABLE=1MiB " + std::string(PT_BINARY) + " train " + cfg.string());
+  expect_one_line_error_starting(refused, "host memory: this run needs ");
+  for (const char* part : {" (parameters ", ", gradients with their host copy ", ", optimizer state ", ", activations ",
+                           ", 300 MiB per process), more than the 1.00 MiB it has available (PT_MEMAVAILABLE); to fit: ",
+                           "pipeline.recompute: full", "; --set memory.check=off runs it anyway\n"})
+    EXPECT_NE(refused.err.find(part), std::string::npos) << part << "\n" << refused.err;
+  EXPECT_EQ(refused.out, "");
+  EXPECT_FALSE(fs::exists(d / "ckpt"));
+  EXPECT_FALSE(fs::exists(d / "metrics.jsonl"));
+
+  const Result off = run_command("PT_MEMAVAILABLE=1MiB " + std::string(PT_BINARY) + " train -q " + cfg.string() +
+                                 " --set memory.check=off");
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_TRUE(fs::exists(d / "trained.onnx"));
+
+  const Result bad = run_command("PT_MEMAVAILABLE=lots " + std::string(PT_BINARY) + " train " + cfg.string() + " --overwrite");
+  expect_one_line_error_starting(bad, "PT_MEMAVAILABLE: cannot read 'lots' as a size");
+
+  const Result ok = run("train " + cfg.string() + " --overwrite");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("memory: this run plans "), std::string::npos) << ok.out;
+  const std::string size = "[0-9.]+ [KM]?i?B";
+  const std::regex device("\n  device 0: " + size + " \\+ " + size + " \\+ " + size + " \\+ " + size + " = " + size + "\n");
+  EXPECT_NE(ok.out.find("memory per device, planned: parameters + gradients + optimizer state + peak activations\n"),
+            std::string::npos)
+      << ok.out;
+  EXPECT_TRUE(std::regex_search(ok.out, device)) << ok.out;
+  const std::regex rss("\npeak RSS, measured / planned host memory \\(its devices, their gradients' host copy, 300 MiB "
+                       "per process\\):\n  process: [0-9.]+ MiB / [0-9.]+ MiB \\(0\\.[0-9]+x\\)\n");
+  EXPECT_TRUE(std::regex_search(ok.out, rss)) << ok.out;
+}
+
 }  // namespace

@@ -625,4 +625,26 @@ TEST(TrainRanks, ALostRankEndsTheJob) {
   EXPECT_TRUE(std::regex_search(r.err, line)) << r.err;
 }
 
+// Issue 42: the ranks of one host need their memory together; short of it, rank 0 alone says so
+// (one line, with both figures) and the job stops before loading. A run's summary gives each
+// rank's peak RSS beside its planned host memory.
+TEST(TrainRanks, TheRanksOfAHostAreCheckedTogetherAndEachReportsItsPeak) {
+  const fs::path d = scratch("ranks_memory");
+  const Result refused = run_command("PT_MEMAVAILABLE=400MiB " + std::string(PT_MPIRUN) +
+                                     " --oversubscribe --allow-run-as-root -x PT_MEMAVAILABLE -n 2 " + PT_BINARY + " " +
+                                     charlm(d, "--set steps=2"));
+  EXPECT_NE(refused.code, 0);
+  const std::regex line("error: rank 0 of 2: host memory: ranks 0, 1 on this host need [0-9.]+ MiB \\(parameters [^)]*, "
+                        "300 MiB per process\\), more than the 400 MiB it has available \\(PT_MEMAVAILABLE\\); [^\n]*"
+                        "--set memory.check=off runs it anyway\n");
+  EXPECT_TRUE(std::regex_search(refused.err, line)) << refused.err;
+  EXPECT_EQ(refused.err.find("error: rank 1 of 2: host memory"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(d / "charlm.onnx"));
+
+  const Result r = mpirun(2, charlm(d, "--set steps=2"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::regex peaks("\n  rank 0: [0-9.]+ MiB / [0-9.]+ MiB \\([0-9.]+x\\)\n  rank 1: [0-9.]+ MiB / [0-9.]+ MiB \\([0-9.]+x\\)\n");
+  EXPECT_TRUE(std::regex_search(r.out, peaks)) << r.out;
+}
+
 }  // namespace

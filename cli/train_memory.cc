@@ -82,7 +82,7 @@ void check_host(const TrainConfig& cfg, const TrainMemory& m, const TrainRanks& 
   if (need <= have.bytes) return;
   const std::string who = ranks.alone() ? "this run" : "ranks " + list(here) + " on this host";
   throw UserError("host memory",
-                  who + (ranks.alone() ? " needs " : " need ") + format_bytes(need) + " (" + parts_text(part, m.on_gpu ? "gradients' host copy" : "gradients with their host copy") + ", " + format_bytes(m.needs.overhead) +
+                  who + (ranks.alone() ? " needs " : " need ") + format_bytes(need) + " (" + parts_text(part, m.on_gpu ? "gradients' host copy" : "gradients") + ", " + format_bytes(m.needs.overhead) +
                       " per process), more than the " + format_bytes(have.bytes) + " it has available (" + have.source + ")",
                   what_fits(cfg, m.rows, need, have.bytes, part.activations, fixed, "hosts"));
 }
@@ -177,7 +177,7 @@ void print_memory_summary(std::ostream& os, const TrainMemory& m, const TrainRan
        << format_bytes(x.optimizer) << " + " << format_bytes(x.activations) << " = " << format_bytes(x.total()) << "\n";
   }
   os << "peak RSS, measured / planned host memory ("
-     << (m.on_gpu ? "its GPU devices' parameters and gradients' host copy, " : "its devices, their gradients' host copy, ")
+     << (m.on_gpu ? "its GPU devices' parameters and gradients' host copy, " : "its devices, ")
      << format_bytes(m.needs.overhead) << " per process):\n";
   for (int r = 0; r < ranks.size(); ++r) {
     const int64_t planned = m.rank_bytes(r), measured = rss[static_cast<size_t>(r)];

@@ -1,5 +1,7 @@
 #include "exec/stage_program.h"
 
+#include <cstddef>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -360,7 +362,9 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
 void StageProgram::place_output(size_t k, void* at) {
   PT_CHECK(placeable(k), "output " + graph_.value(graph_.outputs.at(k)).name + " cannot be placed");
   if (at == nullptr) at = output_home_[k];
-  PT_CHECK(reinterpret_cast<uintptr_t>(at) % kArenaAlignment == 0, "a placed output must be aligned");
+  // Host tensors (a CPU accumulator is its gradient's host tensor) give malloc's alignment; the
+  // kernels take any address aligned to their element, as they take the parameters' data.
+  PT_CHECK(reinterpret_cast<uintptr_t>(at) % alignof(std::max_align_t) == 0, "a placed output must be aligned");
   if (outputs_[k].data == at) return;
   for (const Site& s : output_sites_[k])
     (s.output ? steps_[s.step].outputs : steps_[s.step].inputs)[s.slot].data = at;

@@ -20,7 +20,7 @@ DeviceMemory MemoryNeeds::host_part(const std::vector<int>& held, bool on_gpu) c
   for (int d : held) {
     const DeviceMemory& m = devices[static_cast<size_t>(d)];
     sum.parameters += m.parameters;
-    sum.gradients += (on_gpu ? 1 : 2) * m.gradients;
+    sum.gradients += m.gradients;  // CPU: the accumulators are the host tensors; GPU: their host copy
     if (on_gpu) continue;
     sum.optimizer += m.optimizer;
     sum.activations += m.activations;
@@ -131,7 +131,7 @@ void print_memory_table(std::ostream& os, const MemoryNeeds& m, const std::strin
     os << line;
   }
   os << indent << "one process holding every device on the CPU: " << format_bytes(m.process_bytes(every_device(m)))
-     << " (the devices, their gradients once more as the host copy the optimizer reads, "
+     << " (the devices, "
      << format_bytes(m.overhead) << " for the process)\n";
 }
 

@@ -70,8 +70,9 @@ struct MemoryNeeds {
   int64_t overhead = kProcessOverhead;
   int moments = 2, shards = 1;
 
-  // What the host holds for `devices`, summed: on CPU devices everything, the gradients twice
-  // (the accumulators and the host copy); for GPU devices their parameters and that copy.
+  // What the host holds for `devices`, summed: on CPU devices everything (a gradient once: its
+  // accumulator is the host tensor the optimizer reads); for GPU devices their parameters and
+  // the gradients' host copy.
   DeviceMemory host_part(const std::vector<int>& devices, bool on_gpu = false) const;
   // Host memory of a process holding `devices`: host_part plus the overhead.
   int64_t process_bytes(const std::vector<int>& devices, bool on_gpu = false) const {

@@ -45,7 +45,7 @@ void PipelineExecutor::start_step() {
     c->next_m = 0;
     std::fill(c->held_ready.begin(), c->held_ready.end(), 0);
   }
-  for (auto& [name, a] : accs_) a->backend->fill(a->sum.get(), 0, a->host->data.size());
+  for (auto& [name, a] : accs_) a->backend->fill(a->at, 0, a->host->data.size());
   for (auto& d : devices_) d->live_kept = d->live_slot = d->peak_kept = d->peak_slot = 0;
   std::fill(losses_.begin(), losses_.end(), 0.0f);
   failure_->stop = false;
@@ -94,7 +94,7 @@ struct PipelineExecutor::Worker {
       void* p = nullptr;
       if (s.kind == Source::kSlot) p = chunk(s.chunk).groups[s.group].at(m, s.index);
       if (s.kind == Source::kFeed) p = c.groups[kFeed].at(m, s.index);
-      if (s.kind == Source::kAcc) p = direct ? c.acc[static_cast<size_t>(s.index)]->sum.get() : c.zeros.get();
+      if (s.kind == Source::kAcc) p = direct ? c.acc[static_cast<size_t>(s.index)]->at : c.zeros.get();
       in[i].data = p;
     }
   }
@@ -151,7 +151,7 @@ struct PipelineExecutor::Worker {
     bind(c, c.w_src, c.w_in, m, direct);
     const auto dst = [&](size_t k) -> std::byte* {
       const size_t p = static_cast<size_t>(c.w_out_param[k]);
-      return direct ? c.acc[p]->sum.get() : c.held_at(m, p);
+      return direct ? c.acc[p]->at : c.held_at(m, p);
     };
     const std::vector<char>& placed = direct ? c.w_place_acc : c.w_place_held;
     for (size_t k = 0; k < c.w_out_param.size(); ++k)
@@ -308,16 +308,17 @@ void PipelineExecutor::fold_shared_gradients() {
       if (d->local) d->backend->synchronize();
 }
 
-// The step's gradients, from each accumulator's backend into grads_.
+// The step's gradients, from each accumulator's backend into grads_ (on the CPU they are there).
 void PipelineExecutor::copy_gradients_out() {
   if (gradients_on_device_) return;
-  for (auto& [name, a] : accs_) a->backend->copy(a->host->data.data(), a->sum.get(), a->host->data.size());
+  for (auto& [name, a] : accs_)
+    if (a->at != a->host->data.data()) a->backend->copy(a->host->data.data(), a->at, a->host->data.size());
 }
 
 const float* PipelineExecutor::device_gradient(const std::string& param, const Backend& backend) const {
   auto it = accs_.find(param);
   if (it == accs_.end() || it->second->backend != &backend) return nullptr;
-  return reinterpret_cast<const float*>(it->second->sum.get());
+  return reinterpret_cast<const float*>(it->second->at);
 }
 
 void PipelineExecutor::throw_failure() {

@@ -136,8 +136,13 @@ void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
     if (it == accs.end()) {
       auto a = std::make_unique<AccT>();
       a->backend = &c.backend;
-      a->sum = Block(c.backend, static_cast<size_t>(type.bytes()));
       a->host = &grads.emplace(p, zeros_of(type)).first->second;
+      if (c.backend.cpu_context()) {
+        a->at = a->host->data.data();
+      } else {
+        a->block = Block(c.backend, static_cast<size_t>(type.bytes()));
+        a->at = a->block.get();
+      }
       it = accs.emplace(p, std::move(a)).first;
     }
     PT_CHECK(it->second->host->type == type, "'" + p + "' has two gradient types");

@@ -166,11 +166,15 @@ class RemoteDevice : public Backend {
 };
 
 // One parameter's gradient sum for the step, in the memory of the backend of the first chunk
-// that reads the parameter; copied to `host` (the executor's grads()) after the step.
+// that reads the parameter: on the CPU `host` (the executor's grads()) itself, elsewhere a block
+// copied to `host` after the step.
 struct PipelineExecutor::Accumulator {
   Backend* backend = nullptr;
-  exec_detail::Block sum;
-  Tensor* host = nullptr;
+  Tensor* host = nullptr;  // the step's gradient as the executor hands it out (grads())
+  // Where the sum accumulates: on a backend that computes in host memory (the CPU) the host
+  // tensor itself, so a gradient is held once; elsewhere `block`, copied out after the step.
+  std::byte* at = nullptr;
+  exec_detail::Block block;
 };
 
 struct PipelineExecutor::Chunk {
@@ -244,8 +248,8 @@ struct PipelineExecutor::Chunk {
   // acc[p] += grad (grad in acc[p]'s backend's memory); enqueued on that backend.
   void add_into_acc(size_t p, const void* grad) {
     const TensorType& t = param_type(p);
-    const Buffer in[2] = {{acc[p]->sum.get(), &t}, {const_cast<void*>(grad), &t}};
-    const Buffer out[1] = {{acc[p]->sum.get(), &t}};
+    const Buffer in[2] = {{acc[p]->at, &t}, {const_cast<void*>(grad), &t}};
+    const Buffer out[1] = {{acc[p]->at, &t}};
     add[p]->run(in, out, nullptr);
   }
 };

@@ -1,19 +1,28 @@
 // onnx_import/widen_halves.h and what import and export make of it: float16/bfloat16 models
 // (samples/half, as torch.onnx.export writes them after .half() and .to(torch.bfloat16)) import
 // as float32 with the file's dtypes recorded and their external weights still on disk, each
-// widened as it loads.
+// widened as it loads; the trained model goes back in the file's dtype into the file's graph, or
+// in float32 into the widened graph; the state_dict likewise.
 #include "onnx_import/widen_halves.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "core/half_floats.h"
+#include "onnx_import/export.h"
 #include "onnx_import/import.h"
+#include "onnx_import/load.h"
+#include "onnx_import/module_state.h"
 #include "onnx_import/proto_convert.h"
+#include "onnx_import/state_dict.h"
 
 namespace pt {
 namespace {
+
+namespace fs = std::filesystem;
 
 const char* const kFp16 = "samples/half/tiny_fp16.onnx";
 const char* const kBf16 = "samples/half/tiny_bf16.onnx";
@@ -22,6 +31,12 @@ ImportOptions micro_batch_2() {
   ImportOptions o;
   o.batch = 2;
   return o;
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / "pt_widen_halves_test";
+  fs::create_directories(dir);
+  return dir / name;
 }
 
 Tensor floats(std::vector<int64_t> shape, std::vector<float> v) {
@@ -140,6 +155,81 @@ TEST(WidenHalves, HalfFixturesImportAsFloat32) {
   widen_halves(DType::kFloat16, file.data(), w.type.numel(), want.data());
   EXPECT_EQ(std::memcmp(w.as<float>(), want.data(), want.size() * sizeof(float)), 0);
   EXPECT_EQ(stored_bytes_loaded() - before, 2 * w.type.numel());
+}
+
+// The trained model in the file's dtype: the source graph, Casts to float16 included, each
+// trained weight rounded as torch rounds it; with float32, the widened graph and the weights as
+// trained. Untrained external weights come back inline, widened or not.
+TEST(WidenHalves, TrainedModelInFileDtypeOrFloat32) {
+  const Graph g = import_model(kFp16, micro_batch_2());
+  const Tensor& start = *g.value(g.find("val_6")).init;
+  Tensor trained = start;
+  trained.load();
+  for (int64_t i = 0; i < trained.type.numel(); ++i) trained.as<float>()[i] += 1e-3f * static_cast<float>(i);
+  const std::map<std::string, const Tensor*> weights = {{"val_6", &trained}};
+
+  const fs::path half = scratch("half.onnx"), full = scratch("full.onnx");
+  save_model_with_weights(kFp16, weights, half.string());
+  save_model_with_weights(kFp16, weights, full.string(), {}, true);
+  const onnx::ModelProto source = read_model(kFp16);
+  const onnx::ModelProto h = read_model(half.string()), f = read_model(full.string());
+  ASSERT_EQ(h.graph().node_size(), source.graph().node_size());
+  for (int i = 0; i < source.graph().node_size(); ++i) {
+    EXPECT_EQ(h.graph().node(i).SerializeAsString(), source.graph().node(i).SerializeAsString());
+    if (source.graph().node(i).op_type() == "Cast") {
+      EXPECT_EQ(f.graph().node(i).attribute(0).i(), 1);
+    }
+  }
+  for (int i = 0; i < source.graph().initializer_size(); ++i) {
+    const onnx::TensorProto& s = source.graph().initializer(i);
+    const Tensor in_half = tensor_from_proto(h.graph().initializer(i), "h"), in_full = tensor_from_proto(f.graph().initializer(i), "f");
+    EXPECT_EQ(in_half.type.dtype, static_cast<DType>(s.data_type())) << s.name();
+    EXPECT_EQ(in_full.type.dtype, is_half(static_cast<DType>(s.data_type())) ? DType::kFloat32 : static_cast<DType>(s.data_type()));
+    const Tensor want = s.name() == "val_6" ? narrowed(trained, DType::kFloat16) : tensor_from_proto(s, "s");
+    EXPECT_EQ(in_half.data, want.data) << s.name();
+    EXPECT_EQ(in_full.data, s.name() == "val_6" ? trained.data : widened(want).data) << s.name();
+  }
+  EXPECT_EQ(h.graph().output(0).type().tensor_type().elem_type(), 10);
+  EXPECT_EQ(f.graph().output(0).type().tensor_type().elem_type(), 1);
+}
+
+// A recorded float16 module's state_dict: a trained entry rounded to float16 and a frozen one as
+// the file holds it; with float32, both in float32 (the record says float16).
+TEST(WidenHalves, StateDictInFileDtypeOrFloat32) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* n = m.mutable_graph()->add_node();
+  n->set_op_type("Identity");
+  n->add_input("x");
+  n->add_output("y");
+  tensor_to_proto(narrowed(floats({2}, {1.0f, 2.0f}), DType::kFloat16), "a", m.mutable_graph()->add_initializer());
+  tensor_to_proto(narrowed(floats({2}, {0.1f, 0.2f}), DType::kFloat16), "b", m.mutable_graph()->add_initializer());
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::string>{"pipetrain.format", "1"},
+        {"pipetrain.state_dict", R"([{"key": "a", "dtype": "float16", "shape": [2]}, {"key": "b", "dtype": "float16", "shape": [2]}])"},
+        {"pipetrain.initializers", R"({"a": [{"key": "a"}], "b": [{"key": "b"}]})"}}) {
+    auto* p = m.add_metadata_props();
+    p->set_key(key);
+    p->set_value(value);
+  }
+  const fs::path path = scratch("recorded.onnx");
+  save_model(m, path.string());
+  const Tensor a = floats({2}, {1.00048828f, 2.5f});  // 1 + 2^-11 ties to 1 in float16
+  TrainedState t;
+  t.tensors = {{"a", &a}};
+  t.file_dtypes = {{"a", DType::kFloat16}, {"b", DType::kFloat16}};
+  const std::optional<ModuleState> module = read_module_state(path.string());
+  const StateDict in_file = trained_state_dict(path.string(), module, t, {});
+  ASSERT_EQ(in_file.tensors.size(), 2u);
+  EXPECT_EQ(in_file.tensors[0].second->data, narrowed(a, DType::kFloat16).data);
+  EXPECT_EQ(widened(*in_file.tensors[0].second).as<float>()[0], 1.0f);
+  EXPECT_EQ(in_file.tensors[1].second->type.str(), "float16[2]");
+  t.float32 = true;
+  const StateDict full = trained_state_dict(path.string(), module, t, {});
+  EXPECT_EQ(full.tensors[0].second->data, a.data);
+  EXPECT_EQ(full.tensors[1].second->type.str(), "float32[2]");
+  EXPECT_EQ(full.tensors[1].second->as<float>()[0], float16_to_float(float_to_float16(0.1f)));
 }
 
 }  // namespace

@@ -136,6 +136,7 @@ int run_partition(const PartitionArgs& given) {
     std::cout << j.dump(2) << "\n";
   } else {
     print_partition_table(std::cout, g, plan, a.model.model, a.model.micro_batch);
+    if (const std::string half = half_weights_line(g); !half.empty()) std::cout << half << "\n";
     if (a.backward) report_backward(std::cout, nullptr, g, plan, a);
   }
   return 0;

@@ -23,7 +23,8 @@ It writes, under --out:
                              half types hold them exactly): 3 steps of SGD, lr LR, momentum
                              MOMENTUM, the mean cross-entropy over each global batch, gradients
                              accumulated micro-batch by micro-batch. `state.<key>` each trained
-                             parameter (float32) by state_dict key, `losses` per step.
+                             parameter (float32) by state_dict key, `update.<key>` its largest
+                             change max|trained - start|, `losses` per step.
 Dropout none. tests/oracle/half_weights.py trains the half files with pipetrain, against their
 float32 widening (which it makes with the onnx package alone), the reference and onnxruntime.
 """
@@ -127,6 +128,7 @@ def export(m, dtype, path):
 def reference(x, y):
     """SGD with momentum over micro-batches on the float32 module holding the widened weights."""
     m = module().to(torch.float16).to(torch.float32)
+    start = {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
     opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
     losses, per_step = [], MICRO * BATCH
     for s in range(STEPS):
@@ -142,6 +144,7 @@ def reference(x, y):
         opt.step()
         losses.append(total)
     arrays = {"state." + k: v.detach().numpy() for k, v in m.state_dict().items()}
+    arrays.update({"update." + k: np.max(np.abs(arrays["state." + k] - v)) for k, v in start.items()})
     arrays["losses"] = np.array(losses)
     return arrays
 
@@ -173,7 +176,7 @@ def main():
     x, y = data()
     np.save(os.path.join(args.out, "x.npy"), x)
     np.save(os.path.join(args.out, "y.npy"), y)
-    np.savez(os.path.join(args.out, "reference.npz"), **reference(x, y))
+    np.savez_compressed(os.path.join(args.out, "reference.npz"), **reference(x, y))
 
 
 if __name__ == "__main__":

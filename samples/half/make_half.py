@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-VOCAB, D, SEQ, HIDDEN = 16, 8, 4, 16
+VOCAB, D, SEQ, HIDDEN = 16, 8, 4, 32  # HIDDEN: a GPT MLP's 4 x D
 STEPS, MICRO, BATCH, LR, MOMENTUM = 3, 2, 2, 0.1, 0.9
 
 

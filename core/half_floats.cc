@@ -1,23 +1,12 @@
 #include "core/half_floats.h"
 
+#include <bit>
 #include <cstring>
 
 #include "core/error.h"
 
 namespace pt {
 namespace {
-
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 // q + 1 where the dropped bits `rem` (of a `half`-way point) round q up: nearest, ties to even.
 uint32_t round_even(uint32_t q, uint32_t rem, uint32_t half) { return q + (rem > half || (rem == half && (q & 1))); }
@@ -27,22 +16,22 @@ uint32_t round_even(uint32_t q, uint32_t rem, uint32_t half) { return q + (rem >
 float float16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  if (exp == 0x1F) return float_of(sign | 0x7F800000 | (man << 13));  // inf, NaN
-  if (exp != 0) return float_of(sign | ((exp + 112) << 23) | (man << 13));
-  if (man == 0) return float_of(sign);
+  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000 | (man << 13));  // inf, NaN
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
+  if (man == 0) return std::bit_cast<float>(sign);
   // Subnormal: man * 2^-24, normalized into float32's exponent.
   exp = 113;
   while (!(man & 0x400)) {
     man <<= 1;
     --exp;
   }
-  return float_of(sign | (exp << 23) | ((man & 0x3FF) << 13));
+  return std::bit_cast<float>(sign | (exp << 23) | ((man & 0x3FF) << 13));
 }
 
-float bfloat16_to_float(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+float bfloat16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 uint16_t float_to_float16(float f) {
-  const uint32_t x = bits_of(f);
+  const uint32_t x = std::bit_cast<uint32_t>(f);
   const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   const uint32_t ax = x & 0x7FFFFFFF;
   if (ax > 0x7F800000) return sign | 0x7E00;       // NaN
@@ -59,7 +48,7 @@ uint16_t float_to_float16(float f) {
 }
 
 uint16_t float_to_bfloat16(float f) {
-  const uint32_t x = bits_of(f);
+  const uint32_t x = std::bit_cast<uint32_t>(f);
   if ((x & 0x7FFFFFFF) > 0x7F800000) return 0x7FC0;  // NaN
   return static_cast<uint16_t>(round_even(x >> 16, x & 0xFFFF, 0x8000));
 }

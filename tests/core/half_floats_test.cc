@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,18 +15,6 @@
 
 namespace pt {
 namespace {
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
 
 // {float32 bits, torch's .half() bits, torch's .to(torch.bfloat16) bits}, printed by
 // `samples/half/make_half.py --rounding` (PyTorch 2.15): signed zeros, float16's largest finite
@@ -70,7 +59,7 @@ constexpr Case kTorchCases[] = {
 
 TEST(HalfFloats, RoundToNearestEvenAsTorch) {
   for (const Case& c : kTorchCases) {
-    const float f = from_bits(c.f32);
+    const float f = std::bit_cast<float>(c.f32);
     EXPECT_EQ(float_to_float16(f), c.f16) << std::hex << c.f32;
     EXPECT_EQ(float_to_bfloat16(f), c.bf16) << std::hex << c.f32;
   }
@@ -88,7 +77,7 @@ TEST(HalfFloats, WideningIsExact) {
     if (std::isnan(b)) EXPECT_EQ(x & 0x7F80, 0x7F80);
     else EXPECT_EQ(float_to_bfloat16(b), x) << std::hex << h;
   }
-  EXPECT_EQ(bits(float16_to_float(0x0001)), 0x33800000u);  // 2^-24, the least subnormal
+  EXPECT_EQ(std::bit_cast<uint32_t>(float16_to_float(0x0001)), 0x33800000u);  // 2^-24, the least subnormal
   EXPECT_EQ(float16_to_float(0x7BFF), 65504.0f);
   EXPECT_EQ(bfloat16_to_float(0x3F81), 1.0078125f);
 }
@@ -123,7 +112,7 @@ TEST(HalfFloats, StoredHalvesWidenAsTheyLoad) {
   const int64_t before = stored_bytes_loaded();
   EXPECT_EQ(t.as<float>()[0], 1.0f);
   EXPECT_EQ(t.as<float>()[1], float16_to_float(0xb555));
-  EXPECT_EQ(bits(t.as<float>()[2]), 0x33800000u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(t.as<float>()[2]), 0x33800000u);
   EXPECT_EQ(t.data.size(), 12u);
   EXPECT_EQ(stored_bytes_loaded() - before, 6);
 

@@ -8,8 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include "core/half_floats.h"
 #include "onnx_import/export.h"
@@ -22,8 +20,6 @@
 namespace pt {
 namespace {
 
-namespace fs = std::filesystem;
-
 const char* const kFp16 = "samples/half/tiny_fp16.onnx";
 const char* const kBf16 = "samples/half/tiny_bf16.onnx";
 
@@ -33,24 +29,36 @@ ImportOptions micro_batch_2() {
   return o;
 }
 
-fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / "pt_widen_halves_test";
-  fs::create_directories(dir);
-  return dir / name;
-}
+// A scratch file's path.
+std::string scratch(const std::string& name) { return ::testing::TempDir() + "pt_widen_halves_" + name; }
 
-Tensor floats(std::vector<int64_t> shape, std::vector<float> v) {
-  Tensor t;
-  t.type = {DType::kFloat32, std::move(shape)};
-  t.data.resize(v.size() * sizeof(float));
-  std::memcpy(t.data.data(), v.data(), t.data.size());
+// A float32 vector of these values.
+Tensor floats(const std::vector<float>& v) {
+  Tensor t = scalar_tensor(0.0f);
+  t.type.shape = {static_cast<int64_t>(v.size())};
+  const auto* bytes = reinterpret_cast<const std::byte*>(v.data());
+  t.data.assign(bytes, bytes + v.size() * sizeof(float));
   return t;
 }
 
-onnx::AttributeProto* add_attr(onnx::NodeProto* n, const std::string& name) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
+onnx::AttributeProto int_attr(const std::string& name, int64_t v) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::INT);
+  a.set_i(v);
   return a;
+}
+
+// Node k of g: `op` over `in` with attribute `a`, its output named "v<k>".
+void add_node(onnx::GraphProto* g, const std::string& op, const std::vector<std::string>& in,
+              const onnx::AttributeProto& a) {
+  const std::string k = std::to_string(g->node_size());
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(op + k);
+  for (const std::string& i : in) n->add_input(i);
+  n->add_output(std::string("v").append(k));
+  *n->add_attribute() = a;
 }
 
 // Every construct that carries a dtype: Casts to float16 from a float and from an integer, a
@@ -58,44 +66,25 @@ onnx::AttributeProto* add_attr(onnx::NodeProto* n, const std::string& name) {
 // input and output, a value info, and the module record.
 onnx::ModelProto hand_model() {
   onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(17);
   auto* g = m.mutable_graph();
-  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
-    auto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out);
-    for (const auto& i : in) n->add_input(i);
-    n->add_output(out);
-    return n;
-  };
-  auto* to_half = node("Cast", {"x"}, "x16");
-  auto* a = add_attr(to_half, "to");
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(10);
-  auto* from_int = node("Cast", {"ids"}, "ids16");
-  a = add_attr(from_int, "to");
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(10);
-  auto* fill = node("ConstantOfShape", {"shape"}, "filled");
-  a = add_attr(fill, "value");
-  a->set_type(onnx::AttributeProto::TENSOR);
-  tensor_to_proto(narrowed(floats({1}, {0.5f}), DType::kFloat16), "", a->mutable_t());
-  auto* draw = node("RandomNormal", {}, "noise");
-  a = add_attr(draw, "dtype");
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(16);
+  add_node(g, "Cast", {"x"}, int_attr("to", 10));
+  add_node(g, "Cast", {"ids"}, int_attr("to", 10));
+  onnx::AttributeProto value;
+  value.set_name("value");
+  value.set_type(onnx::AttributeProto::TENSOR);
+  tensor_to_proto(narrowed(floats({0.5f}), DType::kFloat16), "", value.mutable_t());
+  add_node(g, "ConstantOfShape", {"shape"}, value);
+  add_node(g, "RandomNormal", {}, int_attr("dtype", 16));
   auto* w = g->add_initializer();
   w->set_name("w");
   w->set_data_type(16);
   w->add_dims(2);
   w->add_int32_data(0x3F80);  // 1
   w->add_int32_data(0xC040);  // -3
-  auto* x = g->add_input();
-  type_to_value_info({DType::kFloat16, {2}}, "x", x);
+  type_to_value_info({DType::kFloat16, {2}}, "x", g->add_input());
   type_to_value_info({DType::kInt64, {2}}, "ids", g->add_input());
-  type_to_value_info({DType::kFloat16, {2}}, "x16", g->add_output());
-  type_to_value_info({DType::kBFloat16, {2}}, "noise", g->add_value_info());
+  type_to_value_info({DType::kFloat16, {2}}, "v0", g->add_output());
+  type_to_value_info({DType::kBFloat16, {2}}, "v3", g->add_value_info());
   auto* p = m.add_metadata_props();
   p->set_key("pipetrain.state_dict");
   p->set_value(R"([{"key": "w", "dtype": "bfloat16", "shape": [2]}, {"key": "n", "dtype": "int64", "shape": []}])");
@@ -168,11 +157,11 @@ TEST(WidenHalves, TrainedModelInFileDtypeOrFloat32) {
   for (int64_t i = 0; i < trained.type.numel(); ++i) trained.as<float>()[i] += 1e-3f * static_cast<float>(i);
   const std::map<std::string, const Tensor*> weights = {{"val_6", &trained}};
 
-  const fs::path half = scratch("half.onnx"), full = scratch("full.onnx");
-  save_model_with_weights(kFp16, weights, half.string());
-  save_model_with_weights(kFp16, weights, full.string(), {}, true);
+  const std::string half = scratch("half.onnx"), full = scratch("full.onnx");
+  save_model_with_weights(kFp16, weights, half);
+  save_model_with_weights(kFp16, weights, full, {}, true);
   const onnx::ModelProto source = read_model(kFp16);
-  const onnx::ModelProto h = read_model(half.string()), f = read_model(full.string());
+  const onnx::ModelProto h = read_model(half), f = read_model(full);
   ASSERT_EQ(h.graph().node_size(), source.graph().node_size());
   for (int i = 0; i < source.graph().node_size(); ++i) {
     EXPECT_EQ(h.graph().node(i).SerializeAsString(), source.graph().node(i).SerializeAsString());
@@ -193,43 +182,38 @@ TEST(WidenHalves, TrainedModelInFileDtypeOrFloat32) {
   EXPECT_EQ(f.graph().output(0).type().tensor_type().elem_type(), 1);
 }
 
-// A recorded float16 module's state_dict: a trained entry rounded to float16 and a frozen one as
-// the file holds it; with float32, both in float32 (the record says float16).
+// The fixture with a record (samples/export_model.py's) of two of its float16 parameters: the
+// state_dict holds the trained one rounded to float16 and the frozen one as the file holds it;
+// with float32, both in float32 although the record says float16.
 TEST(WidenHalves, StateDictInFileDtypeOrFloat32) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(17);
-  auto* n = m.mutable_graph()->add_node();
-  n->set_op_type("Identity");
-  n->add_input("x");
-  n->add_output("y");
-  tensor_to_proto(narrowed(floats({2}, {1.0f, 2.0f}), DType::kFloat16), "a", m.mutable_graph()->add_initializer());
-  tensor_to_proto(narrowed(floats({2}, {0.1f, 0.2f}), DType::kFloat16), "b", m.mutable_graph()->add_initializer());
+  onnx::ModelProto m = read_model(kFp16);
   for (const auto& [key, value] :
        {std::pair<std::string, std::string>{"pipetrain.format", "1"},
-        {"pipetrain.state_dict", R"([{"key": "a", "dtype": "float16", "shape": [2]}, {"key": "b", "dtype": "float16", "shape": [2]}])"},
-        {"pipetrain.initializers", R"({"a": [{"key": "a"}], "b": [{"key": "b"}]})"}}) {
+        {"pipetrain.state_dict", R"([{"key": "norm1.weight", "dtype": "float16", "shape": [8]},
+                                     {"key": "norm2.weight", "dtype": "float16", "shape": [8]}])"},
+        {"pipetrain.initializers", R"({"norm1.weight": [{"key": "norm1.weight"}], "norm2.weight": [{"key": "norm2.weight"}]})"}}) {
     auto* p = m.add_metadata_props();
     p->set_key(key);
     p->set_value(value);
   }
-  const fs::path path = scratch("recorded.onnx");
-  save_model(m, path.string());
-  const Tensor a = floats({2}, {1.00048828f, 2.5f});  // 1 + 2^-11 ties to 1 in float16
+  const std::string path = scratch("recorded.onnx");
+  save_model(m, path);
+  const Tensor norm1 = floats({1.00048828f, 2.5f, 0, 0, 0, 0, 0, 0});  // 1 + 2^-11 ties to 1 in float16
   TrainedState t;
-  t.tensors = {{"a", &a}};
-  t.file_dtypes = {{"a", DType::kFloat16}, {"b", DType::kFloat16}};
-  const std::optional<ModuleState> module = read_module_state(path.string());
-  const StateDict in_file = trained_state_dict(path.string(), module, t, {});
+  t.tensors = {{"norm1.weight", &norm1}};
+  t.file_dtypes = import_model(path, micro_batch_2()).file_dtypes;
+  const std::optional<ModuleState> module = read_module_state(path);
+  const StateDict in_file = trained_state_dict(path, module, t, {});
   ASSERT_EQ(in_file.tensors.size(), 2u);
-  EXPECT_EQ(in_file.tensors[0].second->data, narrowed(a, DType::kFloat16).data);
+  EXPECT_EQ(in_file.tensors[0].second->data, narrowed(norm1, DType::kFloat16).data);
   EXPECT_EQ(widened(*in_file.tensors[0].second).as<float>()[0], 1.0f);
-  EXPECT_EQ(in_file.tensors[1].second->type.str(), "float16[2]");
+  const Tensor norm2 = tensor_from_proto(m.graph().initializer(4), "norm2.weight");
+  EXPECT_EQ(m.graph().initializer(4).name(), "norm2.weight");
+  EXPECT_EQ(in_file.tensors[1].second->data, norm2.data);
   t.float32 = true;
-  const StateDict full = trained_state_dict(path.string(), module, t, {});
-  EXPECT_EQ(full.tensors[0].second->data, a.data);
-  EXPECT_EQ(full.tensors[1].second->type.str(), "float32[2]");
-  EXPECT_EQ(full.tensors[1].second->as<float>()[0], float16_to_float(float_to_float16(0.1f)));
+  const StateDict full = trained_state_dict(path, module, t, {});
+  EXPECT_EQ(full.tensors[0].second->data, norm1.data);
+  EXPECT_EQ(full.tensors[1].second->data, widened(norm2).data);
 }
 
 }  // namespace

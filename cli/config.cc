@@ -416,13 +416,15 @@ void read_pipeline(const Reader& r, const YAML::Node& root, TrainConfig* c) {
     r.positive(k, "checkpoint", "every", c->checkpoint.every, 0);
   }
   if (const YAML::Node o = root["output"]) {
-    r.check_keys(o, "output", {"model", "safetensors", "start_state", "metrics", "trace", "timeline"});
+    r.check_keys(o, "output", {"model", "safetensors", "start_state", "metrics", "trace", "timeline", "dtype"});
     read_path(r, o, "output", "model", &c->output.model, "a file name");
     read_path(r, o, "output", "safetensors", &c->output.safetensors, "a file name");
     read_path(r, o, "output", "start_state", &c->output.start_state, "a file name");
     read_path(r, o, "output", "metrics", &c->output.metrics, "a file name");
     read_path(r, o, "output", "trace", &c->output.trace, "a file name");
     read_path(r, o, "output", "timeline", &c->output.timeline, "a file name");
+    r.read(o, "output", "dtype", &c->output.dtype, "file or fp32");
+    r.one_of(o, "output", "dtype", c->output.dtype, {"file", "fp32"});
   }
   // The trained weights go beside the trained model unless output.safetensors says otherwise.
   if (!c->places.count("output.safetensors") && !c->output.model.empty())

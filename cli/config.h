@@ -41,7 +41,8 @@
 //   memory: {check: on}              # off: train skips the check of its planned memory against
 //                                    # the host's (and GPUs') free memory before loading
 //   output: {model: out/trained.onnx, safetensors: out/trained.safetensors,
-//            metrics: out/metrics.jsonl, trace: out/trace.json, timeline: out/timeline.svg}
+//            metrics: out/metrics.jsonl, trace: out/trace.json, timeline: out/timeline.svg,
+//            dtype: file}           # file | fp32: the dtype of the trained weights (see below)
 //
 // relative_to: the keys naming files and folders (model, data.inputs.*, data.targets,
 // data.file, a pipeline.schedule CSV, checkpoint.dir, output.*) take a relative path from the
@@ -57,6 +58,12 @@
 // state_dict before training (safetensors.torch.save_file(model.state_dict(), path)), for a file
 // exported without samples/export_model.py's record: the output then has exactly its keys and
 // shapes, so load_state_dict(strict=True) takes it.
+//
+// output.dtype: a model whose weights the file holds in float16 or bfloat16 trains in float32
+// (onnx_import/widen_halves.h). `file` (the default) writes each trained weight back in its
+// file dtype, rounded to nearest even as torch's .half() / .to(torch.bfloat16) do, into the
+// file's graph as it is; `fp32` writes the float32 master weights, into the graph as import
+// widened it (float32 weights in a float16 graph would not be valid ONNX).
 //
 // device: `cpu` runs every stage on the CPU backend. `cuda` puts pipeline stage d on GPU
 // d mod G (G: the GPUs found), so stages share GPUs where there are fewer GPUs than stages;
@@ -135,6 +142,7 @@ struct TrainConfig {
     std::string safetensors;  // the module's state_dict; default: model's path with .safetensors
     std::string start_state;  // the module's state_dict at the start, completing safetensors
     std::string timeline;  // SVG: the measured timeline of the last step above the simulated one
+    std::string dtype = "file";  // file | fp32: the trained weights' dtype in model and safetensors
   } output;
 
   // "file:line: dotted.key" for every key the file (or "--set dotted.key" for an override) set;

@@ -140,6 +140,7 @@ int run_partition(const PartitionArgs& given) {
     std::cout << j.dump(2) << "\n";
   } else {
     print_partition_table(std::cout, g, plan, a.model.model, a.model.micro_batch);
+    if (const std::string half = half_weights_line(g); !half.empty()) std::cout << half << "\n";
     std::cout << "memory per device under AdamW, chunk k of K keeping K-k micro-batches of activations (1F1B):\n";
     print_memory_table(std::cout, memory, "  ");
     if (a.backward) report_backward(std::cout, nullptr, g, plan, a);

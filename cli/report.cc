@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 #include <ostream>
+#include <set>
 
 #include "onnx_import/op_table.h"
 #include "partition/initializer_roles.h"
@@ -39,6 +40,13 @@ nlohmann::json parameter_notes_json(const Graph& g) {
   return list;
 }
 
+// Initializer -> its float16/bfloat16 dtype in the file, for those import widened.
+nlohmann::json file_dtypes_json(const Graph& g) {
+  nlohmann::json map = nlohmann::json::object();
+  for (const auto& [name, dtype] : g.file_dtypes) map[name] = dtype_name(dtype);
+  return map;
+}
+
 }  // namespace
 
 void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>& costs, const ModelWork& work,
@@ -51,6 +59,7 @@ void print_inspect(std::ostream& os, const Graph& g, const std::vector<NodeCost>
      << ", " << g.nodes.size() << " nodes (after folding), "
      << format_count(double(g.parameter_count())) << " parameters ("
      << format_bytes(g.parameter_bytes()) << ")\n";
+  if (const std::string half = half_weights_line(g); !half.empty()) os << half << "\n";
   for (ValueId v : g.inputs) os << "input  " << g.value(v).name << " " << g.value(v).type.str() << "\n";
   for (ValueId v : g.outputs) os << "output " << g.value(v).name << " " << g.value(v).type.str() << "\n";
   const double b = double(micro_batch);
@@ -101,7 +110,19 @@ nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, 
           {"outputs", tensors_json(g, g.outputs)},
           {"unsupported", nlohmann::json::array()},
           {"initializers", initializers_json(g)},
-          {"module_parameters", parameter_notes_json(g)}};
+          {"module_parameters", parameter_notes_json(g)},
+          {"file_dtypes", file_dtypes_json(g)}};
+}
+
+std::string half_weights_line(const Graph& g, bool float32_out) {
+  if (g.file_dtypes.empty()) return "";
+  std::set<std::string> names;
+  for (const auto& [name, dtype] : g.file_dtypes) names.insert(dtype_name(dtype));
+  std::string held;
+  for (const std::string& n : names) held += (held.empty() ? "" : " and ") + n;
+  return "weights: " + held + " in the file (" + std::to_string(g.file_dtypes.size()) +
+         " initializers), trained as float32 master weights; " +
+         (float32_out ? "written as float32 (output.dtype: fp32)" : "written back as " + held + " (output.dtype: fp32 writes float32)");
 }
 
 void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned, const Costs& measured) {

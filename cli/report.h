@@ -22,6 +22,11 @@ nlohmann::json inspect_json(const Graph& g, const std::vector<NodeCost>& costs, 
 
 void print_op_table(std::ostream& os);
 
+// For a model whose weights the file holds in float16/bfloat16 (Graph::file_dtypes), one line:
+// they train in float32 and are written back in which dtype (float32_out: output.dtype fp32).
+// "" for any other model.
+std::string half_weights_line(const Graph& g, bool float32_out = false);
+
 // `train`'s summary: per chunk, F, B and W measured (ms, mean per action) beside what the cost
 // model plans (plan/chunk_costs.h work units), the units turned into ms at one rate for the whole
 // run (all measured F+B+W time over all planned F+B+W units), so each chunk's ratio says how far

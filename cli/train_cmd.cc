@@ -3,9 +3,9 @@
 // lines it prints, the files it writes.
 //
 // What it writes: progress lines, metrics as JSON lines, checkpoints (the Trainer), the trained
-// model (the input model with new weights), the trained state_dict as safetensors
-// (cli/trained_weights.h), a Chrome trace and an SVG of the measured timeline above the
-// simulated one. Every file is written whole or not at all. Ctrl-C or SIGTERM (train/interrupt.h)
+// model (the input model with new weights, in its dtypes unless output.dtype: fp32), the
+// trained state_dict as safetensors (cli/trained_weights.h), a Chrome trace and an SVG of the
+// measured timeline above the simulated one. Every file is written whole or not at all. Ctrl-C or SIGTERM (train/interrupt.h)
 // stops the loop at the next step boundary: a checkpoint of the last finished step, one line, exit
 // 130 (SIGINT) or 143 (SIGTERM).
 #include <unistd.h>
@@ -101,6 +101,8 @@ TrainedState trained_state(const TrainConfig& cfg, const Trainer& t) {
   s.forwards = cfg.steps * t.batch_norm_updates_per_step();
   s.module_names = t.model().module_names;
   s.start_state = cfg.output.start_state;
+  s.file_dtypes = t.model().file_dtypes;
+  s.float32 = cfg.output.dtype == "fp32";
   return s;
 }
 
@@ -109,7 +111,7 @@ void write_outputs(const TrainConfig& cfg, const Trainer& t, const std::optional
                    const TrainSummary& summary) {
   if (!cfg.output.model.empty()) {
     make_parent(cfg.output.model);
-    save_model_with_weights(cfg.model, t.trained_tensors(), cfg.output.model, cfg.parameters);
+    save_model_with_weights(cfg.model, t.trained_tensors(), cfg.output.model, cfg.parameters, cfg.output.dtype == "fp32");
     std::cout << "trained model -> " << cfg.output.model << "\n";
   }
   if (!cfg.output.safetensors.empty()) {

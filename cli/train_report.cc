@@ -57,6 +57,8 @@ void TrainPrinter::start(const Trainer& t, const TrainRanks& ranks, const TrainM
             << " on " << s.stages << " stage(s), " << s.micro_batches << " micro-batches of " << t.rows()
             << (ranks.replicas() > 1 ? " per replica, " + std::to_string(ranks.replicas()) + " data-parallel replicas" : "")
             << (ranks.alone() ? "" : " on " + std::to_string(ranks.size()) + " processes") << "\n";
+  if (const std::string half = half_weights_line(model, cfg_.output.dtype == "fp32"); !half.empty())
+    std::cout << half << "\n";
   if (t.sharded())
     std::cout << "ZeRO-1: each replica holds the optimizer state of 1/" << ranks.replicas()
               << " of the parameters: " << format_bytes(t.optimizer_state_bytes()) << " on rank 0\n";

@@ -85,11 +85,17 @@ struct StoredBytes {
   std::string file;
   int64_t offset = 0;
   int64_t length = 0;
+  // The bytes' dtype where it is not the tensor's: float16 or bfloat16 in the file, widened to
+  // the tensor's float32 as they are read (core/half_floats.h). Undefined: the tensor's own.
+  DType file_dtype = DType::kUndefined;
 };
 
 // Reads s.length bytes of s into out; UserError naming s.where and the file when they cannot be
 // read (the file changed or shrank since import checked it).
 void read_stored_bytes(const StoredBytes& s, std::byte* out);
+// The values of a tensor of `type` stored at s, into *bytes (resized): s's bytes as they are, or
+// widened to float32 from s.file_dtype. UserError as read_stored_bytes.
+void read_stored_tensor(const StoredBytes& s, const TensorType& type, std::vector<std::byte>* bytes);
 
 // Bytes this process has read from stored tensors so far (every load adds its length): what
 // tests compare with the parameters a device's chunks read.
@@ -223,6 +229,9 @@ class Graph {
   std::map<std::string, std::string> buffers;
   std::vector<ParameterNote> parameter_notes;
   std::map<std::string, ModuleName> module_names;  // initializer -> module parameter
+  // Initializer -> its dtype in the file (float16, bfloat16), where import widened it and the
+  // graph's half values to float32 (onnx_import/widen_halves.h).
+  std::map<std::string, DType> file_dtypes;
   // Bernoulli nodes the file itself holds, by name: they draw in every mode (run, training,
   // evaluation), where stochastic depth's mask (onnx_import/random_rewrite.h) draws only in
   // training (autodiff/training_mode.h).

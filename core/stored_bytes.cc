@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/half_floats.h"
 #include "core/ir.h"
 
 namespace pt {
@@ -58,16 +59,30 @@ void Tensor::skip_load() {
   loaded.set.store(true, std::memory_order_release);
 }
 
+void read_stored_tensor(const StoredBytes& s, const TensorType& type, std::vector<std::byte>* bytes) {
+  const DType held = s.file_dtype == DType::kUndefined ? type.dtype : s.file_dtype;
+  PT_CHECK(s.length == type.numel() * static_cast<int64_t>(dtype_size(held)),
+           s.where + ": stored length does not match " + type.str());
+  if (held == type.dtype) {
+    bytes->resize(static_cast<size_t>(s.length));
+    read_stored_bytes(s, bytes->data());
+    return;
+  }
+  PT_CHECK(type.dtype == DType::kFloat32, s.where + ": " + dtype_name(held) + " stored for " + type.str());
+  std::vector<std::byte> half(static_cast<size_t>(s.length));  // one tensor's file bytes at a time
+  read_stored_bytes(s, half.data());
+  bytes->resize(static_cast<size_t>(type.bytes()));
+  widen_halves(held, half.data(), type.numel(), reinterpret_cast<float*>(bytes->data()));
+}
+
 void Tensor::load_stored() const {
   std::lock_guard<std::mutex> lock(load_mutex);
   if (resident()) return;  // another thread loaded it meanwhile
   const StoredBytes& s = *stored;
-  PT_CHECK(s.length == type.bytes(), s.where + ": stored length does not match " + type.str());
   // The tensor is const to its readers; its bytes are filled once, here, under the lock.
   auto& bytes = const_cast<std::vector<std::byte>&>(data);
-  bytes.resize(static_cast<size_t>(s.length));
   try {
-    read_stored_bytes(s, bytes.data());
+    read_stored_tensor(s, type, &bytes);
   } catch (const UserError&) {
     std::vector<std::byte>().swap(bytes);
     throw;

@@ -10,8 +10,10 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/half_floats.h"
 #include "onnx_import/load.h"
 #include "onnx_import/proto_convert.h"
+#include "onnx_import/widen_halves.h"
 
 namespace pt {
 namespace {
@@ -124,11 +126,12 @@ void save_model(const onnx::ModelProto& m, const std::string& path) {
 
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
-                             const std::string& path, const ParameterChoices& choices) {
+                             const std::string& path, const ParameterChoices& choices, bool float32) {
   // The file's float initializers stay in their external-data file until written: a trained one
   // is never read, any other is read as it is written.
   onnx::ModelProto m = read_model(source, ExternalData::kLeaveFloats);
   restore_module_parameters(m.mutable_graph(), choices);  // the copies import trained
+  if (float32) widen_half_floats(&m);
   size_t replaced = 0;
   for (onnx::TensorProto& init : *m.mutable_graph()->mutable_initializer()) {
     auto it = weights.find(init.name());
@@ -137,12 +140,13 @@ void save_model_with_weights(const std::string& source,
       continue;
     }
     const TensorType old = check_tensor_data(init, source + ": initializer '" + init.name() + "'");
-    if (!(old == it->second->type))
+    const bool narrow = is_half(old.dtype) && it->second->type == TensorType{DType::kFloat32, old.shape};
+    if (!(old == it->second->type) && !narrow)
       throw UserError(source + ": initializer '" + init.name() + "'",
                       "is " + old.str() + " but the trained value is " + it->second->type.str(),
                       "train and export the same model file");
     init.Clear();
-    tensor_to_proto(*it->second, it->first, &init);
+    tensor_to_proto(narrow ? narrowed(*it->second, old.dtype) : *it->second, it->first, &init);
     ++replaced;
   }
   if (replaced != weights.size())

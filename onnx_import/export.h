@@ -30,10 +30,14 @@ void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, cons
 // The model file at `source`, unchanged but for the named initializers' data (a trained model:
 // the same graph, new weights; external data comes back inline) and the module parameters
 // import restored with the same `choices` (module_params.h: untied copies, restored biases and
-// ties). UserError naming the source when a name is not an initializer there or its type
-// differs, before anything is written.
+// ties). A float32 weight of a float16/bfloat16 initializer is rounded to that dtype
+// (core/half_floats.h), so the graph computes in its own precision as before; with `float32`
+// (config output.dtype: fp32) the graph is written as import widened it (widen_halves.h) and
+// every weight in float32. UserError naming the source when a name is not an initializer there
+// or its type differs, before anything is written.
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
-                             const std::string& path, const ParameterChoices& choices = {});
+                             const std::string& path, const ParameterChoices& choices = {},
+                             bool float32 = false);
 
 }  // namespace pt

@@ -22,6 +22,7 @@
 #include "onnx_import/opset_adapt.h"
 #include "onnx_import/proto_convert.h"
 #include "onnx_import/sequence_fold.h"
+#include "onnx_import/widen_halves.h"
 
 namespace pt {
 namespace {
@@ -383,6 +384,7 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   int64_t source_opset = 0;
   ModuleParameters restored;
   onnx::ModelProto m = load_model(path, &source_opset, &opts.parameters, &restored, &opts.given_inputs);
+  const std::map<std::string, DType> file_dtypes = widen_half_floats(&m);
   std::set<std::string> declared = declared_parameters(m.graph());
   if (!declared.empty()) declared.insert(restored.parameters.begin(), restored.parameters.end());
   for (const std::string& w : restored.warnings) std::cerr << "warning: " << path << ": " << w << "\n";
@@ -421,6 +423,8 @@ Graph import_model(const std::string& path, const ImportOptions& opts) {
   g.parameter_notes = std::move(restored.notes);
   g.module_names = std::move(restored.module_names);
   g.file_draws = std::move(file_draws);
+  for (const auto& [name, dtype] : file_dtypes)
+    if (const ValueId v = g.find(name); v != kNoValue && g.value(v).is_initializer()) g.file_dtypes[name] = dtype;
   return g;
 }
 

@@ -1,7 +1,8 @@
 // onnx_import/import.h: model file -> ir::Graph with every tensor's shape and dtype concrete.
 //
 // load (external data, opset range, op table, the module's merged and folded parameters restored
-// (module_params.h), opset-18+ forms adapted to opset 17, checker) ->
+// (module_params.h), opset-18+ forms adapted to opset 17, checker) -> float16/bfloat16 weights
+// and values widened to float32 (widen_halves.h) ->
 // bind symbolic dims -> { pipetrain's own type inference (infer.h) -> fold constant subgraphs ->
 // rewrite gathers with constant indices (gather_rewrite.h) } until nothing changes -> buffers
 // (buffers.h) -> convert to the IR.

@@ -142,7 +142,13 @@ void place_all_external(onnx::ModelProto* m, const std::string& path, ExternalDa
 }  // namespace
 
 void inline_placed(onnx::TensorProto* t) {
-  if (t->data_location() == onnx::TensorProto::EXTERNAL) inline_external(t, stored_range(*t, t->name()));
+  if (t->data_location() != onnx::TensorProto::EXTERNAL) return;
+  const StoredBytes range = stored_range(*t, t->name());
+  if (range.file_dtype == DType::kUndefined) return inline_external(t, range);
+  const Tensor widened = tensor_from_proto(*t, t->name());  // marked by widen_halves.h
+  t->set_raw_data(widened.data.data(), widened.data.size());
+  t->clear_external_data();
+  t->set_data_location(onnx::TensorProto::DEFAULT);
 }
 
 namespace {

@@ -32,7 +32,7 @@ enum class ExternalData { kInline, kLeaveFloats };
 onnx::ModelProto read_model(const std::string& path, ExternalData how = ExternalData::kInline);
 
 // Reads into raw_data the bytes of a tensor read_model left in its file (kLeaveFloats), as kInline
-// would have; nothing for any other tensor.
+// would have (widened where widen_halves.h marked it); nothing for any other tensor.
 void inline_placed(onnx::TensorProto* t);
 
 // Every node whose op is outside the op table, as "node 'name' (Op)"; empty when all are in.

@@ -34,7 +34,8 @@ TensorType check_tensor_data(const onnx::TensorProto& tp, const std::string& whe
   int64_t have = 0;
   if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
     const StoredBytes s = stored_range(tp, where);
-    have = s.length % static_cast<int64_t>(elem) == 0 ? s.length / static_cast<int64_t>(elem) : -1;
+    const auto held = static_cast<int64_t>(s.file_dtype == DType::kUndefined ? elem : dtype_size(s.file_dtype));
+    have = s.length % held == 0 ? s.length / held : -1;
     if (have < 0)
       throw UserError(where, "tensor '" + tp.name() + "' of shape " + shape_str(type.shape) + " holds " +
                                  std::to_string(s.length) + " bytes of external data, not whole elements",
@@ -67,6 +68,7 @@ StoredBytes stored_range(const onnx::TensorProto& tp, const std::string& where) 
     if (kv.key() == "location") s.file = kv.value();
     if (kv.key() == "offset") s.offset = std::stoll(kv.value());
     if (kv.key() == "length") s.length = std::stoll(kv.value());
+    if (kv.key() == kFileDTypeKey) s.file_dtype = static_cast<DType>(std::stoi(kv.value()));
   }
   PT_CHECK(!s.file.empty() && s.length >= 0, "external data of '" + tp.name() + "' is not placed (onnx_import/load.h)");
   return s;
@@ -83,11 +85,11 @@ Tensor stored_tensor(const onnx::TensorProto& tp, const std::string& where) {
 Tensor tensor_from_proto(const onnx::TensorProto& tp, const std::string& where) {
   Tensor t;
   t.type = check_tensor_data(tp, where);
-  t.data.resize(static_cast<size_t>(t.type.bytes()));
   if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-    read_stored_bytes(stored_range(tp, where), t.data.data());
+    read_stored_tensor(stored_range(tp, where), t.type, &t.data);
     return t;
   }
+  t.data.resize(static_cast<size_t>(t.type.bytes()));
   if (tp.has_raw_data()) {
     if (!t.data.empty()) std::memcpy(t.data.data(), tp.raw_data().data(), t.data.size());
     return t;

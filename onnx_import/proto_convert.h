@@ -26,6 +26,10 @@ Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& where);
 Tensor stored_tensor(const onnx::TensorProto& t, const std::string& where);
 // The range of a placed external tensor.
 StoredBytes stored_range(const onnx::TensorProto& t, const std::string& where);
+// The external_data key by which a tensor import widened to float32 while its bytes stay in the
+// file (onnx_import/widen_halves.h) gives their dtype there (10 float16, 16 bfloat16):
+// stored_range reads it into StoredBytes::file_dtype.
+constexpr const char* kFileDTypeKey = "pipetrain.file_dtype";
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* out);
 
 // Graph-valued attributes (If, Loop, Scan bodies) are refused with a UserError.

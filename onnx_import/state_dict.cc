@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/half_floats.h"
 #include "onnx_import/load.h"
 #include "onnx_import/proto_convert.h"
 
@@ -48,28 +49,45 @@ Tensor int_tensor(const TensorType& type, const std::vector<int64_t>& values) {
   return t;
 }
 
-// The model file's initializers, read (with external data) the first time one is asked for.
+// The model file's initializers, read (with external data) the first time one is asked for;
+// float16/bfloat16 ones widened with `float32`.
 class FileInitializers {
  public:
-  explicit FileInitializers(std::string path) : path_(std::move(path)) {}
+  FileInitializers(std::string path, bool float32) : path_(std::move(path)), float32_(float32) {}
   Tensor get(const std::string& name) {
     if (!model_) model_ = read_model(path_, ExternalData::kLeaveFloats);  // each tensor read when asked for
     for (const auto& t : model_->graph().initializer())
-      if (t.name() == name) return tensor_from_proto(t, path_ + ": initializer '" + name + "'");
+      if (t.name() == name) {
+        Tensor v = tensor_from_proto(t, path_ + ": initializer '" + name + "'");
+        return float32_ ? widened(v) : v;
+      }
     PT_CHECK(false, "'" + name + "' was an initializer of " + path_ + " when the run began");
   }
 
  private:
   std::string path_;
+  bool float32_;
   std::optional<onnx::ModelProto> model_;
 };
+
+// The trained tensors in the dtypes they are written in: each rounded to its file dtype, unless
+// trained.float32 (state_dict.h).
+std::map<std::string, const Tensor*> written_dtypes(const TrainedState& trained, std::deque<Tensor>* owned) {
+  std::map<std::string, const Tensor*> out = trained.tensors;
+  if (trained.float32) return out;
+  for (auto& [name, t] : out)
+    if (auto d = trained.file_dtypes.find(name); d != trained.file_dtypes.end() && t->type.dtype == DType::kFloat32)
+      t = &owned->emplace_back(narrowed(*t, d->second));
+  return out;
+}
 
 using Entry = std::pair<std::string, const Tensor*>;
 
 // Without a record: each trained tensor under its module parameter's name where import found one.
-std::vector<Entry> by_module_name(const TrainedState& trained, std::deque<Tensor>* owned) {
+std::vector<Entry> by_module_name(const TrainedState& trained, const std::map<std::string, const Tensor*>& written,
+                                  std::deque<Tensor>* owned) {
   std::vector<Entry> tensors;
-  for (const auto& [name, t] : trained.tensors) {
+  for (const auto& [name, t] : written) {
     auto m = trained.module_names.find(name);
     if (m == trained.module_names.end()) tensors.emplace_back(name, t);
     else tensors.emplace_back(m->second.parameter, m->second.transposed ? &owned->emplace_back(transpose_2d(*t)) : t);
@@ -136,12 +154,15 @@ StateDict trained_state_dict(const std::string& model_path, const std::optional<
   StateDict w;
   std::vector<Entry>& tensors = w.tensors;
   std::deque<Tensor>& owned = w.owned;
+  const std::map<std::string, const Tensor*> written = written_dtypes(trained, &owned);
   if (!module) {
-    tensors = by_module_name(trained, &owned);
+    tensors = by_module_name(trained, written, &owned);
+    if (trained.float32)
+      for (auto& [key, t] : start) t = widened(t);
     if (!trained.start_state.empty()) tensors = complete_from_start(trained.start_state, std::move(start), tensors, &w);
     return w;
   }
-  FileInitializers file(model_path);
+  FileInitializers file(model_path, trained.float32);
   std::map<std::string, const StateEntry*> by_key;
   for (const StateEntry& e : module->entries) by_key[e.key] = &e;
   for (const StateEntry& e : module->entries) {
@@ -156,12 +177,14 @@ StateDict trained_state_dict(const std::string& model_path, const std::optional<
       w.missing.push_back(e.key);
       continue;
     }
-    auto it = trained.tensors.find(e.initializer);
-    const Tensor* t = it != trained.tensors.end() ? it->second : &owned.emplace_back(file.get(e.initializer));
+    auto it = written.find(e.initializer);
+    const Tensor* t = it != written.end() ? it->second : &owned.emplace_back(file.get(e.initializer));
     if (e.transposed) t = &owned.emplace_back(transpose_2d(*t));
-    if (!(t->type == e.type))
+    TensorType want = e.type;  // the record's dtype, but float32 where every tensor is
+    if (trained.float32 && is_half(want.dtype)) want.dtype = DType::kFloat32;
+    if (!(t->type == want))
       throw UserError(model_path + ": initializer '" + e.initializer + "'",
-                      "is " + t->type.str() + " after import, but the record says '" + e.key + "' is " + e.type.str(),
+                      "is " + t->type.str() + " after import, but the record says '" + e.key + "' is " + want.str(),
                       "export the module again with samples/export_model.py");
     tensors.emplace_back(e.key, t);
   }

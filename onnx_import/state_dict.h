@@ -23,6 +23,9 @@
 // elements trained, a tied twin (its start equal to a trained key's, bit for bit, and not one
 // value throughout) as that key's trained tensor, anything else as it started. Trained tensors
 // the start does not name are written too and reported.
+//
+// A model whose weights the file holds in float16 or bfloat16 trained in float32: its tensors
+// are written in the file's dtypes, or all in float32 (TrainedState::float32).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,12 @@ struct TrainedState {
   // (onnx_import/module_params.h: a weight stored transposed under a generated name).
   std::map<std::string, ModuleName> module_names;
   std::string start_state;  // without a record: the module's state_dict at the start, or ""
+  // The float16/bfloat16 dtype in the file of each initializer import widened
+  // (Graph::file_dtypes): its trained tensor is written rounded to it (core/half_floats.h). With
+  // float32 (config output.dtype: fp32) every tensor is written in float32 instead: the trained
+  // ones as they are, the file's, the record's and start_state's half ones widened.
+  std::map<std::string, DType> file_dtypes;
+  bool float32 = false;
 };
 
 struct StateDict {

@@ -104,6 +104,14 @@ TEST(Config, MemoryCheckIsOnUnlessTurnedOff) {
   EXPECT_EQ(error_of(path, {"memory.limit=1GiB"}), "--set memory.limit: unknown key; known keys here: check");
 }
 
+// output.dtype: the trained weights in the file's dtype (file, the default) or in float32 (fp32).
+TEST(Config, OutputDtypeIsFileOrFp32) {
+  const std::string path = write("pt_cfg_dtype.yaml", "model: samples/mlp/mlp.onnx\noutput: {model: out/t.onnx}\n");
+  EXPECT_EQ(load_config(path).output.dtype, "file");
+  EXPECT_EQ(load_config(path, {"output.dtype=fp32"}).output.dtype, "fp32");
+  EXPECT_EQ(error_of(path, {"output.dtype=fp16"}), "--set output.dtype: unknown value 'fp16'; use one of file, fp32");
+}
+
 TEST(Config, OverridesUseDottedKeys) {
   const std::string path = write("pt_cfg_min.yaml", "model: samples/mlp/mlp.onnx\n");
   const TrainConfig c = load_config(path, {"optimizer.lr=0.5", "pipeline.stages=2", "steps=3"});

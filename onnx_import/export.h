@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/ir.h"
+#include "core/tensor_fetch.h"
 #include "onnx_import/module_params.h"
 
 namespace pt {
@@ -32,8 +33,14 @@ void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, cons
 // import restored with the same `choices` (module_params.h: untied copies, restored biases and
 // ties). UserError naming the source when a name is not an initializer there or its type
 // differs, before anything is written.
+//
+// The file is streamed: each initializer's bytes are brought as the writer comes to it (a
+// weight through `fetch`, by name; without one, the weight's own bytes; the file's other
+// initializers from their external data), so no more than one is held besides the graph. The
+// bytes are those save_model writes for the whole model.
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
-                             const std::string& path, const ParameterChoices& choices = {});
+                             const std::string& path, const ParameterChoices& choices = {},
+                             const TensorFetch& fetch = {});
 
 }  // namespace pt

@@ -189,4 +189,14 @@ TrainDevices make_train_devices(const TrainDeviceOptions& cfg, const Schedule& l
 #endif
 }
 
+std::unique_ptr<Comm> make_host_comm(const std::vector<int>& rank_of_device, const TrainRanks& ranks) {
+  if (ranks.alone()) return nullptr;
+#ifdef PT_HAVE_MPI
+  return std::make_unique<MpiComm>(rank_of_device, ranks.rank(), nullptr, std::vector<Backend*>{}, true);
+#else
+  PT_CHECK(false, "devices of other processes in a build without MPI");
+  return nullptr;
+#endif
+}
+
 }  // namespace pt

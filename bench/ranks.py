@@ -16,11 +16,12 @@ head, its 470 MB of weights in MODEL.data) trains 3 AdamW steps of 4 micro-batch
 stages (1f1b), in one process and on 4 ranks (one stage each), writing the trained model and
 safetensors; the table gives each process's peak RSS (/usr/bin/time) and the import alone
 (`pipetrain inspect MODEL`: what every rank does first). Each --pipetrain binary (before and
-after a change) is one row pair; the trained files of every run must be byte-identical.
+after a change) is one row pair; the trained files of every run must be byte-identical. With
+--eval-every N the runs also evaluate 8 held-out samples every N steps and after the last.
 
 Usage: .venv/bin/python bench/ranks.py [--pipetrain build/pipetrain] [--steps 12]
        .venv-export/bin/python bench/ranks.py --export-memory-model out/nanogpt117m.onnx
-       .venv/bin/python bench/ranks.py --memory out/nanogpt117m.onnx --pipetrain A --pipetrain B
+       .venv/bin/python bench/ranks.py --memory out/nanogpt117m.onnx --pipetrain A --pipetrain B [--eval-every 2]
 """
 import argparse
 import filecmp
@@ -71,13 +72,13 @@ def comm_share(trace):
 MEMORY_CONFIG = """model: {model}
 dims: {{batch: 2}}
 loss: {{kind: cross_entropy}}
-data: {{kind: synthetic, samples: 64, eval_fraction: 0}}
+data: {{kind: synthetic, samples: 64, eval_fraction: {eval_fraction}}}
 optimizer: {{kind: adamw, lr: 1.0e-4}}
 pipeline: {{stages: 4, chunks: 1, micro_batches: 4, schedule: 1f1b}}
 threads: 1
 seed: 0
 steps: 3
-eval_every: 0
+eval_every: {eval_every}
 output: {{model: {out}/trained.onnx, safetensors: {out}/trained.safetensors, metrics: {out}/m.jsonl}}
 """
 
@@ -107,7 +108,7 @@ def timed(args, out, ranks=1):
     return out_list
 
 
-def memory(model, binaries):
+def memory(model, binaries, eval_every=0):
     tmp = tempfile.mkdtemp(prefix="pt_bench_memory_")
     print("| binary | run | peak RSS MiB per process | largest / one process | sum / one process | import s (inspect) | import peak RSS MiB |")
     print("|---|---|---|---|---|---|---|")
@@ -120,7 +121,8 @@ def memory(model, binaries):
             os.makedirs(out, exist_ok=True)
             config = f"{out}/train.yaml"
             with open(config, "w") as f:
-                f.write(MEMORY_CONFIG.format(model=os.path.abspath(model), out=out))
+                f.write(MEMORY_CONFIG.format(model=os.path.abspath(model), out=out, eval_every=eval_every,
+                                             eval_fraction=0.125 if eval_every else 0))
             rss = [m for m, _ in timed([binary, "train", "-q", config], out, ranks)]
             one = one or rss[0]
             same = []
@@ -141,12 +143,13 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--memory", metavar="MODEL", help="peak RSS and import of MODEL instead of step times")
     ap.add_argument("--export-memory-model", metavar="PATH", help="export the 117M nanoGPT to PATH and stop")
+    ap.add_argument("--eval-every", type=int, default=0, help="--memory: evaluate 8 held-out samples every N steps")
     a = ap.parse_args()
     if a.export_memory_model:
         return export_memory_model(a.export_memory_model)
     binaries = a.pipetrain or [os.path.join(ROOT, "build", "pipetrain")]
     if a.memory:
-        return memory(a.memory, binaries)
+        return memory(a.memory, binaries, a.eval_every)
     a.pipetrain = binaries[0]
     tmp = tempfile.mkdtemp(prefix="pt_bench_ranks_")
     print("| stages | schedule | layout | step ms (median) | in sends and receives | simulated step ms | trained model |")

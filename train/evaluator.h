@@ -54,7 +54,9 @@ class Evaluator {
   // The whole model, on this process.
   Evaluator(const Graph& model, const LossSpec& loss, int threads);
   // Cut as `cut` says; `comm` carries what crosses between processes (unused where every chunk is
-  // this process's). The programs are compiled at the first run().
+  // this process's), each message once per held-out batch under micro-batch 0, so it must hand a
+  // message's repeats over in the order sent (MpiComm does: MPI never reorders two messages of one
+  // tag between two ranks). The programs are compiled at the first run().
   Evaluator(const Graph& model, const LossSpec& loss, const EvalCut& cut, Comm* comm, int threads);
   ~Evaluator();
   Evaluator(const Evaluator&) = delete;

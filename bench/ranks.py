@@ -17,7 +17,8 @@ stages (1f1b), in one process and on 4 ranks (one stage each), writing the train
 safetensors; the table gives each process's peak RSS (/usr/bin/time) and the import alone
 (`pipetrain inspect MODEL`: what every rank does first). Each --pipetrain binary (before and
 after a change) is one row pair; the trained files of every run must be byte-identical (their
-sha256; they are removed after each run). `--export-memory-model PATH --size 1b` makes a GPT of
+sha256; they are removed after each run). With --eval-every N the runs also evaluate 8 held-out
+samples every N steps and after the last. `--export-memory-model PATH --size 1b` makes a GPT of
 1.04B parameters (d 2048, 20 layers; 4.2 GB of weights), trained with --memory-steps 2.
 
 With --plan-memory MODEL (the same model): 2 AdamW steps of 4 micro-batches of 2 (1f1b) on 1
@@ -27,7 +28,7 @@ stage, on 4 stages in one process, and on 4 ranks; each process's peak RSS after
 
 Usage: .venv/bin/python bench/ranks.py [--pipetrain build/pipetrain] [--steps 12]
        .venv-export/bin/python bench/ranks.py --export-memory-model out/nanogpt117m.onnx
-       .venv/bin/python bench/ranks.py --memory out/nanogpt117m.onnx --pipetrain A --pipetrain B
+       .venv/bin/python bench/ranks.py --memory out/nanogpt117m.onnx --pipetrain A --pipetrain B [--eval-every 2]
        .venv-export/bin/python bench/ranks.py --export-memory-model out/gpt1b.onnx --size 1b
        .venv/bin/python bench/ranks.py --memory out/gpt1b.onnx --memory-steps 2
        .venv/bin/python bench/ranks.py --plan-memory out/nanogpt117m.onnx
@@ -82,13 +83,13 @@ def comm_share(trace):
 MEMORY_CONFIG = """model: {model}
 dims: {{batch: 2}}
 loss: {{kind: cross_entropy}}
-data: {{kind: synthetic, samples: 64, eval_fraction: 0}}
+data: {{kind: synthetic, samples: 64, eval_fraction: {eval_fraction}}}
 optimizer: {{kind: adamw, lr: 1.0e-4}}
 pipeline: {{stages: 4, chunks: 1, micro_batches: 4, schedule: 1f1b}}
 threads: 1
 seed: 0
 steps: {steps}
-eval_every: 0
+eval_every: {eval_every}
 output: {{model: {out}/trained.onnx, safetensors: {out}/trained.safetensors, metrics: {out}/m.jsonl}}
 """
 
@@ -138,7 +139,7 @@ def digests(out):
     return found
 
 
-def memory(model, binaries, steps):
+def memory(model, binaries, steps, eval_every=0):
     tmp = tempfile.mkdtemp(prefix="pt_bench_memory_")
     data = model + ".data"
     weights_mib = os.path.getsize(data) / 2**20 if os.path.exists(data) else float("nan")
@@ -155,7 +156,8 @@ def memory(model, binaries, steps):
             os.makedirs(out, exist_ok=True)
             config = f"{out}/train.yaml"
             with open(config, "w") as f:
-                f.write(MEMORY_CONFIG.format(model=os.path.abspath(model), out=out, steps=steps))
+                f.write(MEMORY_CONFIG.format(model=os.path.abspath(model), out=out, steps=steps, eval_every=eval_every,
+                                             eval_fraction=0.125 if eval_every else 0))
             rss = [m for m, _ in timed([binary, "train", "-q", config], out, ranks)]
             one = one or rss[0]
             files = digests(out)
@@ -224,12 +226,13 @@ def main():
     ap.add_argument("--export-memory-model", metavar="PATH", help="export a generated nanoGPT to PATH and stop")
     ap.add_argument("--size", choices=sorted(SIZES), default="117m", help="of --export-memory-model")
     ap.add_argument("--plan-memory", metavar="MODEL", help="peak RSS of MODEL's training against train's planned memory")
+    ap.add_argument("--eval-every", type=int, default=0, help="--memory: evaluate 8 held-out samples every N steps")
     a = ap.parse_args()
     if a.export_memory_model:
         return export_memory_model(a.export_memory_model, a.size)
     binaries = a.pipetrain or [os.path.join(ROOT, "build", "pipetrain")]
     if a.memory:
-        return memory(a.memory, binaries, a.memory_steps)
+        return memory(a.memory, binaries, a.memory_steps, a.eval_every)
     if a.plan_memory:
         return plan_memory(a.plan_memory, binaries[0])
     a.pipetrain = binaries[0]

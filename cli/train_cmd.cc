@@ -93,10 +93,12 @@ void check_before_work(const TrainConfig& cfg, const TrainArgs& args, const Trai
 }
 
 // Every BatchNorm's running statistics took one training-mode forward per micro-batch of the
-// global batch (every replica's) of every step, resumed or not.
-TrainedState trained_state(const TrainConfig& cfg, const Trainer& t) {
+// global batch (every replica's) of every step, resumed or not. fetch: their bytes (null: the
+// tensors hold them).
+TrainedState trained_state(const TrainConfig& cfg, const Trainer& t, const TensorFetch& fetch = {}) {
   TrainedState s;
   s.tensors = t.trained_tensors();
+  s.fetch = fetch;
   for (const BatchNormStats& bn : t.form().batch_norms) s.counted.insert(bn.running_mean);
   s.forwards = cfg.steps * t.batch_norm_updates_per_step();
   s.module_names = t.model().module_names;
@@ -106,19 +108,22 @@ TrainedState trained_state(const TrainConfig& cfg, const Trainer& t) {
   return s;
 }
 
-// The outputs of a finished run: the trained model, its weights, the trace and the timeline.
+// The outputs of a finished run: the trained model, its weights (their bytes through `fetch`,
+// Trainer::write_trained), the trace and the timeline.
 void write_outputs(const TrainConfig& cfg, const Trainer& t, const std::optional<ModuleState>& module,
-                   const TrainSummary& summary) {
+                   const TrainSummary& summary, const TensorFetch& fetch) {
   if (!cfg.output.model.empty()) {
     make_parent(cfg.output.model);
-    save_model_with_weights(cfg.model, t.trained_tensors(), cfg.output.model, cfg.parameters, cfg.output.dtype == "fp32");
+    save_model_with_weights(cfg.model, t.trained_tensors(), cfg.output.model, cfg.parameters, cfg.output.dtype == "fp32",
+                            fetch);
     std::cout << "trained model -> " << cfg.output.model << "\n";
   }
   if (!cfg.output.safetensors.empty()) {
     const std::map<std::string, std::string> meta = {
         {"format", "pt"}, {"producer", "pipetrain"}, {"model", cfg.model}, {"steps", std::to_string(cfg.steps)}};
     make_parent(cfg.output.safetensors);
-    const WeightsWritten w = write_trained_weights(cfg.model, module, trained_state(cfg, t), meta, cfg.output.safetensors);
+    const WeightsWritten w =
+        write_trained_weights(cfg.model, module, trained_state(cfg, t, fetch), meta, cfg.output.safetensors);
     std::cout << "trained weights -> " << cfg.output.safetensors << "\n";
     print_weights_written(std::cout, w, cfg.optimizer.weight_decay > 0);
   }
@@ -201,8 +206,7 @@ int train(const TrainConfig& cfg, const TrainArgs& args, const TrainRanks& ranks
   own.reset();
   const TrainSummary summary = t.finish();
   printer.summary(t, summary, memory, ranks);
-  t.gather_trained();
-  write_outputs(cfg, t, module, summary);
+  t.write_trained([&](const TensorFetch& fetch) { write_outputs(cfg, t, module, summary, fetch); });
   return 0;
 }
 

@@ -18,9 +18,9 @@ WeightsWritten write_trained_weights(const std::string& model_path, const std::o
                                      const TrainedState& trained, const std::map<std::string, std::string>& metadata,
                                      const std::string& out) {
   const StateDict d = trained_state_dict(model_path, module, trained, start_tensors(module, trained));
-  std::vector<NamedTensor> tensors;
-  for (const auto& [key, t] : d.tensors) tensors.push_back({key, t});
-  write_safetensors(out, tensors, metadata, "choose another output.safetensors");
+  std::vector<StreamedTensor> tensors;
+  for (const StateTensor& t : d.tensors) tensors.push_back({t.key, t.type, t.bytes});
+  stream_safetensors(out, tensors, metadata, "choose another output.safetensors");
   return {static_cast<int64_t>(tensors.size()), d.missing, d.completed, d.not_in_start};
 }
 

@@ -29,10 +29,17 @@ void write_file_atomic(const std::string& path, const std::function<bool(int fd)
   const std::string tmp = path + "." + std::to_string(::getpid()) + "." + std::to_string(writes++) + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw UserError(path, "cannot be written", todo);
-  bool ok = write_to(fd);
+  std::error_code ec;
+  bool ok = false;
+  try {
+    ok = write_to(fd);
+  } catch (...) {
+    ::close(fd);
+    fs::remove(tmp, ec);
+    throw;
+  }
   ok = ::fsync(fd) == 0 && ok;
   ::close(fd);
-  std::error_code ec;
   if (!ok) {
     fs::remove(tmp, ec);
     throw UserError(path, "writing failed (disk full?)", todo);
@@ -51,20 +58,27 @@ void write_file_atomic(const std::string& path, const std::function<bool(int fd)
   }
 }
 
-void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
+void write_file_atomic(const std::string& path, size_t count, const std::function<std::string_view(size_t i)>& part,
                        const std::string& todo) {
   write_file_atomic(
       path,
       [&](int fd) {
-        for (std::string_view part : parts)
-          for (const char* p = part.data(); p < part.data() + part.size();) {
-            const ssize_t w = ::write(fd, p, static_cast<size_t>(part.data() + part.size() - p));
+        for (size_t i = 0; i < count; ++i) {
+          const std::string_view bytes = part(i);
+          for (const char* p = bytes.data(); p < bytes.data() + bytes.size();) {
+            const ssize_t w = ::write(fd, p, static_cast<size_t>(bytes.data() + bytes.size() - p));
             if (w <= 0) return false;
             p += w;
           }
+        }
         return true;
       },
       todo);
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::string_view> parts,
+                       const std::string& todo) {
+  write_file_atomic(path, parts.size(), [&](size_t i) { return parts[i]; }, todo);
 }
 
 void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo) {

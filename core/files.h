@@ -21,8 +21,14 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
                        const std::string& todo);
 void write_file_atomic(const std::string& path, std::string_view text, const std::string& todo);
 // As above, the content written by `write_to` to the temporary file's descriptor (false: it
-// failed): for a writer that streams what it would otherwise build whole in memory first.
+// failed): for a writer that streams what it would otherwise build whole in memory first. An
+// exception from write_to leaves nothing behind either, and goes on.
 void write_file_atomic(const std::string& path, const std::function<bool(int fd)>& write_to,
+                       const std::string& todo);
+// As above, `count` parts made one at a time: part(i) is written before part(i + 1) is asked for
+// (a view valid until then), so the writer holds one part at a time (a tensor brought from
+// another process, read from a file).
+void write_file_atomic(const std::string& path, size_t count, const std::function<std::string_view(size_t i)>& part,
                        const std::string& todo);
 
 // Makes the folders above `path` that do not exist yet; a failure shows when the file is written.

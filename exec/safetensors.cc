@@ -18,13 +18,52 @@ static_assert(std::endian::native == std::endian::little,
               "safetensors holds little-endian data; a big-endian host must swap bytes");
 
 // Indices of `tensors` in file order: element size descending, stable.
-std::vector<size_t> layout_order(const std::vector<NamedTensor>& tensors) {
+std::vector<size_t> layout_order(const std::vector<StreamedTensor>& tensors) {
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return dtype_size(tensors[a].tensor->type.dtype) > dtype_size(tensors[b].tensor->type.dtype);
+    return dtype_size(tensors[a].type.dtype) > dtype_size(tensors[b].type.dtype);
   });
   return order;
+}
+
+std::string streamed_header(const std::vector<StreamedTensor>& tensors, const std::map<std::string, std::string>& metadata,
+                            const std::string& where) {
+  nlohmann::ordered_json j;
+  if (!metadata.empty()) j["__metadata__"] = metadata;
+  std::set<std::string> seen;
+  int64_t at = 0;
+  for (size_t i : layout_order(tensors)) {
+    const StreamedTensor& n = tensors[i];
+    const TensorType& type = n.type;
+    const char* dtype = safetensors_dtype(type.dtype);
+    if (!dtype)
+      throw UserError(where + ": tensor '" + n.name + "'", std::string("has dtype ") + dtype_name(type.dtype) +
+                      ", which safetensors cannot hold", "leave it out of the file");
+    if (n.name == "__metadata__" || !seen.insert(n.name).second)
+      throw UserError(where + ": tensor '" + n.name + "'",
+                      n.name == "__metadata__" ? "has the name safetensors reserves for its metadata"
+                                               : "is named twice", "give every tensor its own name");
+    j[n.name] = {{"dtype", dtype}, {"shape", type.shape}, {"data_offsets", {at, at + type.bytes()}}};
+    at += type.bytes();
+  }
+  std::string text = j.empty() ? "{}" : j.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t n = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);  // little-endian host (static_assert above)
+  return out + text;
+}
+
+// Each tensor its own bytes; a parameter no device read is still in its external-data file.
+std::vector<StreamedTensor> streamed(const std::vector<NamedTensor>& tensors) {
+  std::vector<StreamedTensor> out;
+  for (const NamedTensor& n : tensors)
+    out.push_back({n.name, n.tensor->type, [t = n.tensor]() -> const Tensor& {
+                     t->load();
+                     return *t;
+                   }});
+  return out;
 }
 
 }  // namespace
@@ -51,44 +90,30 @@ const char* safetensors_dtype(DType t) {
 std::string safetensors_header(const std::vector<NamedTensor>& tensors,
                                const std::map<std::string, std::string>& metadata,
                                const std::string& where) {
-  nlohmann::ordered_json j;
-  if (!metadata.empty()) j["__metadata__"] = metadata;
-  std::set<std::string> seen;
-  int64_t at = 0;
-  for (size_t i : layout_order(tensors)) {
-    const NamedTensor& n = tensors[i];
-    const TensorType& type = n.tensor->type;
-    const char* dtype = safetensors_dtype(type.dtype);
-    if (!dtype)
-      throw UserError(where + ": tensor '" + n.name + "'", std::string("has dtype ") + dtype_name(type.dtype) +
-                      ", which safetensors cannot hold", "leave it out of the file");
-    if (n.name == "__metadata__" || !seen.insert(n.name).second)
-      throw UserError(where + ": tensor '" + n.name + "'",
-                      n.name == "__metadata__" ? "has the name safetensors reserves for its metadata"
-                                               : "is named twice", "give every tensor its own name");
-    n.tensor->load();  // a parameter no device read is still in its external-data file
-    PT_CHECK(static_cast<int64_t>(n.tensor->data.size()) == type.bytes(),
-             "'" + n.name + "' holds " + std::to_string(n.tensor->data.size()) + " bytes for " + type.str());
-    j[n.name] = {{"dtype", dtype}, {"shape", type.shape}, {"data_offsets", {at, at + type.bytes()}}};
-    at += type.bytes();
-  }
-  std::string text = j.empty() ? "{}" : j.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const uint64_t n = text.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &n, 8);  // little-endian host (static_assert above)
-  return out + text;
+  return streamed_header(streamed(tensors), metadata, where);
 }
 
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata, const std::string& todo) {
-  const std::string header = safetensors_header(tensors, metadata, path);
-  std::vector<std::string_view> parts{header};
-  for (size_t i : layout_order(tensors)) {
-    const Tensor& t = *tensors[i].tensor;
-    parts.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
-  }
-  write_file_atomic(path, parts, todo);
+  stream_safetensors(path, streamed(tensors), metadata, todo);
+}
+
+void stream_safetensors(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata, const std::string& todo) {
+  const std::string header = streamed_header(tensors, metadata, path);
+  const std::vector<size_t> order = layout_order(tensors);
+  write_file_atomic(
+      path, order.size() + 1,
+      [&](size_t i) -> std::string_view {
+        if (i == 0) return header;
+        const StreamedTensor& n = tensors[order[i - 1]];
+        const Tensor& t = n.bytes();
+        PT_CHECK(t.type == n.type && static_cast<int64_t>(t.data.size()) == n.type.bytes(),
+                 "'" + n.name + "' holds " + std::to_string(t.data.size()) + " bytes of " + t.type.str() + " for " +
+                     n.type.str());
+        return {reinterpret_cast<const char*>(t.data.data()), t.data.size()};
+      },
+      todo);
 }
 
 std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path) {

@@ -11,6 +11,7 @@
 // tensor starts at a multiple of its element size and a reader may map it in place.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -25,6 +26,15 @@ struct NamedTensor {
   const Tensor* tensor = nullptr;
 };
 
+// A tensor written as its turn comes: its name and type for the header, then its bytes from
+// bytes() (a tensor valid until the next call: brought from another process, transposed back),
+// so that the writer holds one tensor's bytes at a time.
+struct StreamedTensor {
+  std::string name;
+  TensorType type;
+  std::function<const Tensor&()> bytes;
+};
+
 // "F32", "I64", "BOOL", ...; nullptr for a dtype safetensors has no name for (strings).
 const char* safetensors_dtype(DType t);
 
@@ -37,6 +47,9 @@ std::string safetensors_header(const std::vector<NamedTensor>& tensors,
 // Header and data to `path`, through write_file_atomic; `todo` ends its error if that fails.
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata, const std::string& todo);
+// The same file, each tensor's bytes asked for when the writer comes to them.
+void stream_safetensors(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata, const std::string& todo);
 
 // The tensors of a .safetensors file (any writer's: torch's save_file, pipetrain's), in the
 // header's order. UserError naming the file and the tensor for anything the format does not

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <set>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -112,13 +114,139 @@ onnx::ModelProto to_model_proto(const Graph& g) {
   return m;
 }
 
-void save_model(const onnx::ModelProto& m, const std::string& path) {
+namespace {
+
+// A path a model cannot be written to: a folder, or a model past what one protobuf holds.
+void check_model_path(const std::string& path, size_t bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw UserError(path, "is a folder", "name the model file, e.g. " + path + "/model.onnx");
-  if (m.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int>::max()))
+  if (bytes > static_cast<size_t>(std::numeric_limits<int>::max()))
     throw UserError(path, "cannot be written: the model is over 2 GiB, the most one protobuf holds",
                     "models this large need external data, which pipetrain does not write yet");
+}
+
+namespace pb = google::protobuf;
+
+constexpr int kLastField = std::numeric_limits<int>::max();  // a range that reaches the message's end
+
+// m's fields numbered in [lo, hi) as SerializeToString writes them: fields in number order,
+// unknown fields after the last (they go with the range reaching kLastField). A message's bytes
+// are its ranges' bytes one after the other.
+std::string fields_in(const pb::Message& m, int lo, int hi) {
+  std::unique_ptr<pb::Message> part(m.New());
+  part->CopyFrom(m);
+  const pb::Reflection* r = part->GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(*part, &fields);
+  for (const pb::FieldDescriptor* f : fields)
+    if (f->number() < lo || f->number() >= hi) r->ClearField(part.get(), f);
+  if (hi != kLastField) r->MutableUnknownFields(part.get())->Clear();
+  return part->SerializeAsString();
+}
+
+// A length-delimited field's key and length: the bytes before its `length` bytes.
+std::string field_head(int field, uint64_t length) {
+  std::string out;
+  for (uint64_t v : {(static_cast<uint64_t>(field) << 3) | 2, length}) {
+    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    out.push_back(static_cast<char>(v));
+  }
+  return out;
+}
+
+// A piece of the file: bytes made now, or an initializer's raw data brought when written (a
+// view valid until the next piece is asked for).
+struct Piece {
+  std::string bytes;
+  std::function<std::string_view()> data;
+  size_t size = 0;  // of data
+};
+
+// An initializer whose raw_data (field 9 of TensorProto) is `size` bytes brought by `data`; the
+// proto holds every other field.
+void add_streamed(const onnx::TensorProto& t, size_t size, std::function<std::string_view()> data,
+                  std::vector<Piece>* graph) {
+  const std::string head = fields_in(t, 1, 9) + field_head(9, size), tail = fields_in(t, 10, kLastField);
+  graph->push_back({field_head(5, head.size() + size + tail.size()) + head, nullptr, 0});
+  graph->push_back({"", std::move(data), size});
+  graph->push_back({tail, nullptr, 0});
+}
+
+std::string_view bytes_of(const Tensor& t) { return {reinterpret_cast<const char*>(t.data.data()), t.data.size()}; }
+
+// A float32 weight of a float16/bfloat16 initializer: written rounded to the file's dtype.
+bool narrows(const TensorType& file, const TensorType& weight) {
+  return is_half(file.dtype) && weight == TensorType{DType::kFloat32, file.shape};
+}
+
+// Every weight names an initializer of m of its type (or its float32 widening); else a
+// UserError naming the source.
+void check_weights(const onnx::ModelProto& m, const std::map<std::string, const Tensor*>& weights,
+                   const std::string& source) {
+  for (const auto& [name, t] : weights) {
+    const onnx::TensorProto* init = nullptr;
+    for (const onnx::TensorProto& i : m.graph().initializer())
+      if (i.name() == name) init = &i;
+    if (!init)
+      throw UserError(source, "has no initializer '" + name + "' to carry the trained value",
+                      "export the trained model from the file that was trained");
+    const TensorType old = check_tensor_data(*init, source + ": initializer '" + name + "'");
+    if (!(old == t->type) && !narrows(old, t->type))
+      throw UserError(source + ": initializer '" + name + "'",
+                      "is " + old.str() + " but the trained value is " + t->type.str(), "train and export the same model file");
+  }
+}
+
+// An initializer's pieces: a weight's bytes through fetch (without one, its own), a float the
+// file keeps in its external data read into `read` (one at a time), any other as it is.
+void add_initializer(onnx::TensorProto& init, const std::map<std::string, const Tensor*>& weights, const TensorFetch& fetch,
+                     const std::shared_ptr<std::string>& read, std::vector<Piece>* pieces) {
+  auto it = weights.find(init.name());
+  if (it != weights.end()) {  // as tensor_to_proto writes it
+    const Tensor* own = it->second;
+    const TensorType file = check_tensor_data(init, init.name());
+    const DType to = narrows(file, own->type) ? file.dtype : own->type.dtype;
+    init.Clear();
+    init.set_name(it->first);
+    init.set_data_type(static_cast<int32_t>(to));
+    for (int64_t d : own->type.shape) init.add_dims(d);
+    const auto held = std::make_shared<Tensor>();  // the narrowed copy, while it is written
+    add_streamed(init, static_cast<size_t>(own->type.numel()) * dtype_size(to), [&fetch, own, to, held, name = it->first]() {
+      const Tensor& t = fetch ? fetch(name) : (own->load(), *own);
+      PT_CHECK(t.type == own->type, "'" + name + "' came back as " + t.type.str());
+      if (to == t.type.dtype) return bytes_of(t);
+      *held = narrowed(t, to);
+      return bytes_of(*held);
+    }, pieces);
+  } else if (init.data_location() == onnx::TensorProto::EXTERNAL &&
+             stored_range(init, init.name()).file_dtype == DType::kUndefined) {  // as inline_placed reads it
+    const StoredBytes range = stored_range(init, init.name());
+    init.clear_external_data();
+    init.set_data_location(onnx::TensorProto::DEFAULT);
+    add_streamed(init, static_cast<size_t>(range.length), [range, read]() {
+      read->assign(static_cast<size_t>(range.length), '\0');
+      read_stored_bytes(range, reinterpret_cast<std::byte*>(read->data()));
+      return std::string_view(*read);
+    }, pieces);
+  } else {
+    inline_placed(&init);  // a half one output.dtype fp32 widens: read widened now, one tensor
+    const std::string whole = init.SerializeAsString();
+    pieces->push_back({field_head(5, whole.size()) + whole, nullptr, 0});
+  }
+  init.Clear();  // what is written from here on lives in the pieces
+}
+
+size_t length_of(const std::vector<Piece>& pieces) {
+  size_t bytes = 0;
+  for (const Piece& p : pieces) bytes += p.bytes.size() + p.size;
+  return bytes;
+}
+
+}  // namespace
+
+void save_model(const onnx::ModelProto& m, const std::string& path) {
+  check_model_path(path, m.ByteSizeLong());
   // Streamed to the file: no second copy of the weights in memory.
   write_file_atomic(path, [&](int fd) { return m.SerializeToFileDescriptor(fd); },
                     "check that its folder exists and is writable, and has free space");
@@ -126,38 +254,34 @@ void save_model(const onnx::ModelProto& m, const std::string& path) {
 
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
-                             const std::string& path, const ParameterChoices& choices, bool float32) {
-  // The file's float initializers stay in their external-data file until written: a trained one
-  // is never read, any other is read as it is written.
+                             const std::string& path, const ParameterChoices& choices, bool float32,
+                             const TensorFetch& fetch) {
+  // The file's float initializers stay in their external-data file until written.
   onnx::ModelProto m = read_model(source, ExternalData::kLeaveFloats);
   restore_module_parameters(m.mutable_graph(), choices);  // the copies import trained
   if (float32) widen_half_floats(&m);
-  size_t replaced = 0;
-  for (onnx::TensorProto& init : *m.mutable_graph()->mutable_initializer()) {
-    auto it = weights.find(init.name());
-    if (it == weights.end()) {
-      inline_placed(&init);
-      continue;
-    }
-    const TensorType old = check_tensor_data(init, source + ": initializer '" + init.name() + "'");
-    const bool narrow = is_half(old.dtype) && it->second->type == TensorType{DType::kFloat32, old.shape};
-    if (!(old == it->second->type) && !narrow)
-      throw UserError(source + ": initializer '" + init.name() + "'",
-                      "is " + old.str() + " but the trained value is " + it->second->type.str(),
-                      "train and export the same model file");
-    init.Clear();
-    tensor_to_proto(narrow ? narrowed(*it->second, old.dtype) : *it->second, it->first, &init);
-    ++replaced;
-  }
-  if (replaced != weights.size())
-    for (const auto& [name, t] : weights) {
-      bool found = false;
-      for (const onnx::TensorProto& init : m.graph().initializer()) found = found || init.name() == name;
-      if (!found)
-        throw UserError(source, "has no initializer '" + name + "' to carry the trained value",
-                        "export the trained model from the file that was trained");
-    }
-  save_model(m, path);
+  check_weights(m, weights, source);
+  // The graph: its fields before the initializers (field 5), each initializer, its fields after.
+  pb::RepeatedPtrField<onnx::TensorProto> inits;
+  inits.Swap(m.mutable_graph()->mutable_initializer());
+  const std::unique_ptr<onnx::GraphProto> graph(m.release_graph());
+  std::vector<Piece> pieces{{fields_in(*graph, 1, 5), nullptr, 0}};
+  const auto read = std::make_shared<std::string>();
+  for (onnx::TensorProto& init : inits) add_initializer(init, weights, fetch, read, &pieces);
+  pieces.push_back({fields_in(*graph, 6, kLastField), nullptr, 0});
+  // The model: its fields before the graph (field 7), the graph, its fields after.
+  pieces.insert(pieces.begin(), {fields_in(m, 1, 7) + field_head(7, length_of(pieces)), nullptr, 0});
+  pieces.push_back({fields_in(m, 8, kLastField), nullptr, 0});
+  check_model_path(path, length_of(pieces));
+  write_file_atomic(
+      path, pieces.size(),
+      [&](size_t i) {
+        if (!pieces[i].data) return std::string_view(pieces[i].bytes);
+        const std::string_view data = pieces[i].data();
+        PT_CHECK(data.size() == pieces[i].size, "an initializer's bytes changed size while written");
+        return data;
+      },
+      "check that its folder exists and is writable, and has free space");
 }
 
 void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir,

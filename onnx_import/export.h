@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/ir.h"
+#include "core/tensor_fetch.h"
 #include "onnx_import/module_params.h"
 
 namespace pt {
@@ -35,9 +36,14 @@ void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, cons
 // (config output.dtype: fp32) the graph is written as import widened it (widen_halves.h) and
 // every weight in float32. UserError naming the source when a name is not an initializer there
 // or its type differs, before anything is written.
+//
+// The file is streamed: each initializer's bytes are brought as the writer comes to it (a
+// weight through `fetch`, by name; without one, the weight's own bytes; the file's other
+// initializers from their external data), so no more than one is held besides the graph. The
+// bytes are those save_model writes for the whole model.
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
                              const std::string& path, const ParameterChoices& choices = {},
-                             bool float32 = false);
+                             bool float32 = false, const TensorFetch& fetch = {});
 
 }  // namespace pt

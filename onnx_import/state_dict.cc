@@ -49,72 +49,120 @@ Tensor int_tensor(const TensorType& type, const std::vector<int64_t>& values) {
   return t;
 }
 
-// The model file's initializers, read (with external data) the first time one is asked for;
-// float16/bfloat16 ones widened with `float32`.
+// The model file's initializers, each left in its external-data file until its bytes are asked
+// for (the model read the first time one is).
 class FileInitializers {
  public:
-  FileInitializers(std::string path, bool float32) : path_(std::move(path)), float32_(float32) {}
+  explicit FileInitializers(std::string path) : path_(std::move(path)) {}
   Tensor get(const std::string& name) {
-    if (!model_) model_ = read_model(path_, ExternalData::kLeaveFloats);  // each tensor read when asked for
+    if (!model_) model_ = read_model(path_, ExternalData::kLeaveFloats);
     for (const auto& t : model_->graph().initializer())
-      if (t.name() == name) {
-        Tensor v = tensor_from_proto(t, path_ + ": initializer '" + name + "'");
-        return float32_ ? widened(v) : v;
-      }
+      if (t.name() == name) return stored_tensor(t, path_ + ": initializer '" + name + "'");
     PT_CHECK(false, "'" + name + "' was an initializer of " + path_ + " when the run began");
   }
 
  private:
   std::string path_;
-  bool float32_;
   std::optional<onnx::ModelProto> model_;
 };
 
-// The trained tensors in the dtypes they are written in: each rounded to its file dtype, unless
-// trained.float32 (state_dict.h).
-std::map<std::string, const Tensor*> written_dtypes(const TrainedState& trained, std::deque<Tensor>* owned) {
-  std::map<std::string, const Tensor*> out = trained.tensors;
-  if (trained.float32) return out;
-  for (auto& [name, t] : out)
-    if (auto d = trained.file_dtypes.find(name); d != trained.file_dtypes.end() && t->type.dtype == DType::kFloat32)
-      t = &owned->emplace_back(narrowed(*t, d->second));
-  return out;
-}
+// The entries' bytes, made when the writer asks: a trained tensor through the fetch (as it is,
+// or transposed back into `derived`), a start tensor completed by a trained one (into
+// `completed`), a file's initializer read into `derived`. Each scratch holds one tensor at a time.
+struct Makers {
+  TensorFetch fetch;
+  std::shared_ptr<Tensor> derived = std::make_shared<Tensor>(), completed = std::make_shared<Tensor>();
+  std::map<std::string, DType> file_dtypes;  // a trained tensor's half dtype in the file (none with float32)
+  bool float32 = false;                      // the file's half tensors widened
 
-using Entry = std::pair<std::string, const Tensor*>;
+  explicit Makers(const TrainedState& trained)
+      : fetch(trained.fetch), file_dtypes(trained.float32 ? std::map<std::string, DType>{} : trained.file_dtypes),
+        float32(trained.float32) {
+    if (!fetch)
+      fetch = [tensors = trained.tensors](const std::string& name) -> const Tensor& {
+        const Tensor* t = tensors.at(name);
+        t->load();
+        return *t;
+      };
+  }
+  // A trained tensor is written in its file dtype: rounded where the file holds it as a half.
+  StateTensor trained(const std::string& key, const std::string& name, const TensorType& type, bool transposed) const {
+    auto half = file_dtypes.find(name);
+    const DType to = half != file_dtypes.end() && type.dtype == DType::kFloat32 ? half->second : type.dtype;
+    if (!transposed && to == type.dtype) return {key, type, [f = fetch, name]() -> const Tensor& { return f(name); }};
+    PT_CHECK(!transposed || type.shape.size() == 2, "transpose of " + type.str());
+    const TensorType out{to, transposed ? std::vector<int64_t>{type.shape[1], type.shape[0]} : type.shape};
+    return {key, out, [f = fetch, name, transposed, to, into = derived]() -> const Tensor& {
+              *into = Tensor();
+              Tensor t = transposed ? transpose_2d(f(name)) : f(name);
+              *into = to == t.type.dtype ? std::move(t) : narrowed(t, to);
+              return *into;
+            }};
+  }
+  // A file's initializer as the file holds it, or widened to float32 where it is a half and
+  // every tensor is written in float32.
+  StateTensor file(const std::string& key, const Tensor* lazy, bool transposed) const {
+    const TensorType& t = lazy->type;
+    PT_CHECK(!transposed || t.shape.size() == 2, "transpose of " + t.str());
+    const bool widen = float32 && is_half(t.dtype);
+    const DType dtype = widen ? DType::kFloat32 : t.dtype;
+    const TensorType type = transposed ? TensorType{dtype, {t.shape[1], t.shape[0]}} : TensorType{dtype, t.shape};
+    return {key, type, [lazy, transposed, widen, into = derived]() -> const Tensor& {
+              *into = Tensor();
+              Tensor read = *lazy;  // the copy reads the bytes; the file's tensor stays in the file
+              read.load();
+              if (widen) read = widened(read);
+              *into = transposed ? transpose_2d(read) : std::move(read);
+              return *into;
+            }};
+  }
+  // The start tensor `start` with the trained tensor's bytes over its leading elements.
+  StateTensor completed_from(const std::string& key, const Tensor* start, const StateTensor& trained) const {
+    return {key, start->type, [start, bytes = trained.bytes, into = completed]() -> const Tensor& {
+              *into = Tensor();
+              const Tensor& t = bytes();
+              Tensor whole = *start;
+              std::memcpy(whole.data.data(), t.data.data(), t.data.size());
+              *into = std::move(whole);
+              return *into;
+            }};
+  }
+  static StateTensor held(const std::string& key, const Tensor* t) {
+    return {key, t->type, [t]() -> const Tensor& { return *t; }};
+  }
+};
 
 // Without a record: each trained tensor under its module parameter's name where import found one.
-std::vector<Entry> by_module_name(const TrainedState& trained, const std::map<std::string, const Tensor*>& written,
-                                  std::deque<Tensor>* owned) {
-  std::vector<Entry> tensors;
-  for (const auto& [name, t] : written) {
+std::vector<StateTensor> by_module_name(const TrainedState& trained, const Makers& make) {
+  std::vector<StateTensor> tensors;
+  for (const auto& [name, t] : trained.tensors) {
     auto m = trained.module_names.find(name);
-    if (m == trained.module_names.end()) tensors.emplace_back(name, t);
-    else tensors.emplace_back(m->second.parameter, m->second.transposed ? &owned->emplace_back(transpose_2d(*t)) : t);
+    if (m == trained.module_names.end()) tensors.push_back(make.trained(name, name, t->type, false));
+    else tensors.push_back(make.trained(m->second.parameter, name, t->type, m->second.transposed));
   }
   return tensors;
 }
 
 // The trained tensors by module name, completed to the state_dict at the start (see the header).
-std::vector<Entry> complete_from_start(const std::string& path, std::vector<std::pair<std::string, Tensor>> start_file,
-                                       const std::vector<Entry>& trained, StateDict* w) {
+std::vector<StateTensor> complete_from_start(const std::string& path, std::vector<std::pair<std::string, Tensor>> start_file,
+                                             const std::vector<StateTensor>& trained, const Makers& make, StateDict* w) {
   std::deque<Tensor>* owned = &w->owned;
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, t] : trained) by_name[name] = t;
-  std::vector<Entry> start;  // kept in *owned, for the writer
+  std::map<std::string, const StateTensor*> by_name;
+  for (const StateTensor& t : trained) by_name[t.key] = &t;
+  std::vector<std::pair<std::string, const Tensor*>> start;  // kept in *owned, for the writer
   for (auto& [key, t] : start_file) start.emplace_back(key, &owned->emplace_back(std::move(t)));
   const auto bytes = [](const Tensor& t) { return std::string(reinterpret_cast<const char*>(t.data.data()), t.data.size()); };
   std::map<std::string, std::string> trained_by_start;  // start bytes -> a trained key
   for (const auto& [key, t] : start)
     if (by_name.count(key)) trained_by_start.emplace(bytes(*t), key);
-  std::vector<Entry> out;
+  std::vector<StateTensor> out;
   std::set<std::string> named;
   for (const auto& [key, sp] : start) {
     const Tensor& s = *sp;
     named.insert(key);
     auto t = by_name.find(key);
     if (t != by_name.end() && t->second->type == s.type) {
-      out.emplace_back(key, t->second);
+      out.push_back(*t->second);
       continue;
     }
     if (t != by_name.end()) {
@@ -124,24 +172,26 @@ std::vector<Entry> complete_from_start(const std::string& path, std::vector<std:
         throw UserError(path + ": tensor '" + key + "'",
                         "is " + s.type.str() + ", and the trained one " + have.str() + " is not its leading rows",
                         "save the state_dict of the module that was exported");
-      Tensor& whole = owned->emplace_back(s);  // the rows the file holds, trained; the rest as they started
-      std::memcpy(whole.data.data(), t->second->data.data(), t->second->data.size());
+      // The rows the file holds, trained; the rest as they started.
       w->completed.push_back(key);
-      out.emplace_back(key, &whole);
+      out.push_back(make.completed_from(key, sp, *t->second));
       continue;
     }
     auto twin = trained_by_start.find(bytes(s));
     bool one_value = true;
     const size_t e = dtype_size(s.type.dtype);
     for (size_t i = e; i < s.data.size() && one_value; i += e) one_value = std::memcmp(&s.data[i], &s.data[0], e) == 0;
-    if (twin != trained_by_start.end() && !one_value && by_name.at(twin->second)->type == s.type)
-      out.emplace_back(key, by_name.at(twin->second));
-    else
-      out.emplace_back(key, sp);
+    if (twin != trained_by_start.end() && !one_value && by_name.at(twin->second)->type == s.type) {
+      StateTensor as_twin = *by_name.at(twin->second);
+      as_twin.key = key;
+      out.push_back(std::move(as_twin));
+    } else {
+      out.push_back(Makers::held(key, sp));
+    }
   }
-  for (const Entry& t : trained)
-    if (!named.count(t.first)) {
-      w->not_in_start.push_back(t.first);
+  for (const StateTensor& t : trained)
+    if (!named.count(t.key)) {
+      w->not_in_start.push_back(t.key);
       out.push_back(t);
     }
   return out;
@@ -152,17 +202,17 @@ std::vector<Entry> complete_from_start(const std::string& path, std::vector<std:
 StateDict trained_state_dict(const std::string& model_path, const std::optional<ModuleState>& module,
                              const TrainedState& trained, std::vector<std::pair<std::string, Tensor>> start) {
   StateDict w;
-  std::vector<Entry>& tensors = w.tensors;
+  std::vector<StateTensor>& tensors = w.tensors;
   std::deque<Tensor>& owned = w.owned;
-  const std::map<std::string, const Tensor*> written = written_dtypes(trained, &owned);
+  const Makers make(trained);
   if (!module) {
-    tensors = by_module_name(trained, written, &owned);
+    tensors = by_module_name(trained, make);
     if (trained.float32)
       for (auto& [key, t] : start) t = widened(t);
-    if (!trained.start_state.empty()) tensors = complete_from_start(trained.start_state, std::move(start), tensors, &w);
+    if (!trained.start_state.empty()) tensors = complete_from_start(trained.start_state, std::move(start), tensors, make, &w);
     return w;
   }
-  FileInitializers file(model_path, trained.float32);
+  FileInitializers file(model_path);
   std::map<std::string, const StateEntry*> by_key;
   for (const StateEntry& e : module->entries) by_key[e.key] = &e;
   for (const StateEntry& e : module->entries) {
@@ -170,23 +220,24 @@ StateDict trained_state_dict(const std::string& model_path, const std::optional<
       std::vector<int64_t> values = e.start;
       if (!e.counts_forwards_of.empty() && trained.counted.count(by_key.at(e.counts_forwards_of)->initializer))
         for (int64_t& v : values) v += trained.forwards;
-      tensors.emplace_back(e.key, &owned.emplace_back(int_tensor(e.type, values)));
+      tensors.push_back(Makers::held(e.key, &owned.emplace_back(int_tensor(e.type, values))));
       continue;
     }
     if (e.initializer.empty()) {
       w.missing.push_back(e.key);
       continue;
     }
-    auto it = written.find(e.initializer);
-    const Tensor* t = it != written.end() ? it->second : &owned.emplace_back(file.get(e.initializer));
-    if (e.transposed) t = &owned.emplace_back(transpose_2d(*t));
+    auto it = trained.tensors.find(e.initializer);
+    StateTensor t = it != trained.tensors.end()
+                        ? make.trained(e.key, e.initializer, it->second->type, e.transposed)
+                        : make.file(e.key, &owned.emplace_back(file.get(e.initializer)), e.transposed);
     TensorType want = e.type;  // the record's dtype, but float32 where every tensor is
     if (trained.float32 && is_half(want.dtype)) want.dtype = DType::kFloat32;
-    if (!(t->type == want))
+    if (!(t.type == want))
       throw UserError(model_path + ": initializer '" + e.initializer + "'",
-                      "is " + t->type.str() + " after import, but the record says '" + e.key + "' is " + want.str(),
+                      "is " + t.type.str() + " after import, but the record says '" + e.key + "' is " + want.str(),
                       "export the module again with samples/export_model.py");
-    tensors.emplace_back(e.key, t);
+    tensors.push_back(std::move(t));
   }
   return w;
 }

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -38,12 +39,16 @@
 #include <vector>
 
 #include "core/ir.h"
+#include "core/tensor_fetch.h"
 #include "onnx_import/module_state.h"
 
 namespace pt {
 
 struct TrainedState {
-  std::map<std::string, const Tensor*> tensors;  // by initializer: parameters, running statistics
+  // By initializer: parameters, running statistics. Their types; their bytes too unless `fetch`
+  // is set (across processes, rank 0 holds its own alone: fetch brings the others').
+  std::map<std::string, const Tensor*> tensors;
+  TensorFetch fetch;
   std::set<std::string> counted;  // running_mean initializers of BatchNorms run in training mode
   int64_t forwards = 0;           // training-mode forwards each of those ran
   // Without a record: the module parameter an initializer holds where import found its name
@@ -58,9 +63,18 @@ struct TrainedState {
   bool float32 = false;
 };
 
+// One state_dict entry: its key and type, and its bytes made when the writer comes to them (a
+// trained tensor fetched, transposed back or completed; a file's initializer read), valid until
+// the next entry's are asked for: the writer holds one at a time.
+struct StateTensor {
+  std::string key;
+  TensorType type;
+  std::function<const Tensor&()> bytes;
+};
+
 struct StateDict {
-  std::vector<std::pair<std::string, const Tensor*>> tensors;  // in state_dict order
-  std::deque<Tensor> owned;  // made here: transposed back, integer buffers, read from the file
+  std::vector<StateTensor> tensors;  // in state_dict order
+  std::deque<Tensor> owned;  // made here: integer buffers, the start state
   std::vector<std::string> missing;       // state_dict keys the file could not give
   std::vector<std::string> completed;     // start_state keys of which training changed only a part
   std::vector<std::string> not_in_start;  // trained tensors start_state does not name, written too

@@ -21,6 +21,16 @@ struct MpiComm::Pending {
   std::vector<std::byte> data;
 };
 
+struct MpiComm::Channel {
+  MPI_Comm comm = MPI_COMM_WORLD;
+  explicit Channel(bool own) {
+    if (own) MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  }
+  ~Channel() {
+    if (comm != MPI_COMM_WORLD) MPI_Comm_free(&comm);
+  }
+};
+
 // Before split() (one replica): the replica is every rank, a position holds this rank alone.
 struct MpiWorld::Groups {
   MPI_Comm replica = MPI_COMM_WORLD, position = MPI_COMM_SELF;
@@ -254,30 +264,16 @@ void MpiWorld::share_in_group(int group, void* data, size_t bytes, bool mine) co
   share_over(groups_->made[static_cast<size_t>(group)], data, bytes, mine);
 }
 
-void MpiWorld::share_to_first(void* data, size_t bytes, bool mine, Over over) const {
-  const MPI_Comm group = groups_->of(over);
-  int me = 0;
-  MPI_Comm_rank(group, &me);
-  if (me == 0 && !mine && bytes) std::memset(data, 0, bytes);
-  constexpr size_t kPiece = size_t{1} << 30;  // MPI counts are ints
-  std::vector<std::byte> zeros(me != 0 && !mine ? std::min(kPiece, bytes) : 0);  // a non-owner's part
-  for (size_t at = 0; at < bytes; at += kPiece) {
-    const int n = static_cast<int>(std::min(kPiece, bytes - at));
-    std::byte* here = static_cast<std::byte*>(data) + (data ? at : 0);
-    if (me == 0) MPI_Reduce(MPI_IN_PLACE, here, n, MPI_BYTE, MPI_BOR, 0, group);
-    else MPI_Reduce(mine ? here : zeros.data(), nullptr, n, MPI_BYTE, MPI_BOR, 0, group);
-  }
-}
-
 void MpiWorld::abort(int code) const {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }
 
 MpiComm::MpiComm(std::vector<int> rank_of_device, int rank, std::unique_ptr<Comm> local,
-                 std::vector<Backend*> staged)
+                 std::vector<Backend*> staged, bool own_communicator)
     : rank_of_(std::move(rank_of_device)),
       rank_(rank),
+      channel_(std::make_unique<Channel>(own_communicator)),
       local_(local ? std::move(local) : std::make_unique<InProcessComm>()),
       staged_(std::move(staged)),
       landing_(rank_of_.size()) {
@@ -355,7 +351,7 @@ void MpiComm::send(std::string_view name, int micro_batch, int from, int to, con
   collect(false);
   pending_.splice(pending_.end(), one);
   MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, rank_of_[static_cast<size_t>(to)], tag,
-            MPI_COMM_WORLD, &p.request);
+            channel_->comm, &p.request);
 }
 
 void MpiComm::recv(std::string_view name, int micro_batch, int from, int to, void* data, size_t bytes) {
@@ -366,7 +362,7 @@ void MpiComm::recv(std::string_view name, int micro_batch, int from, int to, voi
   if (device && landing.size() < bytes) landing.resize(bytes);
   void* into = device ? static_cast<void*>(landing.data()) : data;
   MPI_Request request = MPI_REQUEST_NULL;
-  MPI_Irecv(into, static_cast<int>(bytes), MPI_BYTE, rank_of_[static_cast<size_t>(from)], tag, MPI_COMM_WORLD,
+  MPI_Irecv(into, static_cast<int>(bytes), MPI_BYTE, rank_of_[static_cast<size_t>(from)], tag, channel_->comm,
             &request);
   MPI_Status status;
   for (int spins = 0;; ++spins) {

@@ -67,9 +67,6 @@ class MpiWorld {
   int make_group(bool member);
   // share over a group of make_group's (its members only).
   void share_in_group(int group, void* data, size_t bytes, bool mine) const;
-  // share to the group's first rank only (the one that writes the trained model): `data` there
-  // gets the owner's bytes; elsewhere it is read where mine and never touched (it may be null).
-  void share_to_first(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;
   // values (float32, `count`) becomes the sum over the ranks at this position of every replica,
   // added in replica order (r0 + r1) + r2 ... on every rank: the same bits everywhere and from
   // run to run, whatever MPI's reduction algorithms do.
@@ -106,9 +103,12 @@ class MpiComm : public Comm {
  public:
   // rank_of_device[d]: the rank running pipeline device d. local: the Comm between this rank's
   // own devices (an InProcessComm when null). staged[d] (empty: none): device d's backend when
-  // its tensors live outside host memory.
+  // its tensors live outside host memory. own_communicator: its messages travel on a copy of
+  // MPI_COMM_WORLD of their own (made here, so every rank makes such a Comm at the same point),
+  // where no other MpiComm's tags can meet them (train/trainer.h: evaluation and the outputs
+  // beside the training step's Comm).
   MpiComm(std::vector<int> rank_of_device, int rank, std::unique_ptr<Comm> local = nullptr,
-          std::vector<Backend*> staged = {});
+          std::vector<Backend*> staged = {}, bool own_communicator = false);
   ~MpiComm() override;
   void send(std::string_view name, int micro_batch, int from, int to, const void* data,
             size_t bytes) override;
@@ -121,6 +121,7 @@ class MpiComm : public Comm {
 
  private:
   struct Pending;
+  struct Channel;  // the communicator its messages travel on
   int tag_of(std::string_view name, int micro_batch) const;
   bool here(int device) const;
   Backend* staged(int device) const;
@@ -128,6 +129,7 @@ class MpiComm : public Comm {
 
   std::vector<int> rank_of_;
   int rank_;
+  std::unique_ptr<Channel> channel_;
   std::unique_ptr<Comm> local_;
   std::vector<Backend*> staged_;
   std::vector<std::vector<std::byte>> landing_;  // [device]: staged receives, its thread only

@@ -200,4 +200,14 @@ std::vector<GpuFree> free_gpu_memory(const TrainDeviceOptions& cfg, const std::v
   return out;
 }
 
+std::unique_ptr<Comm> make_host_comm(const std::vector<int>& rank_of_device, const TrainRanks& ranks) {
+  if (ranks.alone()) return nullptr;
+#ifdef PT_HAVE_MPI
+  return std::make_unique<MpiComm>(rank_of_device, ranks.rank(), nullptr, std::vector<Backend*>{}, true);
+#else
+  PT_CHECK(false, "devices of other processes in a build without MPI");
+  return nullptr;
+#endif
+}
+
 }  // namespace pt

@@ -70,4 +70,9 @@ struct GpuFree {
 std::vector<GpuFree> free_gpu_memory(const TrainDeviceOptions& options, const std::vector<int>& rank_of_device,
                                      const TrainRanks& ranks);
 
+// A Comm for host tensors between the processes of the pipeline devices, beside the step's (the
+// held-out evaluation, the trained tensors to rank 0): across processes an MpiComm on a
+// communicator of its own (every rank makes it at the same point); alone, none.
+std::unique_ptr<Comm> make_host_comm(const std::vector<int>& rank_of_device, const TrainRanks& ranks);
+
 }  // namespace pt

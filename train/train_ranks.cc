@@ -50,9 +50,8 @@ void TrainRanks::split(int replicas, const std::string& where) {
 #ifdef PT_HAVE_MPI
 void TrainRanks::sum(std::vector<double>& v, Over over) const { if (world_) world_->sum(v, over); }
 void TrainRanks::max(std::vector<int64_t>& v, Over over) const { if (world_) world_->max(v, over); }
-void TrainRanks::share(void* data, size_t bytes, bool mine, Over over, bool to_first) const {
-  if (world_ && to_first) world_->share_to_first(data, bytes, mine, over);
-  else if (world_) world_->share(data, bytes, mine, over);
+void TrainRanks::share(void* data, size_t bytes, bool mine, Over over) const {
+  if (world_) world_->share(data, bytes, mine, over);
 }
 void TrainRanks::sum_in_replica_order(float* values, size_t count) const {
   if (world_) world_->sum_in_replica_order(values, count);
@@ -76,7 +75,7 @@ bool TrainRanks::report_failure() const { return world_ ? world_->report_failure
 #else
 void TrainRanks::sum(std::vector<double>&, Over) const {}
 void TrainRanks::max(std::vector<int64_t>&, Over) const {}
-void TrainRanks::share(void*, size_t, bool, Over, bool) const {}
+void TrainRanks::share(void*, size_t, bool, Over) const {}
 void TrainRanks::sum_in_replica_order(float*, size_t) const {}
 void TrainRanks::sum_shard_in_replica_order(float*, const std::vector<size_t>&) const {}
 void TrainRanks::gather_shards(std::byte*, const std::vector<size_t>&) const {}

@@ -47,7 +47,7 @@ class TrainRanks {
 
   void sum(std::vector<double>& values, Over over = Over::kWorld) const;
   void max(std::vector<int64_t>& values, Over over = Over::kWorld) const;
-  void share(void* data, size_t bytes, bool mine, Over over = Over::kWorld, bool to_first = false) const;
+  void share(void* data, size_t bytes, bool mine, Over over = Over::kWorld) const;
   void sum_in_replica_order(float* values, size_t count) const;
   void sum_shard_in_replica_order(float* values, const std::vector<size_t>& counts) const;
   void gather_shards(std::byte* data, const std::vector<size_t>& bytes) const;

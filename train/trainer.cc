@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
@@ -79,6 +78,7 @@ Trainer::Trainer(TrainerPlan plan, TrainerOptions options, const TrainRanks& ran
   place_batch_norms(placement);
   bind_device_updates(placement);
   open_data();
+  make_evaluator(placement);
   peak_kept_.assign(static_cast<size_t>(schedule_.stages), 0);
 }
 
@@ -133,8 +133,8 @@ void Trainer::make_optimizers(const std::vector<int>& placement) {
 }
 
 // Across processes a rank reads the feeds its own chunks take: the inputs where it holds a first
-// stage, the target where it holds the loss. Rank 0 reads every feed: it evaluates the whole
-// model, and runs it again to find a non-finite value.
+// stage, the target where it holds the loss (its evaluation chunks read no more). Rank 0 reads
+// every feed: it runs the whole model again to find a non-finite value.
 void Trainer::open_data() {
   DataOptions o = options_.data;
   const auto read_here = [&](const std::string& feed) {
@@ -333,17 +333,7 @@ void Trainer::record_step(int64_t s, Clock::time_point begin, const StepClock& c
 // After `done` steps: the held-out evaluation and a checkpoint, each when due (and after the last).
 void Trainer::after_step(int64_t done, TrainObserver& observer) {
   const bool last = done == options_.steps;
-  const bool evaluate = options_.eval_every > 0 && data_->eval_batches() > 0 && (done % options_.eval_every == 0 || last);
-  if (evaluate) share_parameters(true);  // the whole model evaluates on rank 0, which reports
-  if (evaluate && ranks_.rank() == 0) {
-    // Made at the first evaluation: it reads every parameter, which a run without one never does.
-    if (!eval_) {
-      const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-      eval_ = std::make_unique<Evaluator>(
-          model_, loss_, static_cast<int>(std::min<unsigned>(hw, static_cast<unsigned>(options_.threads * schedule_.stages))));
-    }
-    observer.evaluated(done, eval_->run(*data_), last);
-  }
+  if (eval_ && (done % options_.eval_every == 0 || last)) evaluate(done, last, observer);
   if (!options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 && (done % options_.checkpoint_every == 0 || last)) {
     save_checkpoint(done);
     observer.checkpointed(done);
@@ -506,12 +496,6 @@ TrainSummary Trainer::finish() {
   std::sort(sorted.begin(), sorted.end());
   t.step_s_median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   return t;
-}
-
-void Trainer::gather_trained() {
-  executor_.reset();
-  optimizers_.clear();
-  share_parameters(true);
 }
 
 }  // namespace pt

@@ -11,10 +11,11 @@
 // forward and backward (train/executor.h), the gradients over the replicas (summed in replica
 // order; ZeRO-1: train/zero.h), BatchNorm running statistics in micro-batch order (on the rank
 // whose device computes them, over every replica's micro-batches: train/trainer_batch_norm.cc),
-// the global gradient norm over every device, one optimizer per device, then evaluation (train/evaluator.h)
-// and a checkpoint when due. A NaN or an Inf in the loss or the norm stops the run before the
-// update with a UserError naming the first non-finite node. A stop signal (StopCheck) ends the
-// loop at the next step boundary, on every rank alike.
+// the global gradient norm over every device, one optimizer per device, then evaluation
+// (train/evaluator.h: a forward-only pipeline over the chunks, each rank running its own) and a
+// checkpoint when due. A NaN or an Inf in the loss or the norm stops the run before the update
+// with a UserError naming the first non-finite node. A stop signal (StopCheck) ends the loop at
+// the next step boundary, on every rank alike.
 //
 // The schedule owns the micro-batch count: a step draws schedule.micro_batches micro-batches of
 // `rows` rows per replica.
@@ -35,6 +36,7 @@
 #include "autodiff/parameter_sites.h"
 #include "autodiff/training_mode.h"
 #include "core/ir.h"
+#include "core/tensor_fetch.h"
 #include "schedule/costs.h"
 #include "schedule/schedule.h"
 #include "schedule/simulate.h"
@@ -131,16 +133,20 @@ class Trainer {
   void save_checkpoint(int64_t steps_done);
   // After run: the step measured and simulated.
   TrainSummary finish();
-  // After finish, before the outputs: the step's state (programs, gradients, optimizer state) is
-  // freed, then the trained model comes whole to rank 0, which writes it; no other rank holds
-  // the others' parameters. op_profile() is gone from here on.
-  void gather_trained();
+  // After finish, the outputs: the step's state (programs, gradients, optimizer state) and the
+  // evaluation's are freed, then rank 0 runs `write` (it writes the trained model) with a fetch
+  // that gives each trained tensor's bytes by name (trained_tensors()) as write asks for them:
+  // rank 0's own, or another rank's brought from the rank that updates it, one at a time (the
+  // fetch's last alone is held). The other ranks of replica 0 serve them until write returns.
+  // No rank holds the whole model. op_profile() is gone from here on.
+  void write_trained(const std::function<void(const TensorFetch& fetch)>& write);
 
-  // The trained parameters and the BatchNorm running statistics, by name.
+  // The trained parameters and the BatchNorm running statistics, by name (across processes the
+  // bytes of another rank's are not here: write_trained brings them).
   std::map<std::string, const Tensor*> trained_tensors() const;
   // Every trained parameter and BatchNorm buffer from the rank that updates it (and from the
-  // devices) to every rank of its replica; to_first: to rank 0 alone, over the world.
-  void share_parameters(bool to_first = false);
+  // devices) to every rank of its replica: the NaN hunt runs the whole model.
+  void share_parameters();
   // The training-mode forwards whose batch statistics each BatchNorm's running statistics take
   // in a step: every micro-batch of the global batch (of every replica).
   int64_t batch_norm_updates_per_step() const { return int64_t{schedule_.micro_batches} * ranks_.replicas(); }
@@ -159,6 +165,10 @@ class Trainer {
   int64_t steps_done() const { return steps_done_; }
   int64_t saved_step() const { return saved_step_; }  // the checkpoint this process wrote last
   bool sharded() const { return options_.zero1 && ranks_.replicas() > 1; }  // ZeRO-1 in effect
+  // Bytes of other ranks' trained tensors this process has taken since import (read from the
+  // external-data file or received) and holds now, with the one write_trained's fetch brought
+  // last: what gathering the model (for evaluation, for the outputs) would show.
+  int64_t foreign_tensor_bytes() const;
   int64_t optimizer_state_bytes() const;  // held by this rank
   // --profile: kernel time per pass and op since profiled_from() (-1: not profiled).
   std::vector<PipelineExecutor::OpTime> op_profile() const { return executor_->op_profile(); }
@@ -183,6 +193,11 @@ class Trainer {
 
   void make_optimizers(const std::vector<int>& placement);
   void open_data();
+  void make_evaluator(const std::vector<int>& placement);
+  void evaluate(int64_t done, bool last, TrainObserver& observer);
+  // write_trained on a rank other than 0: each tensor rank 0 asks for, until it says it is done.
+  void serve_trained(const std::vector<std::string>& names, const std::map<std::string, const Tensor*>& tensors);
+  int mailbox_of(int rank) const;  // the device of `rank` (of this replica) the outputs' messages go to
   void check_plan_across_processes() const;
   std::string where(const std::string& key) const;
   // One training step and its parts (step reads as the script of them).
@@ -258,8 +273,10 @@ class Trainer {
   std::vector<std::vector<const float*>> device_grads_;  // device updates: per device, whole_'s gradients there
   std::vector<std::string> params_;                      // trained, in first-chunk order
   std::unique_ptr<DataLoader> data_;
-  bool targets_read_ = true;  // this process's chunks (or rank 0's evaluation) read the targets
+  bool targets_read_ = true;  // this process's chunks (or rank 0's NaN hunt) read the targets
+  std::unique_ptr<Comm> host_comm_;  // between processes, beside the step's: evaluation and the outputs
   std::unique_ptr<Evaluator> eval_;
+  const Tensor* fetched_ = nullptr;  // write_trained's last tensor brought from another rank
   int64_t first_step_ = 0, steps_done_ = 0;
   int64_t profiled_from_ = -1;
   ChromeTrace trace_;

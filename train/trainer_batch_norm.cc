@@ -4,9 +4,10 @@
 // A BatchNorm's running mean and variance live with the device whose chunk computes its batch
 // statistics (the executor's side outputs of that chunk's F), on that device's rank, as a
 // parameter lives with its first reader (first_device_, owner_of): that rank updates them,
-// writes them into its checkpoint part and resumes them, and brings them to rank 0 for
-// evaluation and the outputs (share_parameters). No other rank reads or updates them, so across
-// processes they are the bits of one process.
+// writes them into its checkpoint part and resumes them, reads them in its own chunk of the
+// evaluation (train/evaluator.h), and sends them to rank 0's writer for the outputs
+// (Trainer::write_trained). No other rank reads or updates them, so across processes they are
+// the bits of one process.
 //
 // Data parallelism (parallel.data: D replicas of M micro-batches each): every replica updates
 // its buffers with the batch statistics of every micro-batch of the global batch, in global

@@ -75,16 +75,14 @@ void Trainer::pull_parameters() {
   }
 }
 
-void Trainer::share_parameters(bool to_first) {
+void Trainer::share_parameters() {
   pull_parameters();
   if (ranks_.alone()) return;
   for (const auto& [p, device] : first_device_) {  // every trained parameter and BatchNorm buffer
     Tensor& t = mutable_initializer(p);
-    const bool mine = owner_of(p) == ranks_.rank(), takes = !to_first || ranks_.rank() == 0;
-    if (!mine && takes) t.skip_load();  // another rank's parameter: its bytes come from there, not the file
-    // To rank 0 over the world: the replicas' owners hold the same bytes, whose OR is them.
-    ranks_.share(mine || takes ? t.data.data() : nullptr, static_cast<size_t>(t.type.bytes()), mine,
-                 to_first ? Over::kWorld : Over::kReplica, to_first);
+    const bool mine = owner_of(p) == ranks_.rank();
+    if (!mine) t.skip_load();  // another rank's parameter: its bytes come from there, not the file
+    ranks_.share(t.data.data(), static_cast<size_t>(t.type.bytes()), mine, Over::kReplica);
   }
   devices_.refresh_constants();
 }

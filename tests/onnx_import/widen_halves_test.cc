@@ -205,15 +205,18 @@ TEST(WidenHalves, StateDictInFileDtypeOrFloat32) {
   const std::optional<ModuleState> module = read_module_state(path);
   const StateDict in_file = trained_state_dict(path, module, t, {});
   ASSERT_EQ(in_file.tensors.size(), 2u);
-  EXPECT_EQ(in_file.tensors[0].second->data, narrowed(norm1, DType::kFloat16).data);
-  EXPECT_EQ(widened(*in_file.tensors[0].second).as<float>()[0], 1.0f);
+  EXPECT_EQ(in_file.tensors[0].type.dtype, DType::kFloat16);
+  EXPECT_EQ(in_file.tensors[0].bytes().data, narrowed(norm1, DType::kFloat16).data);
+  EXPECT_EQ(widened(in_file.tensors[0].bytes()).as<float>()[0], 1.0f);
   const Tensor norm2 = tensor_from_proto(m.graph().initializer(4), "norm2.weight");
   EXPECT_EQ(m.graph().initializer(4).name(), "norm2.weight");
-  EXPECT_EQ(in_file.tensors[1].second->data, norm2.data);
+  EXPECT_EQ(in_file.tensors[1].bytes().data, norm2.data);
   t.float32 = true;
   const StateDict full = trained_state_dict(path, module, t, {});
-  EXPECT_EQ(full.tensors[0].second->data, norm1.data);
-  EXPECT_EQ(full.tensors[1].second->data, widened(norm2).data);
+  EXPECT_EQ(full.tensors[0].type.dtype, DType::kFloat32);
+  EXPECT_EQ(full.tensors[0].bytes().data, norm1.data);
+  EXPECT_EQ(full.tensors[1].type.dtype, DType::kFloat32);
+  EXPECT_EQ(full.tensors[1].bytes().data, widened(norm2).data);
 }
 
 }  // namespace

@@ -68,12 +68,13 @@ TEST(TrainRanks, TwoRanksGiveTheBytesOfOneProcess) {
   EXPECT_EQ(evals, 1u) << r.out;
 }
 
-// Four ranks over TCP alone (no shared memory), one device each, under three schedule kinds.
+// Four ranks over TCP alone (no shared memory), one device each, under three schedule kinds,
+// evaluating after each step (each rank its own chunks, interleaved's two a rank included).
 TEST(TrainRanks, FourRanksOverTcpUnderEveryKindOfSchedule) {
   for (const char* kind : {"1f1b", "zb-h1", "interleaved"}) {
     SCOPED_TRACE(kind);
     const fs::path one = scratch("ranks4_one"), four = scratch("ranks4_four");
-    const std::string sets = std::string("--set steps=2 --set pipeline.schedule=") + kind;
+    const std::string sets = std::string("--set steps=2 --set eval_every=1 --set pipeline.schedule=") + kind;
     ASSERT_EQ(run(charlm(one, sets)).code, 0);
     const Result r = mpirun(4, charlm(four, sets), "--mca btl self,tcp");
     ASSERT_EQ(r.code, 0) << r.err;
@@ -318,9 +319,10 @@ std::map<std::string, std::vector<std::byte>> running_statistics(const fs::path&
 }
 
 // BatchNorm across ranks: a BatchNorm's running statistics live on the rank whose stage computes
-// them, are updated there and come to rank 0 for evaluation (after steps 2 and 3) and the outputs:
-// the trained model, its weights, every loss and held-out loss are the bytes of one process, on 2
-// and 4 ranks, under 1f1b and zb-v (its V puts the first and last chunks on rank 0).
+// them, are updated there, read there by its chunk of the evaluation (after steps 2 and 3) and
+// sent to rank 0's writer for the outputs: the trained model, its weights, every loss and held-out
+// loss are the bytes of one process, on 2 and 4 ranks, under 1f1b and zb-v (its V puts the first
+// and last chunks on rank 0).
 TEST(TrainRanks, BatchNormTrainsAcrossRanksToTheBytesOfOneProcess) {
   for (const int ranks : {2, 4})
     for (const char* kind : {"1f1b", "zb-v"}) {
@@ -546,7 +548,7 @@ std::string tied_gpt(const fs::path& dir, const std::string& sets) {
 TEST(TrainRanks, ATiedEmbeddingAcrossRanksGivesTheBytesOfOneProcess) {
   for (const auto& [ranks, sets] : std::vector<std::pair<int, std::string>>{
            {2, "--set eval_every=3"},
-           {4, "--set pipeline.stages=4"},
+           {4, "--set pipeline.stages=4 --set eval_every=2"},
            {2, "--set pipeline.schedule=zb-v --set pipeline.chunks=2"},
            {4, "--set pipeline.stages=4 --set pipeline.schedule=zb-v --set pipeline.chunks=2"}}) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks " + sets);

@@ -10,11 +10,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "autodiff/parameter_sites.h"
-#include "autodiff/training_mode.h"
-#include "onnx_import/import.h"
-#include "plan/pipeline.h"
 #include "tests/cli/run_cli.h"
+#include "tests/train/trainer_plan.h"
 #include "train/trainer.h"
 
 namespace pt {
@@ -33,26 +30,11 @@ struct MlpRun {
 
 // The chain `train` runs (cli/train_plan.h), on the mlp with batch 4 and synthetic data.
 TrainerPlan mlp_plan(const MlpRun& s) {
-  TrainerPlan t;
-  ImportOptions io;
-  io.batch = 4;
-  t.rows = io.batch;
-  t.model = import_model(kModel, io);
-  t.train = t.model;
-  t.form = to_training_mode(t.train, TrainingModeOptions{true});
-  t.sites = split_parameter_sites(t.train, {});
-  PipelineRequest r;
-  r.config.stages = s.stages;
-  r.config.micro_batches = s.micro_batches;
-  r.config.schedule = s.schedule;
-  r.loss = t.loss;
-  r.where = [](const std::string& key) { return key; };
-  PipelinePlan p = plan_pipeline(t.train, r);
-  t.schedule = std::move(p.schedule);
-  t.lowered = std::move(p.lowered);
-  t.chunks = std::move(p.chunks);
-  t.planned = std::move(p.planned);
-  return t;
+  PipelineConfig c;
+  c.stages = s.stages;
+  c.micro_batches = s.micro_batches;
+  c.schedule = s.schedule;
+  return testing::trainer_plan(kModel, 4, LossSpec{}, c);
 }
 
 TrainerOptions mlp_options(const MlpRun& s) {

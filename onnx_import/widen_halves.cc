@@ -73,6 +73,9 @@ void widen_record(onnx::ModelProto* m) {
 std::map<std::string, DType> widen_half_floats(onnx::ModelProto* m) {
   std::map<std::string, DType> file_dtypes;
   auto* g = m->mutable_graph();
+  bool half_weights = false;
+  for (const auto& t : g->initializer()) half_weights = half_weights || is_half_type(t.data_type());
+  if (!half_weights) return file_dtypes;
   for (auto& t : *g->mutable_initializer()) {
     if (is_half_type(t.data_type())) file_dtypes[t.name()] = static_cast<DType>(t.data_type());
     widen_tensor(&t);

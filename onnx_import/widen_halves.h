@@ -18,6 +18,11 @@
 //     takes float32 data);
 //   - the dtypes of the module record samples/export_model.py writes (pipetrain.state_dict).
 // Widening is exact, so the model computes what its float32 widening computes.
+//
+// Only a model with float16/bfloat16 weights (initializers) is widened: one computing in a half
+// type without weights (an ONNX node test of Cast to float16, a graph fed half data) is left as
+// it is, its values of the half type computed or refused by the kernels as they stand, never
+// fed half data where it now takes float32.
 #pragma once
 
 #include <onnx/onnx_pb.h>

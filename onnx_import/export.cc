@@ -198,43 +198,103 @@ void check_weights(const onnx::ModelProto& m, const std::map<std::string, const 
   }
 }
 
+// Where the trained model's initializers' bytes go: each inline in the model, or those the
+// source keeps in external data (kAsSource) or every float one of 1 KiB or more (kLarge: an inline
+// source whose trained model would pass 2 GiB; onnx's size_threshold) back to back in the data
+// file beside it, `location` (the data file's name, relative to the model) `length` bytes long.
+struct DataFile {
+  enum Placement { kInline, kAsSource, kLarge } placement = kInline;
+  std::string location;
+  std::vector<Piece> pieces;
+  size_t length = 0;
+};
+
+constexpr size_t kExternalThreshold = 1024;
+
+// Whether an initializer of `size` bytes, external in the source or not, goes to the data file.
+bool goes_external(const DataFile& file, bool was_external, bool floating, size_t size) {
+  if (file.placement == DataFile::kAsSource) return was_external;
+  return file.placement == DataFile::kLarge && floating && size >= kExternalThreshold;
+}
+
+// The initializer (every field but its data) with its `size` bytes brought by `data`: inline
+// (raw_data, field 9), or at the data file's end, its external data naming the range.
+void add_placed(onnx::TensorProto& t, size_t size, std::function<std::string_view()> data, bool external,
+                DataFile* file, std::vector<Piece>* graph) {
+  if (!external) return add_streamed(t, size, std::move(data), graph);
+  t.clear_external_data();
+  for (const auto& [key, value] : {std::pair<const char*, std::string>{"location", file->location},
+                                   {"offset", std::to_string(file->length)},
+                                   {"length", std::to_string(size)}}) {
+    auto* kv = t.add_external_data();
+    kv->set_key(key);
+    kv->set_value(value);
+  }
+  t.set_data_location(onnx::TensorProto::EXTERNAL);
+  const std::string whole = t.SerializeAsString();
+  graph->push_back({field_head(5, whole.size()) + whole, nullptr, 0});
+  file->pieces.push_back({"", std::move(data), size});
+  file->length += size;
+}
+
 // An initializer's pieces: a weight's bytes through fetch (without one, its own), a float the
-// file keeps in its external data read into `read` (one at a time), any other as it is.
+// file keeps in its external data read into `read` (one at a time), any other as it is; each
+// inline or in `file` as goes_external says.
 void add_initializer(onnx::TensorProto& init, const std::map<std::string, const Tensor*>& weights, const TensorFetch& fetch,
-                     const std::shared_ptr<std::string>& read, std::vector<Piece>* pieces) {
+                     const std::shared_ptr<std::vector<std::byte>>& read, DataFile* file, std::vector<Piece>* pieces) {
+  const bool was_external = init.data_location() == onnx::TensorProto::EXTERNAL;
   auto it = weights.find(init.name());
   if (it != weights.end()) {  // as tensor_to_proto writes it
     const Tensor* own = it->second;
-    const TensorType file = check_tensor_data(init, init.name());
-    const DType to = narrows(file, own->type) ? file.dtype : own->type.dtype;
+    const TensorType type = check_tensor_data(init, init.name());
+    const DType to = narrows(type, own->type) ? type.dtype : own->type.dtype;
     init.Clear();
     init.set_name(it->first);
     init.set_data_type(static_cast<int32_t>(to));
     for (int64_t d : own->type.shape) init.add_dims(d);
     const auto held = std::make_shared<Tensor>();  // the narrowed copy, while it is written
-    add_streamed(init, static_cast<size_t>(own->type.numel()) * dtype_size(to), [&fetch, own, to, held, name = it->first]() {
+    const size_t size = static_cast<size_t>(own->type.numel()) * dtype_size(to);
+    add_placed(init, size, [&fetch, own, to, held, name = it->first]() {
       const Tensor& t = fetch ? fetch(name) : (own->load(), *own);
       PT_CHECK(t.type == own->type, "'" + name + "' came back as " + t.type.str());
       if (to == t.type.dtype) return bytes_of(t);
       *held = narrowed(t, to);
       return bytes_of(*held);
-    }, pieces);
-  } else if (init.data_location() == onnx::TensorProto::EXTERNAL &&
-             stored_range(init, init.name()).file_dtype == DType::kUndefined) {  // as inline_placed reads it
+    }, goes_external(*file, was_external, true, size), file, pieces);
+  } else if (was_external) {  // as inline_placed reads it: the file's bytes, widened where marked
     const StoredBytes range = stored_range(init, init.name());
+    const TensorType type = check_tensor_data(init, init.name());
     init.clear_external_data();
     init.set_data_location(onnx::TensorProto::DEFAULT);
-    add_streamed(init, static_cast<size_t>(range.length), [range, read]() {
-      read->assign(static_cast<size_t>(range.length), '\0');
-      read_stored_bytes(range, reinterpret_cast<std::byte*>(read->data()));
-      return std::string_view(*read);
-    }, pieces);
+    const size_t size = static_cast<size_t>(type.bytes());
+    add_placed(init, size, [range, type, read]() {
+      read_stored_tensor(range, type, read.get());
+      return std::string_view(reinterpret_cast<const char*>(read->data()), read->size());
+    }, goes_external(*file, true, true, size), file, pieces);
+  } else if (init.has_raw_data() && goes_external(*file, false, is_floating(static_cast<DType>(init.data_type())),
+                                                  init.raw_data().size())) {
+    const auto bytes = std::make_shared<std::string>(std::move(*init.mutable_raw_data()));
+    init.clear_raw_data();
+    add_placed(init, bytes->size(), [bytes]() { return std::string_view(*bytes); }, true, file, pieces);
   } else {
-    inline_placed(&init);  // a half one output.dtype fp32 widens: read widened now, one tensor
     const std::string whole = init.SerializeAsString();
     pieces->push_back({field_head(5, whole.size()) + whole, nullptr, 0});
   }
   init.Clear();  // what is written from here on lives in the pieces
+}
+
+// How the trained model places its initializers' bytes: as the source does when it keeps any
+// in external data; else inline, unless that would pass 2 GiB (the weights counted at the
+// size written, the rest as they are).
+DataFile::Placement placement_of(const pb::RepeatedPtrField<onnx::TensorProto>& inits,
+                                 const std::map<std::string, const Tensor*>& weights) {
+  size_t bytes = 0;
+  for (const onnx::TensorProto& t : inits) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) return DataFile::kAsSource;
+    auto it = weights.find(t.name());
+    bytes += it == weights.end() ? t.ByteSizeLong() : static_cast<size_t>(it->second->type.bytes());
+  }
+  return bytes > static_cast<size_t>(std::numeric_limits<int>::max()) ? DataFile::kLarge : DataFile::kInline;
 }
 
 size_t length_of(const std::vector<Piece>& pieces) {
@@ -252,6 +312,23 @@ void save_model(const onnx::ModelProto& m, const std::string& path) {
                     "check that its folder exists and is writable, and has free space");
 }
 
+namespace {
+
+// Writes the pieces to `path` atomically, each initializer's bytes brought as it comes.
+void write_pieces(const std::string& path, std::vector<Piece>& pieces) {
+  write_file_atomic(
+      path, pieces.size(),
+      [&](size_t i) {
+        if (!pieces[i].data) return std::string_view(pieces[i].bytes);
+        const std::string_view data = pieces[i].data();
+        PT_CHECK(data.size() == pieces[i].size, "an initializer's bytes changed size while written");
+        return data;
+      },
+      "check that its folder exists and is writable, and has free space");
+}
+
+}  // namespace
+
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
                              const std::string& path, const ParameterChoices& choices, bool float32,
@@ -264,24 +341,30 @@ void save_model_with_weights(const std::string& source,
   // The graph: its fields before the initializers (field 5), each initializer, its fields after.
   pb::RepeatedPtrField<onnx::TensorProto> inits;
   inits.Swap(m.mutable_graph()->mutable_initializer());
+  DataFile data;
+  data.placement = placement_of(inits, weights);
+  data.location = std::filesystem::path(path).filename().string() + ".data";
   const std::unique_ptr<onnx::GraphProto> graph(m.release_graph());
   std::vector<Piece> pieces{{fields_in(*graph, 1, 5), nullptr, 0}};
-  const auto read = std::make_shared<std::string>();
-  for (onnx::TensorProto& init : inits) add_initializer(init, weights, fetch, read, &pieces);
+  const auto read = std::make_shared<std::vector<std::byte>>();
+  for (onnx::TensorProto& init : inits) add_initializer(init, weights, fetch, read, &data, &pieces);
   pieces.push_back({fields_in(*graph, 6, kLastField), nullptr, 0});
   // The model: its fields before the graph (field 7), the graph, its fields after.
   pieces.insert(pieces.begin(), {fields_in(m, 1, 7) + field_head(7, length_of(pieces)), nullptr, 0});
   pieces.push_back({fields_in(m, 8, kLastField), nullptr, 0});
   check_model_path(path, length_of(pieces));
-  write_file_atomic(
-      path, pieces.size(),
-      [&](size_t i) {
-        if (!pieces[i].data) return std::string_view(pieces[i].bytes);
-        const std::string_view data = pieces[i].data();
-        PT_CHECK(data.size() == pieces[i].size, "an initializer's bytes changed size while written");
-        return data;
-      },
-      "check that its folder exists and is writable, and has free space");
+  if (data.pieces.empty()) return write_pieces(path, pieces);
+  // The data file first, then the model that names it: a failed model write takes the new data
+  // file away again, so no model is left naming bytes that are not its own.
+  const std::string data_path = path + ".data";
+  write_pieces(data_path, data.pieces);
+  try {
+    write_pieces(path, pieces);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(data_path, ec);
+    throw;
+  }
 }
 
 void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, const std::string& dir,

@@ -29,18 +29,25 @@ void export_graphs(const std::vector<std::pair<std::string, Graph>>& files, cons
                    const std::string& flag = "--export");
 
 // The model file at `source`, unchanged but for the named initializers' data (a trained model:
-// the same graph, new weights; external data comes back inline) and the module parameters
-// import restored with the same `choices` (module_params.h: untied copies, restored biases and
-// ties). A float32 weight of a float16/bfloat16 initializer is rounded to that dtype
+// the same graph, new weights) and the module parameters import restored with the same
+// `choices` (module_params.h: untied copies, restored biases and ties). A float32 weight of a float16/bfloat16 initializer is rounded to that dtype
 // (core/half_floats.h), so the graph computes in its own precision as before; with `float32`
 // (config output.dtype: fp32) the graph is written as import widened it (widen_halves.h) and
 // every weight in float32. UserError naming the source when a name is not an initializer there
 // or its type differs, before anything is written.
 //
+// Where the weights go: a source that keeps float initializers in external data gives a trained
+// model that keeps the same ones there (integer ones come back inline), in `path`.data (their
+// external data's location: that file's name, relative to the model), the bytes back to back in
+// the model's initializer order; the others stay inline. A source that keeps none gives an
+// inline model, unless that would pass 2 GiB: then every float initializer of 1 KiB or more goes
+// to `path`.data. The data file is written first, then the model, each atomically; a failed model
+// write removes the new data file.
+//
 // The file is streamed: each initializer's bytes are brought as the writer comes to it (a
 // weight through `fetch`, by name; without one, the weight's own bytes; the file's other
 // initializers from their external data), so no more than one is held besides the graph. The
-// bytes are those save_model writes for the whole model.
+// bytes (of an inline model) are those save_model writes for the whole model.
 void save_model_with_weights(const std::string& source,
                              const std::map<std::string, const Tensor*>& weights,
                              const std::string& path, const ParameterChoices& choices = {},

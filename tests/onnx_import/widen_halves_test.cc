@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "core/half_floats.h"
 #include "onnx_import/export.h"
@@ -148,7 +149,8 @@ TEST(WidenHalves, HalfFixturesImportAsFloat32) {
 
 // The trained model in the file's dtype: the source graph, Casts to float16 included, each
 // trained weight rounded as torch rounds it; with float32, the widened graph and the weights as
-// trained. Untrained external weights come back inline, widened or not.
+// trained. The file keeps its weights in external data, and so do both trained models (read
+// back in here), the data file beside each.
 TEST(WidenHalves, TrainedModelInFileDtypeOrFloat32) {
   const Graph g = import_model(kFp16, micro_batch_2());
   const Tensor& start = *g.value(g.find("val_6")).init;
@@ -161,6 +163,8 @@ TEST(WidenHalves, TrainedModelInFileDtypeOrFloat32) {
   save_model_with_weights(kFp16, weights, half);
   save_model_with_weights(kFp16, weights, full, {}, true);
   const onnx::ModelProto source = read_model(kFp16);
+  EXPECT_TRUE(std::filesystem::exists(half + ".data"));
+  EXPECT_TRUE(std::filesystem::exists(full + ".data"));
   const onnx::ModelProto h = read_model(half), f = read_model(full);
   ASSERT_EQ(h.graph().node_size(), source.graph().node_size());
   for (int i = 0; i < source.graph().node_size(); ++i) {

@@ -1,7 +1,8 @@
 """The trained model `pipetrain train` writes is the input model with new weights, and onnxruntime
 runs it: for each sample, a few training steps (synthetic data, 2 stages), then the trained file
 must (1) pass the onnx checker with the same graph (nodes, inputs, outputs) as the input model,
-(2) differ from it in its trained initializers (and BatchNorm running statistics), and (3) give in
+(2) keep its weights in external data (trained.onnx.data) where the input model does, and
+differ from it in its trained initializers (and BatchNorm running statistics), and (3) give in
 onnxruntime what `pipetrain run` gives on it (forward_vs_ort's check). Prints 'N passed, M failed'.
 """
 import argparse
@@ -17,6 +18,12 @@ from forward_vs_ort import check
 from stage_chain import report
 
 
+def external(path):
+    """Whether the model at path keeps any initializer in external data."""
+    graph = onnx.load(path, load_external_data=False).graph
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.initializer)
+
+
 def train_and_check(pipetrain, model, rng):
     with tempfile.TemporaryDirectory() as tmp:
         cfg = os.path.join(tmp, "c.yaml")
@@ -30,7 +37,11 @@ def train_and_check(pipetrain, model, rng):
         if res.returncode != 0:
             return f"pipetrain train failed: {res.stderr.strip()}"
         before, after = onnx.load(model), onnx.load(out)
-        onnx.checker.check_model(after)
+        onnx.checker.check_model(out)
+        if external(model) != external(out):
+            return f"the input model's external data is {external(model)}, the trained model's {external(out)}"
+        if external(out) and not os.path.exists(out + ".data"):
+            return "the trained model's data file trained.onnx.data is missing"
         if [n.SerializeToString() for n in before.graph.node] != [n.SerializeToString() for n in after.graph.node]:
             return "the trained model's nodes differ from the input model's"
         if before.graph.input != after.graph.input or before.graph.output != after.graph.output:

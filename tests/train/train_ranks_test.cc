@@ -18,6 +18,12 @@
 
 namespace {
 
+// A trained model's bytes: the model file, then its external data file where there is one.
+std::string model_bytes(const fs::path& model) {
+  const fs::path data = model.string() + ".data";
+  return slurp(model) + (fs::exists(data) ? "\n--- data ---\n" + slurp(data) : "");
+}
+
 // charlm (the main job's model and data), every output under `dir`; `sets` appended.
 std::string charlm(const fs::path& dir, const std::string& sets) {
   return "train samples/charlm/train.yaml -q --set checkpoint.dir= --set output.trace= --set output.timeline= "
@@ -49,7 +55,7 @@ std::string without_timings(const std::string& metrics) {
 // The trained model and weights (`model`.onnx and .safetensors) and the metrics of two runs.
 void expect_same_run(const fs::path& one, const fs::path& many, const std::string& model = "charlm") {
   EXPECT_TRUE(fs::exists(one / (model + ".onnx")) && fs::exists(one / (model + ".safetensors")));
-  EXPECT_EQ(slurp(many / (model + ".onnx")), slurp(one / (model + ".onnx")));
+  EXPECT_EQ(model_bytes(many / (model + ".onnx")), model_bytes(one / (model + ".onnx")));
   EXPECT_EQ(slurp(many / (model + ".safetensors")), slurp(one / (model + ".safetensors")));
   EXPECT_EQ(without_timings(slurp(many / "metrics.jsonl")), without_timings(slurp(one / "metrics.jsonl")));
   EXPECT_FALSE(without_timings(slurp(one / "metrics.jsonl")).empty());
@@ -163,11 +169,11 @@ TEST(TrainRanks, CheckpointsAndResumeGiveTheBytesOfOneProcess) {
   const Result resumed = mpirun(2, with(two, "--set steps=6 --resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("resumed from step 4"), std::string::npos) << resumed.out;
-  EXPECT_EQ(slurp(two / "charlm.onnx"), slurp(one / "charlm.onnx"));
+  EXPECT_EQ(model_bytes(two / "charlm.onnx"), model_bytes(one / "charlm.onnx"));
   expect_same_checkpoint(two / "ckpt" / "step_00000006.ckpt", one / "ckpt" / "step_00000006.ckpt");
   EXPECT_FALSE(fs::exists(two / "ckpt" / "step_00000002.rank0.part"));  // retention takes the parts too
   ASSERT_EQ(run(with(three, "--set steps=6 --resume")).code, 0);
-  EXPECT_EQ(slurp(three / "charlm.onnx"), slurp(one / "charlm.onnx"));
+  EXPECT_EQ(model_bytes(three / "charlm.onnx"), model_bytes(one / "charlm.onnx"));
   expect_one_line_error(run(with(lost, "--set steps=6 --resume")),
                         (lost / "ckpt" / "step_00000004.rank1.part").string() +
                             ": is missing: a part of checkpoint step_00000004.ckpt; give every rank a checkpoint.dir "
@@ -190,7 +196,7 @@ TEST(TrainRanks, KilledAndResumedEndsOnTheBytesOfAnUninterruptedRun) {
   EXPECT_FALSE(fs::exists(cut / "charlm.onnx"));  // killed before the end
   const Result resumed = mpirun(2, with(cut, "--resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_EQ(slurp(cut / "charlm.onnx"), slurp(whole / "charlm.onnx"));
+  EXPECT_EQ(model_bytes(cut / "charlm.onnx"), model_bytes(whole / "charlm.onnx"));
 }
 
 // (loss, grad_norm) per step of a metrics file.
@@ -217,7 +223,7 @@ TEST(TrainRanks, DataParallelReplicasTrainTheGlobalBatch) {
   ASSERT_EQ(r.code, 0) << r.err;
   const Result again = mpirun(4, charlm(d2b, common + "--set pipeline.schedule=zb-h1 --set parallel.data=2"));
   ASSERT_EQ(again.code, 0) << again.err;
-  EXPECT_EQ(slurp(d2b / "charlm.onnx"), slurp(d2 / "charlm.onnx"));
+  EXPECT_EQ(model_bytes(d2b / "charlm.onnx"), model_bytes(d2 / "charlm.onnx"));
   const auto want = losses_and_norms(one / "metrics.jsonl"), have = losses_and_norms(d2 / "metrics.jsonl");
   ASSERT_EQ(have.size(), 4u);
   ASSERT_EQ(want.size(), have.size());
@@ -241,14 +247,14 @@ TEST(TrainRanks, ZeroOneShardsTheOptimizerAndKeepsTheBytes) {
   ASSERT_EQ(mpirun(2, charlm(z0, common)).code, 0);
   const Result r = mpirun(2, charlm(z1, common + "--set parallel.zero=1"));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(slurp(z1 / "charlm.onnx"), slurp(z0 / "charlm.onnx"));
+  EXPECT_EQ(model_bytes(z1 / "charlm.onnx"), model_bytes(z0 / "charlm.onnx"));
   EXPECT_EQ(slurp(z1 / "charlm.safetensors"), slurp(z0 / "charlm.safetensors"));
   // 2 replicas of 2 stages on 4 ranks: each stage's shards reduced and gathered on its own.
   const fs::path p0 = scratch("zero0_p2"), p1 = scratch("zero1_p2");
   const std::string two = "--set steps=3 --set pipeline.stages=2 --set pipeline.schedule=1f1b --set parallel.data=2 ";
   ASSERT_EQ(mpirun(4, charlm(p0, two)).code, 0);
   ASSERT_EQ(mpirun(4, charlm(p1, two + "--set parallel.zero=1")).code, 0);
-  EXPECT_EQ(slurp(p1 / "charlm.onnx"), slurp(p0 / "charlm.onnx"));
+  EXPECT_EQ(model_bytes(p1 / "charlm.onnx"), model_bytes(p0 / "charlm.onnx"));
   // The state rank 0 holds, with ZeRO-1 against the whole: about half for AdamW's two moments.
   const auto held = [&](const std::string& sets) {
     const Result v = mpirun(2, "train samples/charlm/train.yaml --set steps=1 --set checkpoint.dir= "
@@ -286,10 +292,10 @@ TEST(TrainRanks, ZeroOneCheckpointsResumeToTheSameBytes) {
   fs::copy(cut / "ckpt", plain / "ckpt");
   const Result resumed = mpirun(2, with(cut, "--set steps=4 --set parallel.zero=1 --resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_EQ(slurp(cut / "charlm.onnx"), slurp(whole / "charlm.onnx"));
+  EXPECT_EQ(model_bytes(cut / "charlm.onnx"), model_bytes(whole / "charlm.onnx"));
   const Result unsharded = mpirun(2, with(plain, "--set steps=4 --resume"));
   ASSERT_EQ(unsharded.code, 0) << unsharded.err;
-  EXPECT_EQ(slurp(plain / "charlm.onnx"), slurp(whole / "charlm.onnx"));
+  EXPECT_EQ(model_bytes(plain / "charlm.onnx"), model_bytes(whole / "charlm.onnx"));
 }
 
 // A ResNet with BatchNormalization (samples/exports/resnet_legacy.onnx: 6 of them, two residual
@@ -363,12 +369,12 @@ TEST(TrainRanks, BatchNormReplicasAverageTheGlobalBatch) {
                                      " --update-from samples/exports/resnet_legacy.onnx --tol 1e-6");
   EXPECT_EQ(updates.code, 0) << updates.out << updates.err;
   ASSERT_EQ(mpirun(4, resnet(zbv, dp + "--set pipeline.schedule=zb-v")).code, 0);
-  EXPECT_EQ(slurp(zbv / "trained.onnx"), slurp(d2 / "trained.onnx"));
+  EXPECT_EQ(model_bytes(zbv / "trained.onnx"), model_bytes(d2 / "trained.onnx"));
   EXPECT_EQ(slurp(zbv / "trained.safetensors"), slurp(d2 / "trained.safetensors"));
   ASSERT_EQ(mpirun(4, with_checkpoints(cut, dp + "--set steps=1 --set parallel.zero=1")).code, 0);
   const Result resumed = mpirun(4, with_checkpoints(cut, dp + "--set parallel.zero=1 --resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_EQ(slurp(cut / "trained.onnx"), slurp(d2 / "trained.onnx"));
+  EXPECT_EQ(model_bytes(cut / "trained.onnx"), model_bytes(d2 / "trained.onnx"));
   EXPECT_EQ(slurp(cut / "trained.safetensors"), slurp(d2 / "trained.safetensors"));
 }
 
@@ -412,7 +418,7 @@ TEST(TrainRanks, BatchNormCheckpointsResumeToTheBytesOfOneProcess) {
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   expect_same_checkpoint(cut / "ckpt" / "step_00000004.ckpt", whole / "ckpt" / "step_00000004.ckpt");
   ASSERT_TRUE(fs::exists(whole / "trained.onnx") && fs::exists(whole / "trained.safetensors"));
-  EXPECT_EQ(slurp(cut / "trained.onnx"), slurp(whole / "trained.onnx"));
+  EXPECT_EQ(model_bytes(cut / "trained.onnx"), model_bytes(whole / "trained.onnx"));
   EXPECT_EQ(slurp(cut / "trained.safetensors"), slurp(whole / "trained.safetensors"));
 }
 
@@ -576,9 +582,10 @@ TEST(TrainRanks, ATiedEmbeddingAcrossRanksCheckpointsAndResumes) {
   const Result resumed = mpirun(2, with(two, "--set steps=4 --resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("resumed from step 2"), std::string::npos) << resumed.out;
-  EXPECT_EQ(slurp(two / "gpt2.onnx"), slurp(whole / "gpt2.onnx"));
+  EXPECT_TRUE(fs::exists(whole / "gpt2.onnx.data"));  // the source keeps its weights in external data
+  EXPECT_EQ(model_bytes(two / "gpt2.onnx"), model_bytes(whole / "gpt2.onnx"));
   ASSERT_EQ(run(with(one, "--set steps=4 --resume")).code, 0);
-  EXPECT_EQ(slurp(one / "gpt2.onnx"), slurp(whole / "gpt2.onnx"));
+  EXPECT_EQ(model_bytes(one / "gpt2.onnx"), model_bytes(whole / "gpt2.onnx"));
 }
 
 // With replicas (2 x 2 stages on 4 ranks), with ZeRO-1 too (the tied weight's state sharded on
@@ -590,14 +597,14 @@ TEST(TrainRanks, ATiedEmbeddingAcrossRanksWithReplicasAndZeroOne) {
   ASSERT_EQ(mpirun(2, tied_gpt(flat, common + "--set steps=4 --set pipeline.stages=1")).code, 0);
   const Result r = mpirun(4, tied_gpt(dp, common + "--set steps=4"));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(slurp(dp / "gpt2.onnx"), slurp(flat / "gpt2.onnx"));
+  EXPECT_EQ(model_bytes(dp / "gpt2.onnx"), model_bytes(flat / "gpt2.onnx"));
   EXPECT_EQ(slurp(dp / "gpt2.safetensors"), slurp(flat / "gpt2.safetensors"));
   const std::string ckpt = "--set parallel.zero=1 --set checkpoint.every=2 --set checkpoint.dir=" + (zero / "ckpt").string();
   const Result cut = mpirun(4, tied_gpt(zero, common + ckpt + " --set steps=2"));
   ASSERT_EQ(cut.code, 0) << cut.err;
   const Result resumed = mpirun(4, tied_gpt(zero, common + ckpt + " --set steps=4 --resume"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_EQ(slurp(zero / "gpt2.onnx"), slurp(flat / "gpt2.onnx"));
+  EXPECT_EQ(model_bytes(zero / "gpt2.onnx"), model_bytes(flat / "gpt2.onnx"));
 }
 
 // A rank killed mid-run: mpirun ends the others; the survivor names the lost rank and the last step every

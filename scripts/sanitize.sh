@@ -78,11 +78,12 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelW
 
 # The executor, Comm and training tests: the stages' threads, the in-process Comm, data loaders,
 # checkpoints, whole `pipetrain train` runs with signals; then the MPI Comm: the executor under
-# mpirun (label mpi: mpi.executor_2_ranks, mpi.executor_4_ranks_tcp, mpi.two_hosts_netns) and
+# mpirun (label mpi: mpi.executor_2_ranks, mpi.executor_4_ranks_tcp, mpi.two_hosts_netns, the
+# trainer's evaluation and outputs across ranks mpi.trainer_2_ranks) and
 # `mpirun -n N pipetrain train` (train_ranks_test). Each GoogleTest case carries its binary's
 # name as a label (tests/CMakeLists.txt).
 tsan_binaries=(executor_test timeline_test optimizer_test data_test trainer_test train_test train_runs_test
-  train_interrupt_test train_ranks_test mpi_executor_test)
+  train_interrupt_test train_ranks_test mpi_executor_test mpi_trainer_test)
 tsan_labels=(executor_test timeline_test optimizer_test data_test trainer_test train_test train_runs_test
   train_interrupt_test train_ranks_test mpi)
 label_regex() { local IFS='|'; echo "^($*)\$"; }

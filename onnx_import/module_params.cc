@@ -95,7 +95,7 @@ std::optional<FxNode> fx_node(const onnx::NodeProto& n) {
   const size_t t = s.find("target=");
   if (t != std::string::npos) f.target = s.substr(t + 7, s.find(']', t) - t - 7);
   const size_t args = s.find("args = (");
-  for (size_t i = args == std::string::npos ? s.size() : s.find("%p_", args); i != std::string::npos;
+  for (size_t i = args == std::string::npos ? std::string::npos : s.find("%p_", args); i != std::string::npos;
        i = s.find("%p_", i + 1)) {
     size_t j = i + 1;
     while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;

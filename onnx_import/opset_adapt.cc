@@ -24,7 +24,7 @@ constexpr int kLastKnownDtype = onnx::TensorProto::BFLOAT16;
 // small index values computed from them) and the ranks and shapes its value infos state.
 class ModelFacts {
  public:
-  ModelFacts(const onnx::GraphProto& g, int64_t opset) {
+  ModelFacts(const onnx::GraphProto& g, int64_t opset, std::string path) : path_(std::move(path)) {
     for (const auto& t : g.initializer()) constants_[t.name()] = &t;
     for (const auto& n : g.node())
       if (n.op_type() == "Constant" && n.domain().empty() && n.output_size() == 1)
@@ -125,7 +125,7 @@ class ModelFacts {
     int64_t elements = 1;
     for (int64_t d : it->second->dims()) elements *= d;
     if (elements > max_elements) return std::nullopt;
-    return tensor_from_proto(*it->second, name);
+    return tensor_from_proto(*it->second, path_ + ": initializer '" + name + "'");
   }
 
   static Tensor int64_tensor(const std::vector<int64_t>& v, bool vector) {
@@ -137,6 +137,7 @@ class ModelFacts {
     return t;
   }
 
+  std::string path_;  // the model file, for errors
   std::map<std::string, const onnx::TensorProto*> constants_;
   std::map<std::string, std::vector<int64_t>> const_ints_;  // Constant value_ints / value_int
   std::map<std::string, std::vector<int64_t>> shapes_;
@@ -185,7 +186,7 @@ std::string add_ints_initializer(onnx::GraphProto* g, const std::string& name,
 class Adapter {
  public:
   Adapter(onnx::ModelProto* m, const std::string& path)
-      : m_(m), path_(path), opset_(default_opset(*m)), facts_(m->graph(), opset_) {}
+      : m_(m), path_(path), opset_(default_opset(*m)), facts_(m->graph(), opset_, path) {}
 
   void run() {
     check_dtypes();

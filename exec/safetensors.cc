@@ -160,7 +160,7 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
     if (end - b != static_cast<uint64_t>(t.type.bytes()))
       throw bad(where, "holds " + std::to_string(end - b) + " bytes for " + t.type.str());
     t.data.resize(static_cast<size_t>(end - b));
-    std::memcpy(t.data.data(), blob.data() + data + b, t.data.size());
+    if (!t.data.empty()) std::memcpy(t.data.data(), blob.data() + data + b, t.data.size());  // none: no pointer
     out.emplace_back(name, std::move(t));
   }
   return out;

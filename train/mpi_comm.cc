@@ -127,8 +127,7 @@ MpiWorld::~MpiWorld() {
 
 bool MpiWorld::report_failure() {
   const bool first = !watch_->heard.load();
-  note_job_failed();
-  watch_->note(rank_, first);
+  watch_->note(rank_, first);  // marks the job failed here too (note_job_failed)
   watch_->mine[0] = rank_;
   watch_->mine[1] = first ? 1 : 0;
   watch_->sent.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);

@@ -301,12 +301,12 @@ TEST(Cli, VersionFlagAndCommand) {
   }
 }
 
-// An .npy of float32 zeros of the given shape, named for this process (tests run in parallel).
+// An .npy of float32 zeros of the given shape, in this process's folder.
 fs::path zeros_npy(const std::string& name, std::vector<int64_t> shape) {
   pt::Tensor t;
   t.type = {pt::DType::kFloat32, std::move(shape)};
   t.data.resize(static_cast<size_t>(t.type.bytes()));
-  const fs::path p = fs::temp_directory_path() / (std::to_string(getpid()) + "_" + name);
+  const fs::path p = process_folder() / name;
   pt::write_npy(t, p.string());
   return p;
 }
@@ -370,7 +370,7 @@ pt::Tensor int64_npy_data(const std::vector<int64_t>& shape, int64_t value) {
 }
 
 fs::path int64_npy(const std::string& name, const std::vector<int64_t>& shape, int64_t value) {
-  const fs::path p = fs::temp_directory_path() / (std::to_string(getpid()) + "_" + name);
+  const fs::path p = process_folder() / name;
   pt::write_npy(int64_npy_data(shape, value), p.string());
   return p;
 }

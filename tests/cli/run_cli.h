@@ -23,11 +23,24 @@ struct Result {
   std::string err;  // stderr
 };
 
+// This process's own folder (ctest runs the tests of a binary in parallel processes), removed
+// with everything in it when the process ends.
+inline const fs::path& process_folder() {
+  struct Folder {
+    fs::path path = fs::temp_directory_path() / ("pt_cli_test_" + std::to_string(getpid()));
+    Folder() { fs::create_directories(path); }
+    ~Folder() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  };
+  static const Folder folder;
+  return folder.path;
+}
+
 // A shell command line, its stdout and stderr captured.
 inline Result run_command(const std::string& command) {
-  // One file per process: ctest runs the tests of this binary in parallel processes.
-  const fs::path err_file =
-      fs::temp_directory_path() / ("pt_cli_test_stderr_" + std::to_string(getpid()) + ".txt");
+  const fs::path err_file = process_folder() / "stderr.txt";
   const std::string cmd = command + " 2>" + err_file.string();
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -49,9 +62,9 @@ inline void expect_one_line_error(const Result& r, const std::string& text) {
   EXPECT_EQ(r.err, "error: " + text + "\n");
 }
 
-// A fresh folder per test and process (ctest runs tests in parallel processes).
+// A fresh folder of this process's, removed when it ends.
 inline fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("pt_cli_" + name + "_" + std::to_string(getpid()));
+  const fs::path d = process_folder() / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

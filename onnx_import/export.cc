@@ -242,7 +242,8 @@ void add_placed(onnx::TensorProto& t, size_t size, std::function<std::string_vie
 // inline or in `file` as goes_external says.
 void add_initializer(onnx::TensorProto& init, const std::map<std::string, const Tensor*>& weights, const TensorFetch& fetch,
                      const std::shared_ptr<std::vector<std::byte>>& read, DataFile* file, std::vector<Piece>* pieces) {
-  const bool was_external = init.data_location() == onnx::TensorProto::EXTERNAL;
+  const bool stored = init.data_location() == onnx::TensorProto::EXTERNAL;  // in the source's data file or .onnx
+  const bool was_external = in_data_file(init);
   auto it = weights.find(init.name());
   if (it != weights.end()) {  // as tensor_to_proto writes it
     const Tensor* own = it->second;
@@ -261,16 +262,17 @@ void add_initializer(onnx::TensorProto& init, const std::map<std::string, const 
       *held = narrowed(t, to);
       return bytes_of(*held);
     }, goes_external(*file, was_external, true, size), file, pieces);
-  } else if (was_external) {  // as inline_placed reads it: the file's bytes, widened where marked
+  } else if (stored) {  // as inline_placed reads it: the file's bytes, widened where marked
     const StoredBytes range = stored_range(init, init.name());
     const TensorType type = check_tensor_data(init, init.name());
     init.clear_external_data();
-    init.set_data_location(onnx::TensorProto::DEFAULT);
+    if (was_external) init.set_data_location(onnx::TensorProto::DEFAULT);
+    else init.clear_data_location();  // inline in the source: written as it was
     const size_t size = static_cast<size_t>(type.bytes());
     add_placed(init, size, [range, type, read]() {
       read_stored_tensor(range, type, read.get());
       return std::string_view(reinterpret_cast<const char*>(read->data()), read->size());
-    }, goes_external(*file, true, true, size), file, pieces);
+    }, goes_external(*file, was_external, true, size), file, pieces);
   } else if (init.has_raw_data() && goes_external(*file, false, is_floating(static_cast<DType>(init.data_type())),
                                                   init.raw_data().size())) {
     const auto bytes = std::make_shared<std::string>(std::move(*init.mutable_raw_data()));
@@ -290,7 +292,7 @@ DataFile::Placement placement_of(const pb::RepeatedPtrField<onnx::TensorProto>& 
                                  const std::map<std::string, const Tensor*>& weights) {
   size_t bytes = 0;
   for (const onnx::TensorProto& t : inits) {
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) return DataFile::kAsSource;
+    if (in_data_file(t)) return DataFile::kAsSource;
     auto it = weights.find(t.name());
     bytes += it == weights.end() ? t.ByteSizeLong() : static_cast<size_t>(it->second->type.bytes());
   }

@@ -1,7 +1,11 @@
 #include "onnx_import/load.h"
 
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <onnx/checker.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -12,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "onnx_import/model_bytes.h"
 #include "onnx_import/op_table.h"
 #include "onnx_import/opset_adapt.h"
 #include "onnx_import/proto_convert.h"
@@ -26,20 +31,29 @@ std::string first_line(const std::string& s) {
   return line.empty() ? s : line;
 }
 
-onnx::ModelProto parse_file(const std::string& path) {
+// The model at `path`, parsed from a read-only map of the file; with leave_weights, its inline
+// floating-point weights are left in the file and *left says where (onnx_import/model_bytes.h).
+onnx::ModelProto parse_file(const std::string& path, bool leave_weights, std::vector<InlineBytes>* left) {
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw UserError(path, "no such file", "check the path to the model");
   if (fs::is_directory(path, ec))
     throw UserError(path, "is a folder, not a model file", "pass the .onnx file inside it");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path, "cannot be opened for reading", "check its permissions");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  const std::string bytes = buf.str();
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st{};
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    if (fd >= 0) close(fd);
+    throw UserError(path, "cannot be opened for reading", "check its permissions");
+  }
+  const auto size = static_cast<size_t>(st.st_size);
+  void* map = size == 0 ? MAP_FAILED : mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (size == 0) throw UserError(path, "is empty", "export the model again");
+  if (map == MAP_FAILED) throw UserError(path, "cannot be mapped for reading", "check that it is a regular file");
   onnx::ModelProto m;
-  if (bytes.empty()) throw UserError(path, "is empty", "export the model again");
-  if (!m.ParseFromString(bytes))
+  const bool parsed = parse_model_bytes({static_cast<const char*>(map), size}, leave_weights, &m, left);
+  munmap(map, size);
+  if (!parsed)
     throw UserError(path, "is not an ONNX model (protobuf parsing failed: garbage or truncated)",
                     "export the model again with torch.onnx.export");
   if (!m.has_graph() || m.graph().node_size() == 0)
@@ -119,6 +133,20 @@ void locate_external(onnx::TensorProto* t, const StoredBytes& range) {
     auto* kv = t->add_external_data();
     kv->set_key(key);
     kv->set_value(value);
+  }
+}
+
+// Marks each initializer parse_file left in the model's own file as stored there, its external
+// data naming the range (kInModelFileKey: the bytes are the .onnx's own, not an external file's).
+void locate_inline(onnx::ModelProto* m, const std::string& path, const std::vector<InlineBytes>& left) {
+  const std::string file = fs::absolute(path).string();
+  for (const InlineBytes& b : left) {
+    onnx::TensorProto* t = m->mutable_graph()->mutable_initializer(b.initializer);
+    locate_external(t, {path + ": initializer '" + t->name() + "'", file, b.offset, b.length});
+    auto* kv = t->add_external_data();
+    kv->set_key(kInModelFileKey);
+    kv->set_value("1");
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
   }
 }
 
@@ -242,8 +270,10 @@ void check_tensors(const onnx::ModelProto& m, const std::string& path) {
 }
 
 onnx::ModelProto read_model(const std::string& path, ExternalData how) {
-  onnx::ModelProto m = parse_file(path);
+  std::vector<InlineBytes> left;
+  onnx::ModelProto m = parse_file(path, how == ExternalData::kLeaveFloats, &left);
   place_all_external(&m, path, how);
+  locate_inline(&m, path, left);
   check_tensors(m, path);
   return m;
 }

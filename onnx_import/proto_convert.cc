@@ -74,6 +74,13 @@ StoredBytes stored_range(const onnx::TensorProto& tp, const std::string& where) 
   return s;
 }
 
+bool in_data_file(const onnx::TensorProto& t) {
+  if (t.data_location() != onnx::TensorProto::EXTERNAL) return false;
+  for (const auto& kv : t.external_data())
+    if (kv.key() == kInModelFileKey) return false;
+  return true;
+}
+
 Tensor stored_tensor(const onnx::TensorProto& tp, const std::string& where) {
   if (tp.data_location() != onnx::TensorProto::EXTERNAL) return tensor_from_proto(tp, where);
   Tensor t;

@@ -30,6 +30,12 @@ StoredBytes stored_range(const onnx::TensorProto& t, const std::string& where);
 // file (onnx_import/widen_halves.h) gives their dtype there (10 float16, 16 bfloat16):
 // stored_range reads it into StoredBytes::file_dtype.
 constexpr const char* kFileDTypeKey = "pipetrain.file_dtype";
+// The external_data key by which import marks a tensor whose bytes the .onnx holds inline and
+// import left where they lie (onnx_import/model_bytes.h): stored like external data, written
+// back inline as the source has it.
+constexpr const char* kInModelFileKey = "pipetrain.in_model_file";
+// Whether the source keeps t's bytes in an external-data file (EXTERNAL, and not kInModelFileKey).
+bool in_data_file(const onnx::TensorProto& t);
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* out);
 
 // Graph-valued attributes (If, Loop, Scan bodies) are refused with a UserError.

@@ -49,7 +49,7 @@ void expect_written(const std::string& source, const fs::path& path, const std::
   restore_module_parameters(src.mutable_graph(), {});
   bool external = false;
   for (const onnx::TensorProto& t : src.graph().initializer())
-    external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
+    external = external || in_data_file(t);
   const fs::path data = path.string() + ".data";
   if (!external) {
     EXPECT_TRUE(slurp(path) == want);
@@ -60,7 +60,7 @@ void expect_written(const std::string& source, const fs::path& path, const std::
   ASSERT_TRUE(out.ParseFromString(slurp(path)));
   std::map<std::string, bool> was_external;
   for (const onnx::TensorProto& t : src.graph().initializer())
-    was_external[t.name()] = t.data_location() == onnx::TensorProto::EXTERNAL;
+    was_external[t.name()] = in_data_file(t);
   int64_t end = 0;
   for (const onnx::TensorProto& t : out.graph().initializer()) {
     const bool is_external = t.data_location() == onnx::TensorProto::EXTERNAL;

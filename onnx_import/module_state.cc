@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "onnx_import/load.h"
 
 namespace pt {
 namespace {
@@ -159,10 +160,7 @@ std::optional<ModuleState> read_module_state(const onnx::ModelProto& m, const st
 }
 
 std::optional<ModuleState> read_module_state(const std::string& path) {
-  onnx::ModelProto m;
-  if (!m.ParseFromString(read_file(path, "check the path to the model")))
-    throw UserError(path, "is not an ONNX model (protobuf parsing failed)", "export the model again");
-  return read_module_state(m, path);
+  return read_module_state(read_model(path, ExternalData::kLeaveFloats), path);  // the weights not read
 }
 
 }  // namespace pt

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/half_floats.h"
 #include "exec/npy.h"
 
 namespace pt {
@@ -267,6 +268,12 @@ struct Builder {
       else t.type = read_npy_type(path);
     } catch (const UserError& e) {
       fail(key, e.what(), "");
+    }
+    // float16 data for a float32 feed (a half model's input, widened with its weights at import,
+    // onnx_import/widen_halves.h): widened exactly as the weights are.
+    if (t.type.dtype == DType::kFloat16 && f.type.dtype == DType::kFloat32) {
+      if (f.read) t = widened(t);
+      else t.type.dtype = DType::kFloat32;
     }
     const TensorType want = per_sample(f.type);
     const int64_t rows = f.type.shape[0];

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/half_floats.h"
 #include "exec/npy.h"
 
 namespace pt {
@@ -441,6 +442,32 @@ TEST(DataLoader, NpyShapeOrDtypeMismatchNamesTheKeyTheFileAndTheFix) {
       HasSubstr("data.targets: y.npy holds int64[] per sample (int64[10]), but the model's "
                 "'target' takes "
                 "int64[5] per sample"));
+}
+
+// A half model's data (float16, as x.half() is in PyTorch) feeds its input, which import widened
+// to float32 with the weights: the values widened exactly.
+TEST(DataLoader, Float16NpyFeedsAFloat32InputWidened) {
+  const IndexedNpy files(4);
+  const fs::path half = temp_dir() / "x_half.npy";
+  const std::vector<uint16_t> bits = {0x3c00, 0xc000, 0x3555, 0x7bff, 0x0001, 0x0000,  // 1, -2, ~1/3, 65504, 2^-24, 0
+                                      0x3c00, 0x3c00, 0x3c00, 0x4000, 0x4000, 0x4000};
+  Tensor t;
+  t.type = {DType::kFloat16, {4, 3}};
+  t.data.resize(bits.size() * 2);
+  std::memcpy(t.data.data(), bits.data(), t.data.size());
+  write_npy(t, half.string());
+  DataOptions o = npy_options(files, false);
+  o.inputs = {{"x", half.string()}};
+  DataLoader loader(o, {{"x", {DType::kFloat32, {2, 3}}}}, {"target", {DType::kInt64, {2}}});
+  const std::vector<FeedMap> batch = loader.next(2);
+  EXPECT_EQ(batch[0].at("x").type, (TensorType{DType::kFloat32, {2, 3}}));
+  std::vector<float> want;
+  for (uint16_t b : bits) want.push_back(float16_to_float(b));
+  std::vector<float> got = values<float>(batch[0].at("x"));
+  const std::vector<float> more = values<float>(batch[1].at("x"));
+  got.insert(got.end(), more.begin(), more.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(want[4], std::ldexp(1.f, -24));
 }
 
 TEST(DataLoader, NpyMissingOrUnmatchedFilesAreOneLineErrors) {

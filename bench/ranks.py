@@ -142,7 +142,7 @@ def digests(out):
 def memory(model, binaries, steps, eval_every=0):
     tmp = tempfile.mkdtemp(prefix="pt_bench_memory_")
     data = model + ".data"
-    weights_mib = os.path.getsize(data) / 2**20 if os.path.exists(data) else float("nan")
+    weights_mib = os.path.getsize(data if os.path.exists(data) else model) / 2**20  # inline: the .onnx
     print(f"weights {weights_mib:,.0f} MiB; AdamW holds 4x: {4 * weights_mib:,.0f} MiB; {steps} steps")
     print("| binary | run | peak RSS MiB per process | largest / one process | sum / one process | "
           "one process / (4 x weights + 300 MiB) | import s (inspect) | import peak RSS MiB |")

@@ -21,6 +21,7 @@ namespace {
 
 const std::string kModel = "samples/synthetic/tiny_ext.onnx";  // every float initializer external
 const std::string kHalfModel = "samples/half/tiny_fp16.onnx";   // its larger weights external, float16
+const std::string kInlineModel = "samples/synthetic/tiny.onnx";  // the same weights inside the .onnx
 
 Graph import_tiny_ext(const std::string& path = kModel) {
   ImportOptions o;
@@ -83,10 +84,11 @@ TEST(ResidentParameters, ImportReadsOnlyTheScalarsItFoldsWith) {
 
 // Each device's programs read its chunks' parameters and nothing else, as the process that runs
 // it alone (one rank of several) and as one process running both devices: a parameter another
-// device reads stays in the file, and no byte is read twice.
+// device reads stays in the file (the data file, or the .onnx where the weights are inline), and
+// no byte is read twice.
 TEST(ResidentParameters, EachDeviceReadsItsStagesOwn) {
   const Schedule s = add_send_recv(generate("1f1b", 2, 2));
-  for (const std::string& model : {kModel, kHalfModel})
+  for (const std::string& model : {kModel, kHalfModel, kInlineModel})
     for (int device = 0; device < 2; ++device) {
       SCOPED_TRACE(model);
       const Graph g = import_tiny_ext(model);

@@ -62,7 +62,12 @@ void write_file(const fs::path& path, const Checkpoint& c, const std::vector<std
   nlohmann::json list = nlohmann::json::array();
   size_t offset = 0;
   std::vector<std::string_view> pieces(1);  // the header, then every tensor's bytes
-  for (const auto& [name, t] : c.tensors) {
+  std::vector<std::pair<const std::string*, const Tensor*>> all;
+  for (const auto& [name, t] : c.tensors) all.emplace_back(&name, &t);
+  for (const auto& [name, t] : c.borrowed) all.emplace_back(&name, t);
+  for (const auto& [name_of, t_of] : all) {
+    const std::string& name = *name_of;
+    const Tensor& t = *t_of;
     t.load();  // a parameter no device of this process read is still in its external-data file
     list.push_back({{"name", name}, {"dtype", static_cast<int>(t.type.dtype)}, {"shape", t.type.shape},
                     {"offset", offset}, {"bytes", t.data.size()}});
@@ -87,6 +92,10 @@ const Tensor* Checkpoint::find(const std::string& name) const {
   for (const auto& [n, t] : tensors)
     if (n == name) return &t;
   return nullptr;
+}
+
+Tensor* Checkpoint::find(const std::string& name) {
+  return const_cast<Tensor*>(static_cast<const Checkpoint&>(*this).find(name));
 }
 
 void write_checkpoint(const std::string& dir, const Checkpoint& c, const std::vector<std::string>& parts) {

@@ -38,8 +38,12 @@ struct Checkpoint {
   int64_t data_position = 0;  // training samples consumed (DataLoader::position())
   std::map<std::string, std::string> meta;  // what must match to resume (model, stages, ...)
   std::vector<std::pair<std::string, Tensor>> tensors;
+  // Tensors written from where they are held, after `tensors` (no copy of the training state);
+  // they must outlive the write. A read fills `tensors` alone.
+  std::vector<std::pair<std::string, const Tensor*>> borrowed;
 
   const Tensor* find(const std::string& name) const;
+  Tensor* find(const std::string& name);
 };
 
 // Writes <dir>/step_<step>.ckpt (with `parts`: naming those part files, already written, whose

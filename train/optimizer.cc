@@ -341,7 +341,14 @@ OptimizerState Optimizer::state() const {
   return out;
 }
 
-void Optimizer::load_state(const OptimizerState& state) {
+std::vector<std::pair<std::string, const Tensor*>> Optimizer::host_state() const {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  if (device_) return out;
+  for (size_t i = 0; i < state_.size(); ++i) out.emplace_back(state_names_[i], &state_[i]);
+  return out;
+}
+
+void Optimizer::load_state(OptimizerState state) {
   const char* where = "optimizer state";
   const std::string todo = "load a checkpoint written with the same optimizer and model";
   if (state.tensors.size() != state_.size())
@@ -359,7 +366,7 @@ void Optimizer::load_state(const OptimizerState& state) {
                       state_[i].type.str(), todo);
   }
   for (size_t i = 0; i < state_.size(); ++i) {
-    state_[i].data = state.tensors[i].second.data;
+    state_[i].data = std::move(state.tensors[i].second.data);
     if (device_) device_->copy(device_state_[i], state_[i].data.data(), state_[i].data.size());
   }
   step_ = state.step;

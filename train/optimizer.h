@@ -139,9 +139,14 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
 
   OptimizerState state() const;
+  // The state as the host holds it, each tensor itself (no copy), in state()'s order and names;
+  // empty where it lives on a device (bind_device: state() copies it from there).
+  std::vector<std::pair<std::string, const Tensor*>> host_state() const;
+  const std::vector<std::string>& state_names() const { return state_names_; }
   int64_t state_bytes() const;  // momentum buffers or Adam moments held
   // UserError when names, order, types or shapes differ from state()'s for these parameters.
-  void load_state(const OptimizerState& state);
+  // Takes the tensors' bytes (a checkpoint's, moved in: no second copy of the state).
+  void load_state(OptimizerState state);
 
  private:
   OptimizerConfig config_;

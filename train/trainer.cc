@@ -384,16 +384,22 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   const bool first_replica = ranks_.replica() == 0;
   for (const auto& [name, t] : trained_tensors())
     if (ranks_.alone() || (first_replica && (!first_device_.count(name) ? ranks_.rank() == 0 : owner_of(name) == ranks_.rank())))
-      mine.tensors.emplace_back("model/" + name, *t);
+      mine.borrowed.emplace_back("model/" + name, t);
   std::vector<double> steps(optimizers_.size(), 0.0);
   for (size_t d = 0; d < optimizers_.size(); ++d) {
     if (!here(d)) continue;
-    const OptimizerState st = optimizers_[d]->state();
-    if (first_replica) steps[d] = static_cast<double>(st.step);
+    const Optimizer& o = *optimizers_[d];
+    if (first_replica) steps[d] = static_cast<double>(o.steps());
     if (!first_replica && !sharded()) continue;
-    for (const auto& [name, t] : st.tensors)  // a tie's mirror: its owner writes the state
-      if (const std::string key = "optimizer/" + name; owner_of(parameter_of(key)) == ranks_.rank())
-        mine.tensors.emplace_back(key, t);
+    const auto mirror = [&](const std::string& key) { return owner_of(parameter_of(key)) != ranks_.rank(); };
+    if (!o.on_device()) {
+      for (const auto& [name, t] : o.host_state())  // a tie's mirror: its owner writes the state
+        if (const std::string key = "optimizer/" + name; !mirror(key)) mine.borrowed.emplace_back(key, t);
+      continue;
+    }
+    OptimizerState copied = o.state();  // from the device
+    for (auto& [name, t] : copied.tensors)
+      if (const std::string key = "optimizer/" + name; !mirror(key)) mine.tensors.emplace_back(key, std::move(t));
   }
   ranks_.sum(steps);
   for (size_t d = 0; d < steps.size(); ++d) c.meta["optimizer" + std::to_string(d) + ".step"] = std::to_string(static_cast<int64_t>(steps[d]));
@@ -402,7 +408,7 @@ void Trainer::save_checkpoint(int64_t steps_done) {
   } else {
     // Every part is on disk before the file that names them: the sum waits for every rank.
     std::vector<int64_t> wrote(static_cast<size_t>(ranks_.size()), 0);
-    if (!part.tensors.empty()) {
+    if (!part.tensors.empty() || !part.borrowed.empty()) {
       write_checkpoint_part(options_.checkpoint_dir, part, ranks_.rank());
       wrote[static_cast<size_t>(ranks_.rank())] = 1;
     }
@@ -421,7 +427,7 @@ std::optional<int64_t> Trainer::resume() {
     const std::string p = parameter_of(key);
     return ranks_.alone() || !first_device_.count(p) || holds(p);
   };
-  const std::optional<Checkpoint> c = read_latest_checkpoint(options_.checkpoint_dir, wanted);
+  std::optional<Checkpoint> c = read_latest_checkpoint(options_.checkpoint_dir, wanted);
   if (!c) return std::nullopt;
   const std::string at_dir = where("checkpoint.dir");
   const std::string global = std::to_string(rows_ * schedule_.micro_batches * ranks_.replicas());
@@ -457,21 +463,22 @@ std::optional<int64_t> Trainer::resume() {
     if (!ranks_.alone() && first_device_.count(name) && !holds(name)) continue;
     Tensor& held = mutable_initializer(name);
     held.skip_load();  // the checkpoint's bytes, not the file's
-    held.data = saved->data;
+    held.data = saved->data;  // into the held bytes, whose address the programs may have taken
+    std::vector<std::byte>().swap(c->find("model/" + name)->data);  // the checkpoint's copy, gone now
   }
   for (size_t d = 0; d < optimizers_.size(); ++d) {
-    OptimizerState st = optimizers_[d]->state();
+    OptimizerState st;
     auto it = c->meta.find("optimizer" + std::to_string(d) + ".step");
     if (it == c->meta.end())
       throw UserError(at_dir, "the checkpoint has no optimizer state for device " + std::to_string(d),
                       "resume with the pipeline.stages that wrote it");
     st.step = std::stoll(it->second);
-    for (auto& [name, t] : st.tensors) {
-      const Tensor* saved = c->find("optimizer/" + name);
+    for (const std::string& name : optimizers_[d]->state_names()) {
+      Tensor* saved = c->find("optimizer/" + name);
       if (!saved) throw UserError(at_dir, "the checkpoint has no optimizer state '" + name + "'", "resume with the optimizer that wrote it");
-      t = *saved;
+      st.tensors.emplace_back(name, std::move(*saved));  // taken by the optimizer, not copied
     }
-    located(at_dir, [&] { optimizers_[d]->load_state(st); });
+    located(at_dir, [&] { optimizers_[d]->load_state(std::move(st)); });
   }
   data_->seek(c->data_position);
   first_step_ = steps_done_ = c->step;

@@ -86,8 +86,8 @@ TEST(TrainRuns, RetentionNeverRemovesTheCheckpointJustWritten) {
   EXPECT_TRUE(fs::exists(d / "ckpt" / "notes.txt"));  // only checkpoints are removed
 }
 
-// Across processes: the parts each rank wrote and the file naming them read as one checkpoint;
-// retention and clearing take the parts with their checkpoint; a part of another step is named.
+// Across processes: the parts each rank wrote (tensors of their own or borrowed) and the file
+// naming them read as one checkpoint; retention and clearing take the parts with their checkpoint; a part of another step is named.
 TEST(TrainRuns, CheckpointPartsReadAsOneAndGoWithTheirCheckpoint) {
   const fs::path d = scratch("parts");
   const std::string dir = (d / "ckpt").string();
@@ -103,7 +103,8 @@ TEST(TrainRuns, CheckpointPartsReadAsOneAndGoWithTheirCheckpoint) {
     pt::Checkpoint a, b, c;
     a.step = b.step = c.step = step;
     a.tensors.emplace_back("model/a", tensor(1.0f * step));
-    b.tensors.emplace_back("model/b", tensor(2.0f * step));
+    const pt::Tensor held = tensor(2.0f * step);
+    b.borrowed.emplace_back("model/b", &held);  // written from where it is held, as a trainer writes its state
     pt::write_checkpoint_part(dir, a, 0);
     pt::write_checkpoint_part(dir, b, 3);
     c.meta["stages"] = "2";

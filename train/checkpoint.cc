@@ -155,7 +155,7 @@ int64_t whole(const nlohmann::json& v, const std::string& path) {
 // up, the byte count its type needs, and bytes that lie inside the file (`data` of them after the
 // header). Throws UserError naming the file.
 Tensor read_tensor(std::istream& in, const nlohmann::json& e, std::streamoff base, int64_t data,
-                   const std::string& path, const TensorFilter& wanted) {
+                   const std::string& path, const TensorFilter& wanted, const TensorPlace& place) {
   const std::string name = e.at("name").get<std::string>();
   auto damaged = [&](const std::string& what) {
     return UserError(path, "damaged checkpoint: tensor '" + name + "' " + what, "resume from another checkpoint");
@@ -174,15 +174,19 @@ Tensor read_tensor(std::istream& in, const nlohmann::json& e, std::streamoff bas
   if (offset < 0 || offset > data || bytes > data - offset)
     throw UserError(path, "damaged checkpoint: the file is short", "resume from another checkpoint");
   if (wanted && !wanted(name)) return t;
-  t.data.resize(static_cast<size_t>(bytes));
+  std::byte* at = place ? place(name, t.type) : nullptr;
+  if (!at) {
+    t.data.resize(static_cast<size_t>(bytes));
+    at = t.data.data();
+  }
   in.seekg(base + static_cast<std::streamoff>(offset));
-  in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(bytes));
+  in.read(reinterpret_cast<char*>(at), static_cast<std::streamsize>(bytes));
   if (!in) throw UserError(path, "damaged checkpoint: the file is short", "resume from another checkpoint");
   return t;
 }
 
 // A checkpoint file; a manifest (`part` false) may name parts, a part names none.
-Checkpoint read_file(const std::string& path, bool part, const TensorFilter& wanted) {
+Checkpoint read_file(const std::string& path, bool part, const TensorFilter& wanted, const TensorPlace& place) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path, "cannot read the checkpoint", "check checkpoint.dir");
   std::string magic, header;
@@ -201,7 +205,7 @@ Checkpoint read_file(const std::string& path, bool part, const TensorFilter& wan
     c.data_position = whole(h.at("data_position"), path);
     c.meta = h.at("meta").get<std::map<std::string, std::string>>();
     for (const auto& e : h.at("tensors")) {
-      Tensor t = read_tensor(in, e, base, data, path, wanted);
+      Tensor t = read_tensor(in, e, base, data, path, wanted, place);
       c.tensors.emplace_back(e.at("name").get<std::string>(), std::move(t));
     }
     parts = h.value("parts", std::vector<std::string>{});
@@ -220,7 +224,7 @@ Checkpoint read_file(const std::string& path, bool part, const TensorFilter& wan
       throw UserError(file.string(), "is missing: a part of checkpoint " + fs::path(path).filename().string(),
                       "give every rank a checkpoint.dir all of them see (a shared file system), or resume from "
                       "another checkpoint");
-    Checkpoint p = read_file(file.string(), true, wanted);
+    Checkpoint p = read_file(file.string(), true, wanted, place);
     if (p.step != c.step)
       throw UserError(file.string(), "belongs to step " + std::to_string(p.step) + ", not " + std::to_string(c.step),
                       "resume from another checkpoint");
@@ -231,9 +235,11 @@ Checkpoint read_file(const std::string& path, bool part, const TensorFilter& wan
 
 }  // namespace
 
-Checkpoint read_checkpoint(const std::string& path, const TensorFilter& wanted) { return read_file(path, false, wanted); }
+Checkpoint read_checkpoint(const std::string& path, const TensorFilter& wanted, const TensorPlace& place) {
+  return read_file(path, false, wanted, place);
+}
 
-std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir, const TensorFilter& wanted) {
+std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir, const TensorFilter& wanted, const TensorPlace& place) {
   std::ifstream latest(fs::path(dir) / "latest");
   if (!latest) return std::nullopt;
   std::string name;
@@ -241,7 +247,7 @@ std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir, const T
   if (step_of(name, false) < 0 || fs::path(name).filename() != name)
     throw UserError((fs::path(dir) / "latest").string(), "names '" + name + "', not a step_N.ckpt beside it",
                     "remove it, or resume from a checkpoint file by name");
-  return read_checkpoint((fs::path(dir) / name).string(), wanted);
+  return read_checkpoint((fs::path(dir) / name).string(), wanted, place);
 }
 
 }  // namespace pt

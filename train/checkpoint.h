@@ -57,11 +57,17 @@ std::string checkpoint_part_name(int64_t step, int rank);
 // Which tensors' bytes a reader takes (by name); the others come with their type checked and no
 // data (a rank resuming its own stages reads no other rank's). Empty: every one.
 using TensorFilter = std::function<bool(const std::string& name)>;
+// Where a reader puts a wanted tensor's bytes: a place holding type.bytes() of them (the tensor's
+// home: a resume reads straight into the parameters and the optimizer's state), or null to keep
+// them in Checkpoint::tensors. A tensor read into its place comes in `tensors` with its type and
+// no data. Empty: every one in `tensors`.
+using TensorPlace = std::function<std::byte*(const std::string& name, const TensorType& type)>;
 
 // The checkpoint <dir>/latest names; nullopt when the folder has none. UserError naming the file
 // when it is damaged.
-std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir, const TensorFilter& wanted = {});
-Checkpoint read_checkpoint(const std::string& path, const TensorFilter& wanted = {});
+std::optional<Checkpoint> read_latest_checkpoint(const std::string& dir, const TensorFilter& wanted = {},
+                                                 const TensorPlace& place = {});
+Checkpoint read_checkpoint(const std::string& path, const TensorFilter& wanted = {}, const TensorPlace& place = {});
 
 // The steps of the step_*.ckpt files in `dir`, ascending; empty when it has none (or no folder).
 std::vector<int64_t> checkpoint_steps(const std::string& dir);

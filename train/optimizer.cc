@@ -348,6 +348,21 @@ std::vector<std::pair<std::string, const Tensor*>> Optimizer::host_state() const
   return out;
 }
 
+std::byte* Optimizer::state_place(const std::string& name, const TensorType& type) {
+  for (size_t i = 0; i < state_.size(); ++i)
+    if (state_names_[i] == name) return state_[i].type == type ? state_[i].data.data() : nullptr;
+  return nullptr;
+}
+
+void Optimizer::loaded_in_place(int64_t step) {
+  if (step < 0)
+    throw UserError("optimizer state", "step " + std::to_string(step) + " < 0",
+                    "load a checkpoint written with the same optimizer and model");
+  for (size_t i = 0; i < state_.size() && device_; ++i)
+    device_->copy(device_state_[i], state_[i].data.data(), state_[i].data.size());
+  step_ = step;
+}
+
 void Optimizer::load_state(OptimizerState state) {
   const char* where = "optimizer state";
   const std::string todo = "load a checkpoint written with the same optimizer and model";

@@ -147,6 +147,11 @@ class Optimizer {
   // UserError when names, order, types or shapes differ from state()'s for these parameters.
   // Takes the tensors' bytes (a checkpoint's, moved in: no second copy of the state).
   void load_state(OptimizerState state);
+  // A reader filling the state in place (a checkpoint read straight into it): where state tensor
+  // `name` of `type` lives on the host, or null for a name or type it does not hold; then
+  // loaded_in_place(step) ends as load_state() does (the device's copy, the step count).
+  std::byte* state_place(const std::string& name, const TensorType& type);
+  void loaded_in_place(int64_t step);
 
  private:
   OptimizerConfig config_;

@@ -427,7 +427,21 @@ std::optional<int64_t> Trainer::resume() {
     const std::string p = parameter_of(key);
     return ranks_.alone() || !first_device_.count(p) || holds(p);
   };
-  std::optional<Checkpoint> c = read_latest_checkpoint(options_.checkpoint_dir, wanted);
+  // Each wanted tensor is read straight into its home: a parameter this process holds, its
+  // optimizer state (no second copy of the training state while resuming).
+  std::map<std::string, Optimizer*> state_of;
+  for (const auto& o : optimizers_)
+    for (const std::string& name : o->state_names()) state_of["optimizer/" + name] = o.get();
+  const std::map<std::string, const Tensor*> trained = trained_tensors();
+  const auto place = [&](const std::string& key, const TensorType& type) -> std::byte* {
+    if (auto it = state_of.find(key); it != state_of.end()) return it->second->state_place(key.substr(10), type);
+    if (key.rfind("model/", 0) != 0 || !trained.count(key.substr(6))) return nullptr;
+    Tensor& held = mutable_initializer(key.substr(6));
+    if (!(held.type == type)) return nullptr;  // named below
+    held.skip_load();  // the checkpoint's bytes, not the file's
+    return held.data.data();
+  };
+  std::optional<Checkpoint> c = read_latest_checkpoint(options_.checkpoint_dir, wanted, place);
   if (!c) return std::nullopt;
   const std::string at_dir = where("checkpoint.dir");
   const std::string global = std::to_string(rows_ * schedule_.micro_batches * ranks_.replicas());
@@ -461,10 +475,7 @@ std::optional<int64_t> Trainer::resume() {
                       "resume with the model and config that wrote it");
     // Another rank's parameter: that rank resumes it, and this one never reads it.
     if (!ranks_.alone() && first_device_.count(name) && !holds(name)) continue;
-    Tensor& held = mutable_initializer(name);
-    held.skip_load();  // the checkpoint's bytes, not the file's
-    held.data = saved->data;  // into the held bytes, whose address the programs may have taken
-    std::vector<std::byte>().swap(c->find("model/" + name)->data);  // the checkpoint's copy, gone now
+    PT_CHECK(saved->data.empty() || saved->type.bytes() == 0, "'" + name + "' was not read in place");
   }
   for (size_t d = 0; d < optimizers_.size(); ++d) {
     OptimizerState st;
@@ -473,12 +484,15 @@ std::optional<int64_t> Trainer::resume() {
       throw UserError(at_dir, "the checkpoint has no optimizer state for device " + std::to_string(d),
                       "resume with the pipeline.stages that wrote it");
     st.step = std::stoll(it->second);
+    bool in_place = true;
     for (const std::string& name : optimizers_[d]->state_names()) {
       Tensor* saved = c->find("optimizer/" + name);
       if (!saved) throw UserError(at_dir, "the checkpoint has no optimizer state '" + name + "'", "resume with the optimizer that wrote it");
-      st.tensors.emplace_back(name, std::move(*saved));  // taken by the optimizer, not copied
+      in_place = in_place && saved->data.empty();
+      st.tensors.emplace_back(name, std::move(*saved));
     }
-    located(at_dir, [&] { optimizers_[d]->load_state(std::move(st)); });
+    // Read in place; else (another type than this optimizer's) load_state names what differs.
+    located(at_dir, [&] { in_place ? optimizers_[d]->loaded_in_place(st.step) : optimizers_[d]->load_state(std::move(st)); });
   }
   data_->seek(c->data_position);
   first_step_ = steps_done_ = c->step;

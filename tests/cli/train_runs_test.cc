@@ -115,6 +115,15 @@ TEST(TrainRuns, CheckpointPartsReadAsOneAndGoWithTheirCheckpoint) {
   EXPECT_EQ(got.meta.at("stages"), "2");
   ASSERT_TRUE(got.find("model/a") && got.find("model/b"));
   EXPECT_EQ(got.find("model/b")->data, tensor(12.0f).data);
+  // Read in place: model/a's bytes straight into its home (as a resume reads its parameters).
+  pt::Tensor home = tensor(0.0f);
+  const pt::Checkpoint placed = *pt::read_latest_checkpoint(dir, {}, [&](const std::string& name, const pt::TensorType& type) {
+    return name == "model/a" && type == home.type ? home.data.data() : nullptr;
+  });
+  EXPECT_TRUE(placed.find("model/a")->data.empty());
+  EXPECT_EQ(placed.find("model/a")->type, home.type);
+  EXPECT_EQ(home.data, tensor(6.0f).data);
+  EXPECT_EQ(placed.find("model/b")->data, tensor(12.0f).data);
   EXPECT_EQ(pt::checkpoint_steps(dir), (std::vector<int64_t>{4, 6}));
   EXPECT_FALSE(fs::exists(d / "ckpt" / "step_00000002.rank0.part"));
   EXPECT_TRUE(fs::exists(d / "ckpt" / "step_00000004.rank3.part"));

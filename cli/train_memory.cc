@@ -35,9 +35,10 @@ std::string parts_text(const DeviceMemory& p, const char* gradients = "gradients
 
 // What would fit in `have` where `need` does not: a micro-batch of fewer rows (activations scale
 // with them), recompute, or the plan spread over more places (`where`: hosts, GPUs) of `have`
-// each, `fixed` bytes (the processes' overhead) not shrinking with the spread.
+// each. `fixed` of `need` is the processes' overhead, `per_place` of it what a place keeps
+// however far the rest spreads (one process's: a host holds at least one).
 std::string what_fits(const TrainConfig& cfg, int64_t rows, int64_t need, int64_t have, int64_t activations,
-                      int64_t fixed, const char* where) {
+                      int64_t fixed, int64_t per_place, const char* where) {
   std::vector<std::string> ways;
   const int64_t room = have - (need - activations);
   if (activations > 0 && room > 0 && rows > 1) {
@@ -46,8 +47,8 @@ std::string what_fits(const TrainConfig& cfg, int64_t rows, int64_t need, int64_
   }
   if (activations > 0 && cfg.pipeline.recompute != "full")
     ways.push_back("pipeline.recompute: full (F keeps only each chunk's inputs)");
-  if (have > fixed) {
-    const int64_t spread = (need - fixed + (have - fixed) - 1) / (have - fixed);
+  if (have > per_place) {
+    const int64_t spread = (need - fixed + (have - per_place) - 1) / (have - per_place);
     if (spread >= 2)
       ways.push_back("pipeline.stages spread over " + std::to_string(spread) + " " + where +
                      " or more (each holds its stages' parameters and state)");
@@ -84,7 +85,7 @@ void check_host(const TrainConfig& cfg, const TrainMemory& m, const TrainRanks& 
   throw UserError("host memory",
                   who + (ranks.alone() ? " needs " : " need ") + format_bytes(need) + " (" + parts_text(part, m.on_gpu ? "gradients' host copy" : "gradients") + ", " + format_bytes(m.needs.overhead) +
                       " per process), more than the " + format_bytes(have.bytes) + " it has available (" + have.source + ")",
-                  what_fits(cfg, m.rows, need, have.bytes, part.activations, fixed, "hosts"));
+                  what_fits(cfg, m.rows, need, have.bytes, part.activations, fixed, m.needs.overhead, "hosts"));
 }
 
 void check_gpus(const TrainConfig& cfg, const TrainMemory& m, const TrainRanks& ranks) {
@@ -108,7 +109,7 @@ void check_gpus(const TrainConfig& cfg, const TrainMemory& m, const TrainRanks& 
                     std::string(devices.size() > 1 ? "devices " : "device ") + list(devices) + " need " +
                         format_bytes(part.total()) + " (" + parts_text(part) + "), more than its " + format_bytes(have) +
                         " free",
-                    what_fits(cfg, m.rows, part.total(), have, part.activations, 0, "GPUs"));
+                    what_fits(cfg, m.rows, part.total(), have, part.activations, 0, 0, "GPUs"));
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "core/error.h"
 #include "exec/cpu/cpu_backend.h"
@@ -133,12 +134,11 @@ void Trainer::make_optimizers(const std::vector<int>& placement) {
 }
 
 // Across processes a rank reads the feeds its own chunks take: the inputs where it holds a first
-// stage, the target where it holds the loss (its evaluation chunks read no more). Rank 0 reads
-// every feed: it runs the whole model again to find a non-finite value.
+// stage, the target where it holds the loss (its evaluation chunks and its part of the
+// non-finite hunt read no more).
 void Trainer::open_data() {
   DataOptions o = options_.data;
   const auto read_here = [&](const std::string& feed) {
-    if (ranks_.rank() == 0) return true;
     for (size_t c = 0; c < chunks_.size(); ++c) {
       const Graph& g = chunks_[c].forward;
       if (here(static_cast<size_t>(schedule_.device_of(static_cast<int>(c)))))
@@ -340,29 +340,63 @@ void Trainer::after_step(int64_t done, TrainObserver& observer) {
   }
 }
 
+// Where the step's first NaN or Inf came from: replica 0's ranks run its micro-batches again on
+// the CPU, each its own chunks (ReferenceStep cut as the pipeline is: no rank takes another's
+// parameters), watching every node's output; the find first in one process's order is said, by
+// the rank that met it (rank 0 when none did).
 void Trainer::stop_nonfinite(int64_t s, double norm, const std::vector<FeedMap>& feeds, int first) {
-  share_parameters();  // the watched run needs every device's parameters of this step
-  if (ranks_.rank() == 0) {
+  pull_parameters();  // the device copies, where the devices update them
+  std::optional<NonFinite> found;
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  int64_t at = kNone;
+  if (ranks_.replica() == 0) {
+    CpuBackend cpu(options_.threads);
+    const std::optional<ReferenceCut> cut = reference_cut();
+    ReferenceStep watch(chunks_, cpu, true, cut ? &*cut : nullptr);
+    for (size_t m = 0; m < feeds.size() && (cut || !watch.first_nonfinite()); ++m) watch.run_micro_batch(feeds[m]);
+    if (const NonFinite* f = watch.first_nonfinite()) {
+      found = *f;
+      at = watch.first_nonfinite_at();
+    }
+    if (host_comm_) host_comm_->reset();
+  }
+  int64_t first_at = at;
+  if (!ranks_.alone()) {
+    std::vector<int64_t> lowest = {-at};  // the earliest find, over every rank
+    ranks_.max(lowest);
+    first_at = -lowest[0];
+  }
+  const bool says = first_at == kNone ? ranks_.rank() == 0 : found && at == first_at;
+  if (says) {
     const auto text = [](double x) { return std::isnan(x) ? std::string("nan") : std::string(x > 0 ? "inf" : "-inf"); };
     std::string what = !std::isfinite(last_loss_) ? "the loss is " + text(last_loss_) : "the gradient norm is " + text(norm);
-    CpuBackend cpu(options_.threads);
-    ReferenceStep watch(chunks_, cpu, true);
-    for (size_t m = 0; m < feeds.size() && !watch.first_nonfinite(); ++m) {
-      watch.run_micro_batch(feeds[m]);
-      if (const NonFinite* f = watch.first_nonfinite())
-        what += "; the first " + f->what + ": output '" + f->value + "' of node '" + f->node + "' (" + f->op + ") in the " +
-                f->pass + " of chunk " + std::to_string(f->chunk) + " (stage " +
-                std::to_string(schedule_.device_of(static_cast<int>(f->chunk))) + "), micro-batch " +
-                std::to_string(first + static_cast<int>(m));
+    if (found) {
+      const auto m = static_cast<int>(at / (3 * static_cast<int64_t>(chunks_.size())));
+      what += "; the first " + found->what + ": output '" + found->value + "' of node '" + found->node + "' (" + found->op +
+              ") in the " + found->pass + " of chunk " + std::to_string(found->chunk) + " (stage " +
+              std::to_string(schedule_.device_of(static_cast<int>(found->chunk))) + "), micro-batch " +
+              std::to_string(first + m);
+    } else {
+      what += "; every node stays finite when this replica's micro-batches run again on the CPU";
     }
-    if (!watch.first_nonfinite()) what += "; every node stays finite when this replica's micro-batches run again on the CPU";
     throw UserError("step " + std::to_string(s + 1), what,
                     "the run stopped before updating the parameters; the last checkpoint is kept: lower optimizer.lr, "
                     "set optimizer.clip_grad_norm, or look at that node's inputs");
   }
   std::vector<double> wait = {0};
-  ranks_.sum(wait);  // rank 0 never joins: its error ends every rank (MPI_Abort)
+  ranks_.sum(wait);  // the rank that says it never joins: its error ends every rank
   std::abort();
+}
+
+// The pipeline's cut of the chunks over the processes, for a ReferenceStep; none alone.
+std::optional<ReferenceCut> Trainer::reference_cut() {
+  if (ranks_.alone()) return std::nullopt;
+  ReferenceCut cut;
+  for (size_t c = 0; c < chunks_.size(); ++c) cut.device_of_chunk.push_back(schedule_.device_of(static_cast<int>(c)));
+  cut.rank_of_device = rank_of_;
+  cut.rank = ranks_.rank();
+  cut.comm = host_comm_.get();
+  return cut;
 }
 
 void Trainer::save_checkpoint(int64_t steps_done) {

@@ -44,6 +44,7 @@
 #include "train/evaluator.h"
 #include "train/executor.h"
 #include "train/optimizer.h"
+#include "train/reference_step.h"
 #include "train/timeline.h"
 #include "train/train_devices.h"
 #include "train/ties.h"
@@ -146,7 +147,7 @@ class Trainer {
   std::map<std::string, const Tensor*> trained_tensors() const;
   // Every trained parameter and BatchNorm buffer from the rank that updates it (and from the
   // devices) to every rank of its replica: the NaN hunt runs the whole model.
-  void share_parameters();
+  std::optional<ReferenceCut> reference_cut();
   // The training-mode forwards whose batch statistics each BatchNorm's running statistics take
   // in a step: every micro-batch of the global batch (of every replica).
   int64_t batch_norm_updates_per_step() const { return int64_t{schedule_.micro_batches} * ranks_.replicas(); }

@@ -39,6 +39,8 @@ void Trainer::make_evaluator(const std::vector<int>& placement) {
   if (!host_comm_) return;
   std::vector<std::string> messages = eval_ ? eval_->message_names() : std::vector<std::string>{};
   messages.insert(messages.end(), {kAsk, kTensor});
+  const std::vector<std::string> hunt = ReferenceStep::message_names(chunks_, *reference_cut());
+  messages.insert(messages.end(), hunt.begin(), hunt.end());
   host_comm_->plan(messages, 1);
 }
 

@@ -75,18 +75,6 @@ void Trainer::pull_parameters() {
   }
 }
 
-void Trainer::share_parameters() {
-  pull_parameters();
-  if (ranks_.alone()) return;
-  for (const auto& [p, device] : first_device_) {  // every trained parameter and BatchNorm buffer
-    Tensor& t = mutable_initializer(p);
-    const bool mine = owner_of(p) == ranks_.rank();
-    if (!mine) t.skip_load();  // another rank's parameter: its bytes come from there, not the file
-    ranks_.share(t.data.data(), static_cast<size_t>(t.type.bytes()), mine, Over::kReplica);
-  }
-  devices_.refresh_constants();
-}
-
 void Trainer::trace_step(int64_t s, double at, const std::vector<std::vector<ActionTime>>& times,
                          const std::vector<TraceSpan>& collectives) {
   const int D = ranks_.replicas();

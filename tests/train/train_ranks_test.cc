@@ -638,6 +638,27 @@ TEST(TrainRanks, ALostRankEndsTheJob) {
   EXPECT_TRUE(std::regex_search(r.err, line)) << r.err;
 }
 
+// Issue 42: a step that is not finite is hunted on the ranks as the pipeline cuts it, each its
+// own chunks (no rank takes the whole model); the line names the node one process names, once.
+TEST(TrainRanks, ANonFiniteStepNamesTheNodeOneProcessNames) {
+  const fs::path d = scratch("ranks_nonfinite");
+  const std::string args = charlm(d, "--set optimizer.kind=sgd --set optimizer.lr=1.0e+30 --set optimizer.warmup_steps=0 "
+                                     "--set optimizer.schedule=constant --set steps=3");
+  const Result one = run(args);
+  ASSERT_EQ(one.code, 2) << one.err;
+  ASSERT_EQ(one.err.rfind("error: step 2: ", 0), 0u) << one.err;
+  ASSERT_NE(one.err.find("; the first "), std::string::npos) << one.err;
+  for (int ranks : {2, 4}) {
+    const Result r = mpirun(ranks, args);
+    EXPECT_NE(r.code, 0);
+    const std::regex line("error: rank [0-9] of " + std::to_string(ranks) + ": (.*\n)");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.err, m, line)) << r.err;
+    EXPECT_EQ(m[1].str(), one.err.substr(7)) << r.err;
+    EXPECT_EQ(r.err.find("error:", m.position(0) + 1), std::string::npos) << "said twice: " << r.err;
+  }
+}
+
 // Issue 42: the ranks of one host need their memory together; short of it, rank 0 alone says so
 // (one line, with both figures) and the job stops before loading. A run's summary gives each
 // rank's peak RSS beside its planned host memory.

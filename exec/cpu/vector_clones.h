@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+// PT_NO_VECTOR_CLONES (a build for one ISA, e.g. -march=x86-64-v3 to measure the AVX2 path on an
+// AVX-512 machine) leaves one copy, compiled for the build's target.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__) && \
+    !defined(PT_NO_VECTOR_CLONES)
 #define PT_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define PT_VECTOR_CLONES

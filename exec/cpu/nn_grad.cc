@@ -257,8 +257,8 @@ class DepthwiseConvGradWeight final : public Kernel {
   int threads_;
 };
 
-// The same for a 2-D depthwise Conv of stride 1, no dilation and a kernel at most 16 wide (a
-// ConvNeXt's 7x7): per channel c, image n, output row oh and kernel row kh (input row ih =
+// The same for a 2-D depthwise Conv of stride 1, no dilation and a kernel at most 16 wide whose
+// output rows times kernel width fill 16 lanes (a ConvNeXt's 7x7 on 8x8 maps): per channel c, image n, output row oh and kernel row kh (input row ih =
 // oh - pad + kh, when inside; the plane copied once per image into rows of OW + 15 values with
 // its padding's zeros), each dY value of the output row scales 16 of them at once into the
 // kernel row's 16 lanes: lane kw gathers dY[n, c, oh, ow] * X[n, c, ih, ow - pad + kw], the lanes
@@ -348,7 +348,10 @@ std::unique_ptr<Kernel> make_depthwise_grad_weight(const KernelSpec& s, const Co
     return nullptr;
   if (dnnl_depthwise_weights_jit(s, g)) return nullptr;
   const auto all = [](const Dims& d, int64_t v) { return std::all_of(d.begin(), d.end(), [v](int64_t x) { return x == v; }); };
-  if (g.x.size() == 4 && all(g.window.strides, 1) && all(g.window.dilation, 0) && g.w[3] <= kRowLanes)
+  // By rows where an output row's products fill a vector's lanes at least (not MobileNetV2's late
+  // 3x3s on 4x4 to 1x1 maps: a row call per kernel row costs more than their few pairs).
+  if (g.x.size() == 4 && all(g.window.strides, 1) && all(g.window.dilation, 0) && g.w[3] <= kRowLanes &&
+      g.y[3] * g.w[3] >= kRowLanes)
     return std::make_unique<DepthwiseRowsGradWeight>(g, s.cpu->threads);
   const size_t r = g.x.size() - 2, lead = 3 - r;
   std::array<PoolDim, 3> d;

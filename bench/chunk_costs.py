@@ -3,7 +3,8 @@
 sample and a few of today's exports: the table of the README's "measured against the cost model".
 
 Each run is `pipetrain train` for a few steps; its metrics summary holds per chunk the measured
-seconds (the median action) and the model's work units. As train's summary does, the units are
+seconds (the median action: what its thread spent, CLOCK_THREAD_CPUTIME_ID, where every device runs
+one thread on the CPU, as here; its wall time otherwise) and the model's work units. As train's summary does, the units are
 turned into ms at one rate fitted over the run (all measured F+B+W over all planned F+B+W), so a
 ratio says how far the model's share for a chunk is from its measured share (1.00: exact). Each
 run is repeated (--repeat, 3) and each measured cell is the median over the repeats: on shared
@@ -71,12 +72,18 @@ def run(binary, config, steps, sets, log):
     return None
 
 
+def spent(summary):
+    """Per chunk the measured F, B and W: what the actions spent (thread CPU time) where the
+    summary has it, their wall time from a pipetrain before it."""
+    return summary.get("chunk_costs_spent_s", summary["chunk_costs_s"])
+
+
 def median_summary(summaries):
     """One summary whose measured chunk costs are each cell's median over the repeats."""
     s = dict(summaries[0])
-    cells = [[sorted(x["chunk_costs_s"][c][k] for x in summaries)[len(summaries) // 2] for k in range(3)]
-             for c in range(len(s["chunk_costs_s"]))]
-    s["chunk_costs_s"] = cells
+    cells = [[sorted(spent(x)[c][k] for x in summaries)[len(summaries) // 2] for k in range(3)]
+             for c in range(len(spent(s)))]
+    s["chunk_costs_spent_s"] = cells
     return s
 
 
@@ -87,7 +94,7 @@ def run_repeated(binary, config, steps, sets, repeat, log):
 
 def rows_of(name, summary):
     """Per chunk: name, run, chunk, and (measured ms, model ms, ratio) for F, B, W (B+W fused at 1f1b)."""
-    measured, model = summary["chunk_costs_s"], summary["chunk_costs_model"]
+    measured, model = spent(summary), summary["chunk_costs_model"]
     seconds = sum(sum(c) for c in measured)
     units = sum(sum(c) for c in model)
     ms_per_unit = seconds * 1e3 / units
@@ -138,12 +145,13 @@ def main():
     ap.add_argument("--csv")
     a = ap.parse_args()
     models = dict(SAMPLES, **(EXPORTS if a.exports else {}))
-    rows = []
+    rows, clocks = [], set()
     with tempfile.TemporaryDirectory() as tmp:
         if not a.only or "charlm" in a.only:
             s = run_repeated(a.pipetrain, "samples/charlm/train.yaml", a.steps, {}, a.repeat, sys.stderr)
             if s:
                 rows += rows_of("charlm", s)
+                clocks.add(s.get("chunk_costs_spent_clock", "wall"))
         for name, (model, batch, extra) in models.items():
             if a.only and name not in a.only:
                 continue
@@ -158,13 +166,14 @@ def main():
                                  a.repeat, sys.stderr)
                 if s:
                     rows += rows_of(name, s)
+                    clocks.add(s.get("chunk_costs_spent_clock", "wall"))
     print(f"{'sample':<14}{'run':<13}{'chunk':>5}  {'F ms, model, ratio':<23}  {'B ms, model, ratio':<23}  "
           f"{'W ms, model, ratio':<23}")
     for r in rows:
         b = fmt(r[4]) if r[5] is not None else fmt(r[4]) + " (B+W)"
         print(f"{r[0]:<14}{r[1]:<13}{r[2]:>5}  {fmt(r[3]):<23}  {b:<23}  {fmt(r[5]):<23}")
     worst = [r for r in rows if any(c is not None and abs(c[2] - 1) > 0.25 for c in r[3:])]
-    print(f"{len(rows)} chunks, {len(worst)} with a cell outside 25%")
+    print(f"{len(rows)} chunks, {len(worst)} with a cell outside 25%; measured: {', '.join(sorted(clocks))} time")
     print()
     print_summary(rows)
     if a.csv:

@@ -125,7 +125,8 @@ std::string half_weights_line(const Graph& g, bool float32_out) {
          (float32_out ? "written as float32 (output.dtype: fp32)" : "written back as " + held + " (output.dtype: fp32 writes float32)");
 }
 
-void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned, const Costs& measured) {
+void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned, const Costs& measured,
+                       bool thread_cpu) {
   bool fused = false;
   for (const auto& actions : s.devices)
     for (const Action& a : actions) fused = fused || a.op == Op::kBW;
@@ -136,7 +137,8 @@ void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned
   }
   if (units <= 0 || seconds <= 0) return;
   const double ms_per_unit = seconds * 1e3 / units;
-  os << "per chunk, measured ms / cost model ms (at the run's rate, " << fixed(1 / (ms_per_unit * 1e-3), 2)
+  os << "per chunk, measured ms (the median action's " << (thread_cpu ? "thread CPU time" : "wall time")
+     << ") / cost model ms (at the run's rate, " << fixed(1 / (ms_per_unit * 1e-3), 2)
      << " GFLOP-equivalents/s) = ratio:\n";
   const auto cell = [&](const char* name, double have, double want) {
     os << "  " << name << " " << fixed(have * 1e3, 3) << " / " << fixed(want * ms_per_unit, 3) << " = "

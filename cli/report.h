@@ -27,11 +27,14 @@ void print_op_table(std::ostream& os);
 // "" for any other model.
 std::string half_weights_line(const Graph& g, bool float32_out = false);
 
-// `train`'s summary: per chunk, F, B and W measured (ms, mean per action) beside what the cost
+// `train`'s summary: per chunk, F, B and W measured (ms, the median action) beside what the cost
 // model plans (plan/chunk_costs.h work units), the units turned into ms at one rate for the whole
 // run (all measured F+B+W time over all planned F+B+W units), so each chunk's ratio says how far
 // the model's share for it is from the measured share. Where `s` fuses B and W (BW actions) only
-// B+W was measured and is shown as one column.
-void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned, const Costs& measured);
+// B+W was measured and is shown as one column. thread_cpu: `measured` holds what the actions'
+// threads spent (train/timeline.h ActionClock::kThreadCpu), else their wall time; the header
+// says which.
+void print_chunk_times(std::ostream& os, const Schedule& s, const Costs& planned, const Costs& measured,
+                       bool thread_cpu);
 
 }  // namespace pt

@@ -120,7 +120,7 @@ void TrainPrinter::summary(const Trainer& t, const TrainSummary& s, const TrainM
               << format_bytes(static_cast<int64_t>(s.planned_peak[d]));
   std::cout << "\n";
   print_memory_summary(std::cout, memory, ranks);
-  print_chunk_times(std::cout, schedule, t.planned(), s.costs);
+  print_chunk_times(std::cout, schedule, t.planned(), s.spent, s.spent_clock == ActionClock::kThreadCpu);
   metrics_.summary(t, s, cfg_.threads);
   if (t.profiled_from() >= 0) print_profile(t);
 }

@@ -67,6 +67,11 @@ class ExecutionError : public UserError {
 
 struct ActionTime {
   double start = 0, end = 0;  // seconds since the step began
+  // Seconds the action's thread ran between start and end (CLOCK_THREAD_CPUTIME_ID), the clock
+  // reads' own cost taken off: what the action itself spent, without the time its thread waited
+  // descheduled (4 stage threads on 2 cores, another process). Read for compute actions in steps
+  // run under time_cpu(); -1 otherwise.
+  double cpu = -1;
 };
 
 class PipelineExecutor {
@@ -114,6 +119,12 @@ class PipelineExecutor {
   const std::vector<int64_t>& peak_slot_bytes() const { return peak_slot_; }
   const Schedule& schedule() const { return schedule_; }
 
+  // From the next step on, each compute action also reads its thread's CPU time
+  // (ActionTime::cpu), or no longer does. A read is a system call (~1 us on the development VM,
+  // 0.1-0.2 us on bare metal): it lies outside the action's start and end, but lengthens the gap
+  // to the next action by twice that.
+  void time_cpu(bool on);
+
   // From the next step on, every kernel of every chunk is timed on its own (the backend
   // synchronised after each, which slows the step): op_profile() sums the times per pass
   // (F, B, W) and op type over the profiled steps, largest first, each beside what the cost
@@ -155,6 +166,8 @@ class PipelineExecutor {
   double loss_ = 0;
   int steps_run_ = 0;
   bool gradients_on_device_ = false;
+  bool time_cpu_ = false;
+  double cpu_read_cost_ = 0;  // one thread CPU clock read's share of an interval (time_cpu)
   std::unique_ptr<Failure> failure_;
   std::vector<std::vector<ActionTime>> times_;
   std::vector<int64_t> peak_kept_, peak_slot_;

@@ -52,7 +52,9 @@ void MetricsWriter::summary(const Trainer& t, const TrainSummary& s, int threads
   if (!out_.is_open()) return;
   const Schedule& schedule = t.schedule();
   nlohmann::json chunk_costs_s = nlohmann::json::array(), chunk_costs_model = nlohmann::json::array();
+  nlohmann::json chunk_costs_spent_s = nlohmann::json::array();
   for (const ChunkCost& c : s.costs.chunks) chunk_costs_s.push_back({c.f, c.b, c.w});
+  for (const ChunkCost& c : s.spent.chunks) chunk_costs_spent_s.push_back({c.f, c.b, c.w});
   for (const ChunkCost& c : t.planned().chunks) chunk_costs_model.push_back({c.f, c.b, c.w});
   nlohmann::json j = {{"schedule", schedule.kind},
                       {"stages", schedule.stages},
@@ -68,6 +70,8 @@ void MetricsWriter::summary(const Trainer& t, const TrainSummary& s, int threads
                       {"peak_kept_bytes_measured", s.peak_kept},
                       {"peak_kept_bytes_planned", s.planned_peak},
                       {"chunk_costs_s", chunk_costs_s},
+                      {"chunk_costs_spent_s", chunk_costs_spent_s},
+                      {"chunk_costs_spent_clock", s.spent_clock == ActionClock::kThreadCpu ? "thread_cpu" : "wall"},
                       {"chunk_costs_model", chunk_costs_model}};
   out_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
 }

@@ -24,7 +24,7 @@ double median(std::vector<double> t) {
 }  // namespace
 
 Costs measured_costs(const Costs& planned, const Schedule& s,
-                     const std::vector<std::vector<std::vector<ActionTime>>>& steps) {
+                     const std::vector<std::vector<std::vector<ActionTime>>>& steps, ActionClock clock) {
   Costs costs = planned;
   const size_t n = costs.chunks.size();
   std::vector<std::vector<double>> f(n), b(n), w(n), bw(n);
@@ -33,7 +33,8 @@ Costs measured_costs(const Costs& planned, const Schedule& s,
       for (size_t i = 0; i < s.devices[d].size(); ++i) {
         const Action& a = s.devices[d][i];
         const size_t c = static_cast<size_t>(a.chunk);
-        const double t = times[d][i].end - times[d][i].start;
+        const ActionTime& at = times[d][i];
+        const double t = clock == ActionClock::kThreadCpu && at.cpu >= 0 ? at.cpu : at.end - at.start;
         if (a.op == Op::kF) f[c].push_back(t);
         if (a.op == Op::kB) b[c].push_back(t);
         if (a.op == Op::kW) w[c].push_back(t);

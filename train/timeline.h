@@ -20,8 +20,14 @@ namespace pt {
 // less its send's start, where the receive was waiting for it); where no message was timed,
 // comm stays as `planned` gives it. Medians, so that an action the OS descheduled on a loaded
 // machine does not set its chunk's cost.
+//
+// ActionClock::kThreadCpu reads F, B and W by what each action's thread spent
+// (ActionTime::cpu; an action the step did not read it for counts by its wall time): what the
+// cost model prices, with no time the thread waited descheduled.
+enum class ActionClock { kWall, kThreadCpu };
 Costs measured_costs(const Costs& planned, const Schedule& s,
-                     const std::vector<std::vector<std::vector<ActionTime>>>& steps);
+                     const std::vector<std::vector<std::vector<ActionTime>>>& steps,
+                     ActionClock clock = ActionClock::kWall);
 
 // One measured step as a Simulation: every action's start and end, busy time per device
 // (compute actions only), makespan = the last end, bubble = 1 - busy / (P x makespan).

@@ -213,6 +213,8 @@ void Trainer::step(int64_t s, TrainObserver& observer) {
   const Clock::time_point begin = Clock::now();
   const StepFeeds in = draw_feeds(s);
   StepClock clock;  // the executor's action times count from here
+  // The steps the summary keeps (record_step) also read each action's thread CPU time.
+  executor_->time_cpu(spent_clock() == ActionClock::kThreadCpu && s > first_step_ && timed_.size() < kTimedSteps);
   executor_->run_step(in.feeds);
   reduce_gradients(&clock);
   update_batch_norm_statistics();
@@ -325,7 +327,7 @@ void Trainer::record_step(int64_t s, Clock::time_point begin, const StepClock& c
   if (s > first_step_) step_seconds_.push_back(r.seconds);
   if (s - first_step_ < kTraceSteps)
     trace_step(s, std::chrono::duration<double>(clock.run_begin - t0_).count(), times, collective_spans(clock.spans));
-  if (s > first_step_ && timed_.size() < 8) timed_.push_back(times);  // the first warms up
+  if (s > first_step_ && timed_.size() < kTimedSteps) timed_.push_back(times);  // the first warms up
   for (size_t d = 0; d < peak_kept_.size(); ++d) peak_kept_[d] = std::max(peak_kept_[d], r.peak_kept_bytes[d]);
   observer.step(r);
 }
@@ -534,10 +536,16 @@ std::optional<int64_t> Trainer::resume() {
   return c->step;
 }
 
+ActionClock Trainer::spent_clock() const {
+  return options_.device.kind == "cpu" && options_.device.threads == 1 ? ActionClock::kThreadCpu : ActionClock::kWall;
+}
+
 TrainSummary Trainer::finish() {
   if (timed_.empty()) timed_.push_back(step_times());
   TrainSummary t;
   t.costs = measured_costs(planned_, lowered_, timed_);
+  t.spent_clock = spent_clock();
+  t.spent = measured_costs(planned_, lowered_, timed_, t.spent_clock);
   t.predicted = simulate(lowered_, t.costs);
   t.measured = measured_step(lowered_, timed_.back());
   for (const auto& times : timed_) {

@@ -109,7 +109,12 @@ struct StopCheck {
 
 // After the last step: the measured step against the simulation on measured costs.
 struct TrainSummary {
-  Costs costs;                        // measured (train/timeline.h measured_costs)
+  Costs costs;                        // measured (train/timeline.h measured_costs), wall time
+  // F, B and W as the actions themselves spent them, beside the cost model's: each action's
+  // thread CPU time (ActionClock::kThreadCpu) where every device is a CPU running one thread,
+  // else as `costs` (wall time: a GPU's work, or a device's OpenMP team, is not its thread's).
+  Costs spent;
+  ActionClock spent_clock = ActionClock::kWall;
   Simulation predicted;               // on the measured costs
   Simulation measured;                // the last timed step
   double bubble = 0, makespan = 0;    // measured, the mean over the timed steps
@@ -283,6 +288,8 @@ class Trainer {
   ChromeTrace trace_;
   Clock::time_point t0_;
   std::vector<std::vector<std::vector<ActionTime>>> timed_;  // a few steps' times for the costs
+  static constexpr size_t kTimedSteps = 8;                     // after the first, which warms up
+  ActionClock spent_clock() const;
   std::vector<int64_t> peak_kept_;
   std::vector<double> step_seconds_;  // every step after the first of this process
   double last_loss_ = 0;

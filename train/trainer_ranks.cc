@@ -138,6 +138,7 @@ std::vector<std::vector<ActionTime>> Trainer::step_times() const {
       const bool mine = rank_of_[d] == ranks_.rank();
       flat.push_back(mine ? t.start : 0.0);
       flat.push_back(mine ? t.end : 0.0);
+      flat.push_back(mine ? t.cpu : 0.0);
     }
   ranks_.sum(flat, Over::kReplica);
   size_t i = 0;
@@ -145,6 +146,7 @@ std::vector<std::vector<ActionTime>> Trainer::step_times() const {
     for (ActionTime& t : list) {
       t.start = flat[i++];
       t.end = flat[i++];
+      t.cpu = flat[i++];
     }
   return times;
 }

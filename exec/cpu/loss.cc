@@ -1,9 +1,7 @@
 // exec/cpu/loss.cc: the fused loss of the pipetrain domain (core/pipetrain_ops.h):
 // SoftmaxCrossEntropy and its gradient, on Logits [..., C] seen as T rows of C classes. Loops
 // that vectorise: the row max, then exp (exp_poly) summed in float lanes folded in double; rows
-// run in parallel.
-#include <omp.h>
-
+// run in parallel. Rows shorter than the lanes (an MLP's 10 classes) run as one flat array.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +14,7 @@
 #include "core/error.h"
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
@@ -65,12 +64,49 @@ PT_VECTOR_CLONES double exp_sum(const float* x, int64_t c, float m, float* e) {
   return total;
 }
 
+// Rows of fewer than 16 values, all T at once: e[t, j] = exp(x[t, j] - max_t) and sums[t] =
+// sum_j e[t, j] (in double, in j order). Each row's max and x - max, then the exps of the whole
+// T x C array in one vector loop, then the sums: row by row (row_max and exp_sum) each row ran
+// its exps through lanes it mostly left empty and folded 16 of them, ~55 ns a row of 10 classes
+// (an MLP's loss over 32 x 10 logits: 2.2 us, 6x what its FLOPs and bytes cost).
+PT_VECTOR_CLONES void exp_in_place(float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = exp_poly(e[i]);
+}
+
+void short_rows_exp(const float* x, int64_t rows, int64_t c, float* e, float* max, double* sums) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* row = x + t * c;
+    float m = row[0];
+    for (int64_t j = 1; j < c; ++j) m = std::max(m, row[j]);
+    max[t] = m;
+    for (int64_t j = 0; j < c; ++j) e[t * c + j] = row[j] - m;
+  }
+  exp_in_place(e, rows * c);
+  for (int64_t t = 0; t < rows; ++t) {
+    double s = 0;
+    for (int64_t j = 0; j < c; ++j) s += e[t * c + j];
+    sums[t] = s;
+  }
+}
+
 // d[j] = k * softmax(x)[j] over a row of c > 0 values: the exps written to d, then scaled by
 // k / their sum.
 PT_VECTOR_CLONES void softmax_row_scaled(const float* x, int64_t c, float k, float* d) {
   const float m = row_max(x, c);
   const float scale = static_cast<float>(double(k) / exp_sum<true>(x, c, m, d));
   for (int64_t j = 0; j < c; ++j) d[j] *= scale;
+}
+
+// A short row's gradient from its exps in d and their sum: k * (softmax - onehot(target)), or
+// 0 where the target is ignored.
+void scale_row(float* d, int64_t c, float k, double sum, int64_t target, int64_t ignore_index) {
+  if (target == ignore_index) {
+    std::fill(d, d + c, 0.f);
+    return;
+  }
+  const float scale = static_cast<float>(double(k) / sum);
+  for (int64_t j = 0; j < c; ++j) d[j] *= scale;
+  d[target] -= k;
 }
 
 // Shared by the loss and its gradient: T rows of C classes, targets in [0, C) or ignore_index.
@@ -80,6 +116,8 @@ struct LossRows {
   int threads = 1;
 
   bool parallel() const { return rows > 1 && rows * classes >= kParallelMin; }
+  // short_rows_exp's case: rows shorter than the lanes, on one thread.
+  bool short_rows() const { return classes < kLanes && !(parallel() && threads > 1); }
 
   // Targets are the user's data: checked before any row is computed.
   void check(const int64_t* target) const {
@@ -100,7 +138,13 @@ class SoftmaxCrossEntropy final : public Kernel {
  public:
   explicit SoftmaxCrossEntropy(LossRows r) : r_(std::move(r)) {}
 
-  size_t scratch_bytes() const override { return static_cast<size_t>(r_.rows) * sizeof(double); }
+  // Per row its loss (double); short rows also their sums (double), maxima and exps (float).
+  size_t scratch_bytes() const override {
+    const size_t rows = static_cast<size_t>(r_.rows);
+    return rows * sizeof(double) + (r_.short_rows() ? rows * (sizeof(double) + sizeof(float)) +
+                                                          rows * static_cast<size_t>(r_.classes) * sizeof(float)
+                                                    : 0);
+  }
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     const float* x = in[0].as<const float>();
@@ -108,15 +152,23 @@ class SoftmaxCrossEntropy final : public Kernel {
     auto* loss = static_cast<double*>(scratch);
     r_.check(target);
     const int64_t c = r_.classes;
-#pragma omp parallel for num_threads(r_.threads) if (r_.parallel())
-    for (int64_t t = 0; t < r_.rows; ++t) {
-      if (target[t] == r_.ignore_index) {
-        loss[t] = 0;
-        continue;
-      }
-      const float* row = x + t * c;
-      const float m = row_max(row, c);
-      loss[t] = double(m) + std::log(exp_sum<false>(row, c, m, nullptr)) - double(row[target[t]]);
+    if (r_.short_rows()) {
+      double* sums = loss + r_.rows;
+      auto* max = reinterpret_cast<float*>(sums + r_.rows);
+      short_rows_exp(x, r_.rows, c, max + r_.rows, max, sums);
+      for (int64_t t = 0; t < r_.rows; ++t)
+        loss[t] = target[t] == r_.ignore_index ? 0
+                                               : double(max[t]) + std::log(sums[t]) - double(x[t * c + target[t]]);
+    } else {
+      parallel_for(r_.rows, r_.threads, r_.parallel(), [&](int64_t t) {
+        if (target[t] == r_.ignore_index) {
+          loss[t] = 0;
+          return;
+        }
+        const float* row = x + t * c;
+        const float m = row_max(row, c);
+        loss[t] = double(m) + std::log(exp_sum<false>(row, c, m, nullptr)) - double(row[target[t]]);
+      });
     }
     double total = 0;
     for (int64_t t = 0; t < r_.rows; ++t) total += loss[t];
@@ -133,23 +185,34 @@ class SoftmaxCrossEntropyGrad final : public Kernel {
  public:
   explicit SoftmaxCrossEntropyGrad(LossRows r) : r_(std::move(r)) {}
 
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+  // Short rows: their sums (double) and maxima (float); the exps go to dX.
+  size_t scratch_bytes() const override {
+    return r_.short_rows() ? static_cast<size_t>(r_.rows) * (sizeof(double) + sizeof(float)) : 0;
+  }
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     const float k = in[0].as<const float>()[0] * in[3].as<const float>()[0];
     const float* x = in[1].as<const float>();
     const int64_t* target = in[2].as<const int64_t>();
     float* dx = out[0].as<float>();
     r_.check(target);
     const int64_t c = r_.classes;
-#pragma omp parallel for num_threads(r_.threads) if (r_.parallel())
-    for (int64_t t = 0; t < r_.rows; ++t) {
+    if (r_.short_rows()) {
+      auto* sums = static_cast<double*>(scratch);
+      auto* max = reinterpret_cast<float*>(sums + r_.rows);
+      short_rows_exp(x, r_.rows, c, dx, max, sums);
+      for (int64_t t = 0; t < r_.rows; ++t) scale_row(dx + t * c, c, k, sums[t], target[t], r_.ignore_index);
+      return;
+    }
+    parallel_for(r_.rows, r_.threads, r_.parallel(), [&](int64_t t) {
       float* d = dx + t * c;
       if (target[t] == r_.ignore_index) {
         std::fill(d, d + c, 0.f);
-        continue;
+        return;
       }
       softmax_row_scaled(x + t * c, c, k, d);
       d[target[t]] -= k;
-    }
+    });
   }
 
  private:

@@ -443,6 +443,13 @@ TEST(ConvGrad, DepthwiseSmallPlanes) {
   check_conv_adjoint({2, 16, 16, 16, {2, 3}, {3, 3}, {2, 1}, {1, 2}, {1, 2, 0, 1}});
   check_conv_adjoint({2, 8, 8, 8, {3}, {5}, {1}, {1}, {2, 2}});
 }
+// 2-D, stride 1, no dilation, where oneDNN has no JIT weight gradient (8 channels): the row
+// kernel (DepthwiseRowsGradWeight). ConvNeXt's 7x7 over 8x8 maps, and rows wider than its 16
+// lanes under asymmetric pads.
+TEST(ConvGrad, DepthwiseRows) {
+  check_conv_adjoint({2, 8, 8, 8, {8, 8}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
+  check_conv_adjoint({3, 8, 8, 8, {5, 21}, {3, 5}, {1, 1}, {1, 1}, {0, 3, 2, 1}});
+}
 // 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections),
 // where the direct pointwise kernel runs: 1x1, 4x4, 2x3 and a 1-D plane.
 TEST(ConvGrad, PointwiseSmallPlanes) {

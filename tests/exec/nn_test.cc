@@ -168,6 +168,12 @@ TEST(Conv, GroupedMatchesLoop) { check_conv({2, 8, 9, 9, 12, 4, 3, 1, 1, 1}); }
 TEST(Conv, DepthwiseStridedMatchesLoop) { check_conv({2, 16, 10, 10, 16, 16, 3, 2, 1, 1}); }
 TEST(Conv, DilatedMatchesLoop) { check_conv({1, 3, 11, 11, 5, 1, 3, 1, 2, 2}); }
 TEST(Conv, WideChannelsMatchLoop) { check_conv({2, 32, 7, 7, 64, 1, 3, 1, 1, 1}); }
+// Images (at most 4 channels) are read in their plain layout (build_conv's kFewChannels): a
+// ResNet's 7x7 stride-2 stem on RGB and a 3x3 one on RGBA.
+TEST(Conv, ImageStemsMatchLoop) {
+  check_conv({2, 3, 16, 16, 8, 1, 7, 2, 1, 3});
+  check_conv({3, 4, 12, 12, 16, 1, 3, 1, 1, 1});
+}
 
 // MaxPool with dilation 2 on a 5x5 ramp: each output is the max of the 4 corners of a 3x3.
 TEST(MaxPool, DilatedMatchesLoop) {

@@ -138,9 +138,34 @@ void check_schedule(const std::vector<BackwardGraphs>& chunks, const Schedule& c
   }
   for (int step = 0; step < 2; ++step) {  // a second step reuses every slot and message
     SCOPED_TRACE("step " + std::to_string(step));
+    ex.time_cpu(step == 0);
     ex.run_step(feeds);
     expect_same_bits(ref, ex);
     comm.expect_step_complete();
+    if (step == 1) {  // not asked for: none read
+      for (const auto& times : ex.action_times())
+        for (const ActionTime& t : times) EXPECT_EQ(t.cpu, -1);
+      continue;
+    }
+    // Thread CPU time for the compute actions alone, none of it outside the action's span (the
+    // slack: the two wall-clock reads inside the CPU clock's, and a read's own cost varying).
+    double cpu = 0, wall = 0;
+    for (int d = 0; d < s.stages; ++d) {
+      const auto& times = ex.action_times()[static_cast<size_t>(d)];
+      for (size_t i = 0; i < times.size(); ++i) {
+        const bool compute = is_compute(s.devices[static_cast<size_t>(d)][i].op);
+        if (!compute) {
+          EXPECT_EQ(times[i].cpu, -1);
+          continue;
+        }
+        EXPECT_GE(times[i].cpu, 0);
+        EXPECT_LE(times[i].cpu, times[i].end - times[i].start + 100e-6);
+        cpu += times[i].cpu;
+        wall += times[i].end - times[i].start;
+      }
+    }
+    EXPECT_GT(cpu, 0);
+    EXPECT_LE(cpu, wall + 1e-3);
   }
   const std::vector<double> predicted = peak_memory(s, chunk_costs(chunks));
   for (int d = 0; d < s.stages; ++d) {

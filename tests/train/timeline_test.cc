@@ -55,5 +55,33 @@ TEST(MeasuredCosts, ReadBackTheSimulatedCostsAndTransfers) {
   }
 }
 
+// ActionClock::kThreadCpu reads F, B and W from what the actions' threads spent, an action
+// without its CPU time by its wall time; the transfers stay on the wall clock.
+TEST(MeasuredCosts, ThreadCpuTimeWhereTheActionsHaveIt) {
+  const Graph g = testing::load_sample("mlp", 2);
+  const std::vector<BackwardGraphs> chunks = testing::sample_chunks(g, 2, "none", 1);
+  const Schedule s = add_send_recv(generate("zb-h1", 2, 4, 1));
+  Costs costs = chunk_costs(chunks);
+  costs.chunks[0].f = 1.0, costs.chunks[0].b = 1.5, costs.chunks[0].w = 0.5, costs.chunks[0].comm = 0.25;
+  costs.chunks[1].f = 2.0, costs.chunks[1].b = 2.5, costs.chunks[1].w = 1.0, costs.chunks[1].comm = 0;
+  std::vector<std::vector<ActionTime>> times = as_measured(simulate(s, costs));
+  for (size_t d = 0; d < times.size(); ++d)
+    for (size_t i = 0; i < times[d].size(); ++i) {
+      const Action& a = s.devices[d][i];
+      // Chunk 1's W was not read (-1): its wall time stands.
+      if (is_compute(a.op) && !(a.op == Op::kW && a.chunk == 1)) times[d][i].cpu = 0.5 * (times[d][i].end - times[d][i].start);
+    }
+  const Costs wall = measured_costs(chunk_costs(chunks), s, {times});
+  const Costs cpu = measured_costs(chunk_costs(chunks), s, {times}, ActionClock::kThreadCpu);
+  for (size_t c = 0; c < 2; ++c) {
+    EXPECT_DOUBLE_EQ(wall.chunks[c].f, costs.chunks[c].f) << c;
+    EXPECT_DOUBLE_EQ(cpu.chunks[c].f, 0.5 * costs.chunks[c].f) << c;
+    EXPECT_DOUBLE_EQ(cpu.chunks[c].b, 0.5 * costs.chunks[c].b) << c;
+    EXPECT_DOUBLE_EQ(cpu.chunks[c].comm, wall.chunks[c].comm) << c;
+  }
+  EXPECT_DOUBLE_EQ(cpu.chunks[0].w, 0.25);
+  EXPECT_DOUBLE_EQ(cpu.chunks[1].w, 1.0);
+}
+
 }  // namespace
 }  // namespace pt

@@ -14,6 +14,15 @@ namespace pt {
 
 std::string grad_name(const std::string& value) { return "grad." + value; }
 std::string grad_acc_name(const std::string& param) { return "grad_acc." + param; }
+
+bool adds_into_accumulator(const Graph& w, ValueId out, const std::string& param) {
+  const ValueId acc = w.find(grad_acc_name(param));
+  const int last = w.value(out).producer;
+  if (acc == kNoValue || last < 0) return false;
+  const Node& add = w.nodes[static_cast<size_t>(last)];
+  return add.op_type == "Add" && add.domain.empty() && add.inputs.size() == 2 && add.inputs[0] == acc &&
+         add.inputs[1] != acc && w.value(acc).consumers.size() == 1;
+}
 std::string next_grad_name(const std::string& value) { return grad_name(value) + "@next"; }
 
 namespace {

@@ -172,13 +172,8 @@ void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
     PT_CHECK(k >= 0, "W output '" + name + "' is no parameter gradient");
     c.w_out_param.push_back(k);
     const bool placeable = c.local && c.w->placeable(c.w_out_param.size() - 1);
-    const int last = w.value(v).producer;
-    const Node* add = last >= 0 ? &w.nodes[static_cast<size_t>(last)] : nullptr;
-    const ValueId acc = w.find(grad_acc_name(c.g.params[static_cast<size_t>(k)]));
     c.w_place_held.push_back(placeable);
-    c.w_place_acc.push_back(placeable && add && add->op_type == "Add" && add->inputs.size() == 2 &&
-                            add->inputs[0] == acc && add->inputs[1] != acc &&
-                            w.value(acc).consumers.size() == 1);
+    c.w_place_acc.push_back(placeable && adds_into_accumulator(w, v, c.g.params[static_cast<size_t>(k)]));
   }
 }
 
@@ -233,6 +228,7 @@ PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
     for (const std::string& p : c->g.params) c->shared = c->shared || readers[p] > 1;
   }
   size_slots();
+  allocate_arenas();
   std::vector<std::string> messages;
   for (const auto& c : chunks_) {
     messages.insert(messages.end(), c->recv_in_msg.begin(), c->recv_in_msg.end());
@@ -363,6 +359,39 @@ void PipelineExecutor::size_slots() {
     for (int m = 0; m < M; ++m) ch.hold = ch.hold || w_order[c][static_cast<size_t>(m)] != m;
     if (ch.hold || ch.shared) plan_held(ch);
     ch.held_ready.assign(static_cast<size_t>(M), 0);
+  }
+}
+
+// Each program's arena planned without room for the outputs placed on every run (F's first
+// slot of each tensor it keeps or hands on, B's placeable outputs, W's gradients added into
+// their accumulators or held blocks), then one arena per device, the largest of its programs'.
+void PipelineExecutor::allocate_arenas() {
+  arena_bytes_.assign(devices_.size(), 0);
+  arena_tensor_bytes_.assign(devices_.size(), 0);
+  for (auto& c : chunks_) {
+    if (!c->local) continue;
+    std::vector<char> f_placed(c->g.forward.outputs.size(), 0);
+    for (const Copy& d : c->f_dst)
+      if (d.placed) f_placed[static_cast<size_t>(d.k)] = 1;
+    c->f->plan_arena(f_placed);
+    c->b->plan_arena(c->b_placed);
+    c->w->plan_arena(c->w_place_acc);
+    int64_t& most = arena_bytes_[static_cast<size_t>(c->device)];
+    int64_t& tensors = arena_tensor_bytes_[static_cast<size_t>(c->device)];
+    for (const StageProgram* p : {&*c->f, &*c->b, &*c->w}) {
+      most = std::max(most, p->planned_peak_bytes());
+      tensors = std::max(tensors, p->planned_tensor_bytes());
+    }
+  }
+  for (auto& dev : devices_)
+    if (dev->local)
+      dev->arena = Block(*dev->backend, static_cast<size_t>(arena_bytes_[static_cast<size_t>(dev->index)]), false, false);
+  for (auto& c : chunks_) {
+    if (!c->local) continue;
+    std::byte* arena = devices_[static_cast<size_t>(c->device)]->arena.get();
+    c->f->allocate(arena);
+    c->b->allocate(arena);
+    c->w->allocate(arena);
   }
 }
 

@@ -127,7 +127,6 @@ template <class ChunkT, class AccT>
 void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
                           std::map<std::string, std::unique_ptr<AccT>>& accs) {
   const Graph& w = c.g.backward_weight;
-  size_t most = 0;
   for (const std::string& p : c.g.params) {
     const ValueId acc = w.find(grad_acc_name(p));
     PT_CHECK(acc != kNoValue, "W graph lacks " + grad_acc_name(p));
@@ -147,9 +146,7 @@ void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
     }
     PT_CHECK(it->second->host->type == type, "'" + p + "' has two gradient types");
     c.acc.push_back(it->second.get());
-    most = std::max(most, static_cast<size_t>(type.bytes()));
   }
-  c.zeros = Block(c.backend, most);
   for (ValueId v : w.inputs) {
     const Value& val = w.value(v);
     Source s;
@@ -395,16 +392,19 @@ void PipelineExecutor::allocate_arenas() {
   }
 }
 
-// A held block per micro-batch (every parameter's gradient alone, 64-byte aligned), and the
+// A held block per micro-batch (every parameter's gradient alone, 64-byte aligned), the zeros
+// W then reads as its accumulators (the largest parameter's bytes), and the
 // in-place Add per parameter on its accumulator's backend; a shared parameter whose accumulator
 // is on another backend gets a buffer there to bring the held gradient over before the add.
 void PipelineExecutor::plan_held(Chunk& ch) {
   constexpr size_t kAlign = 64;
-  size_t bytes = 0;
+  size_t bytes = 0, most = 0;
   for (size_t p = 0; p < ch.acc.size(); ++p) {
     ch.held_offset.push_back(bytes);
     bytes += (static_cast<size_t>(ch.param_type(p).bytes()) + kAlign - 1) / kAlign * kAlign;
+    most = std::max(most, static_cast<size_t>(ch.param_type(p).bytes()));
   }
+  ch.zeros = Block(ch.backend, most);  // what W reads as its accumulators when it computes alone
   for (int m = 0; m < schedule_.micro_batches; ++m) ch.held.emplace_back(ch.backend, bytes);
   ch.adds.name = "held gradients of chunk " + std::to_string(ch.index);
   ch.adds.opsets[""] = 17;

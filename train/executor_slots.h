@@ -202,7 +202,7 @@ struct PipelineExecutor::Chunk {
   std::vector<Block> feed_stage;              // [m]: host staging of the kFeed block
   bool b_reads_feed = false;                  // the kFeed block lives until B
   std::vector<Accumulator*> acc;              // per parameter, W's order
-  Block zeros;                                // the largest parameter's bytes of 0
+  Block zeros;  // the largest parameter's bytes of 0 (hold or shared: W bound to them computes alone)
   std::vector<int> w_out_param;               // per W output
   // Per W output: W writes it into the held block itself; and into the accumulator itself when
   // the micro-batch adds in order (its last node is `grad_acc + g`, in place on the sum, as

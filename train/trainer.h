@@ -114,6 +114,7 @@ struct TrainSummary {
   double bubble = 0, makespan = 0;    // measured, the mean over the timed steps
   std::vector<double> planned_peak;   // kept bytes per device, as planned
   std::vector<int64_t> peak_kept;     // kept bytes per device, measured
+  std::vector<int64_t> arena;         // per device: the programs' arena allocated (scratch included)
   double step_s_median = 0;
 };
 
@@ -283,6 +284,7 @@ class Trainer {
   Clock::time_point t0_;
   std::vector<std::vector<std::vector<ActionTime>>> timed_;  // a few steps' times for the costs
   std::vector<int64_t> peak_kept_;
+  std::vector<int64_t> arena_;  // per device, gathered from the ranks at the first step
   std::vector<double> step_seconds_;  // every step after the first of this process
   double last_loss_ = 0;
   int64_t saved_step_ = -1;

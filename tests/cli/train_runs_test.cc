@@ -328,6 +328,9 @@ TEST(TrainRuns, APlanLargerThanTheHostStopsBeforeLoading) {
             std::string::npos)
       << ok.out;
   EXPECT_TRUE(std::regex_search(ok.out, device)) << ok.out;
+  const std::regex arena("\nprograms' arena per device, allocated / planned \\(the kernels' scratch is not planned\\): " +
+                         size + " / " + size + "(, " + size + " / " + size + ")*\n");
+  EXPECT_TRUE(std::regex_search(ok.out, arena)) << ok.out;
   const std::regex rss("\npeak RSS, measured / planned host memory \\(its devices, 300 MiB "
                        "per process\\):\n  process: [0-9.]+ MiB / [0-9.]+ MiB \\(0\\.[0-9]+x\\)\n");
   EXPECT_TRUE(std::regex_search(ok.out, rss)) << ok.out;

@@ -1,10 +1,13 @@
 // exec/stage_program.h: a Graph compiled once on a Backend, run many times.
 //
 // Compiling makes one kernel per node (a UserError naming the node when the backend cannot run
-// it), plans one arena for every intermediate tensor and kernel scratch (core/memory_plan.h; a
-// view of an arena tensor, Node::is_view, shares its buffer and runs nothing),
-// allocates it through the backend (host memory on the CPU, device memory on a GPU), and
-// resolves every kernel argument to an address (constants: Backend::device_constant). run()
+// it), plans one arena for every intermediate tensor (core/graph_arena.h; a view of an arena
+// tensor, Node::is_view, shares its buffer and runs nothing) and, around them, every kernel's
+// scratch (core/memory_plan.h add_buffers), allocates it through the backend (host memory on the
+// CPU, device memory on a GPU), and resolves every kernel argument to an address (constants:
+// Backend::device_constant). With ArenaFrom::kCaller the last two wait for the caller: it says
+// which outputs it places on every run, which then take no room in the arena (plan_arena), and
+// hands in an arena that programs which never run at the same time share, or none (allocate). run()
 // patches the input addresses and calls the kernels in order: nothing is allocated or looked up
 // in it. Inputs, outputs and the arena are in the backend's memory.
 #pragma once

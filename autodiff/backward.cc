@@ -14,6 +14,15 @@ namespace pt {
 
 std::string grad_name(const std::string& value) { return "grad." + value; }
 std::string grad_acc_name(const std::string& param) { return "grad_acc." + param; }
+
+bool adds_into_accumulator(const Graph& w, ValueId out, const std::string& param) {
+  const ValueId acc = w.find(grad_acc_name(param));
+  const int last = w.value(out).producer;
+  if (acc == kNoValue || last < 0) return false;
+  const Node& add = w.nodes[static_cast<size_t>(last)];
+  return add.op_type == "Add" && add.domain.empty() && add.inputs.size() == 2 && add.inputs[0] == acc &&
+         add.inputs[1] != acc && w.value(acc).consumers.size() == 1;
+}
 std::string next_grad_name(const std::string& value) { return grad_name(value) + "@next"; }
 
 namespace {
@@ -144,6 +153,34 @@ std::vector<std::string> names_of(const Graph& g, const std::vector<ValueId>& id
   return out;
 }
 
+// W's accumulating Adds (grad.<p> = grad_acc.<p> + g, outputs in `targets`) each moved to just
+// after the node that makes its g, where the differentiation appended them all at the end: a
+// parameter's gradient is then added as soon as it is computed, and the program's arena holds
+// one g at a time instead of every parameter's (the same Adds of the same tensors: the same bits).
+std::vector<Node> add_as_soon_as_made(std::vector<Node> nodes, const std::vector<ValueId>& targets) {
+  const std::set<ValueId> sums(targets.begin(), targets.end());
+  std::vector<Node> adds, rest;
+  for (Node& n : nodes)
+    (n.outputs.size() == 1 && sums.count(n.outputs[0]) ? adds : rest).push_back(std::move(n));
+  std::map<ValueId, size_t> made_by;  // value -> its node in `rest`
+  for (size_t k = 0; k < rest.size(); ++k)
+    for (ValueId o : rest[k].outputs) made_by[o] = k;
+  std::vector<std::vector<Node>> after(rest.size() + 1);  // [0]: before every node; [k + 1]: after rest[k]
+  for (Node& add : adds) {
+    size_t at = 0;
+    for (ValueId v : add.inputs)
+      if (auto it = made_by.find(v); it != made_by.end()) at = std::max(at, it->second + 1);
+    after[at].push_back(std::move(add));
+  }
+  std::vector<Node> out;
+  out.reserve(nodes.size());
+  for (size_t k = 0; k <= rest.size(); ++k) {
+    if (k > 0) out.push_back(std::move(rest[k - 1]));
+    for (Node& n : after[k]) out.push_back(std::move(n));
+  }
+  return out;
+}
+
 // Sorts the backward nodes into B and W, plans recompute, orders B (each recomputed forward node
 // just before the first backward node that reads it) and cuts the three graphs.
 void split_and_emit(Work& w, const RecomputePolicy& policy, const std::vector<ValueId>& grad_in,
@@ -187,6 +224,7 @@ void split_and_emit(Work& w, const RecomputePolicy& policy, const std::vector<Va
     for (ValueId v : w.bwd[k].inputs) ensure(v);
     w_nodes.push_back(w.bwd[k]);
   }
+  w_nodes = add_as_soon_as_made(std::move(w_nodes), w_targets);
   std::set<ValueId> made_in_b;
   for (const Node& n : b_nodes)
     for (ValueId o : n.outputs) made_in_b.insert(o);

@@ -55,4 +55,9 @@ std::string grad_acc_name(const std::string& param);
 // grad.<name>.
 std::string next_grad_name(const std::string& value);
 
+// Whether W computes its output `out` (grad.<param>) as `grad_acc.<param> + g`, the accumulator
+// read by that Add alone: then a kernel working in place can write the sum over the accumulator
+// itself (train/executor.h places it there, plan/memory.h gives it no room in W's arena).
+bool adds_into_accumulator(const Graph& w, ValueId out, const std::string& param);
+
 }  // namespace pt

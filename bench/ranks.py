@@ -31,7 +31,7 @@ Usage: .venv/bin/python bench/ranks.py [--pipetrain build/pipetrain] [--steps 12
        .venv/bin/python bench/ranks.py --memory out/nanogpt117m.onnx --pipetrain A --pipetrain B [--eval-every 2]
        .venv-export/bin/python bench/ranks.py --export-memory-model out/gpt1b.onnx --size 1b
        .venv/bin/python bench/ranks.py --memory out/gpt1b.onnx --memory-steps 2
-       .venv/bin/python bench/ranks.py --plan-memory out/nanogpt117m.onnx
+       .venv/bin/python bench/ranks.py --plan-memory out/nanogpt117m.onnx [--layouts 1x1,4x1,4x4]
 """
 import argparse
 import filecmp
@@ -190,14 +190,15 @@ def mib(text):
     return float(value) * UNITS[unit] / 2 ** 20
 
 
-def plan_memory(model, binary):
+def plan_memory(model, binary, layouts=((1, 1), (4, 1), (4, 4))):
     """Issue 42: each process's peak RSS (train's summary, after the last step) against the host
     memory train planned (plan/memory.h) and against the issue's bound, 1.25 x (4 x parameter
     bytes + planned peak activations) + 300 MiB per process."""
     tmp = tempfile.mkdtemp(prefix="pt_bench_plan_memory_")
-    print("| layout | process | peak RSS MiB | planned MiB | RSS / planned | 4 x params + activations + 300 MiB | RSS / that | within the bound |")
+    print("| layout | process | peak RSS MiB | planned MiB (arena included) | RSS / planned | 4 x params + activations + 300 MiB | RSS / that | within the bound |")
     print("|---|---|---|---|---|---|---|---|")
-    for stages, ranks in ((1, 1), (4, 1), (4, 4)):
+    arenas = []  # train's "programs' arena per device, allocated / planned" line, per layout
+    for stages, ranks in layouts:
         config = f"{tmp}/s{stages}r{ranks}.yaml"
         with open(config, "w") as f:
             f.write(PLAN_CONFIG.format(model=os.path.abspath(model), stages=stages))
@@ -206,15 +207,23 @@ def plan_memory(model, binary):
             mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
             args = [mpirun, "--oversubscribe", "--allow-run-as-root", "-n", str(ranks)] + args
         printed = subprocess.run(args, check=True, cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout
-        devices = [mib(m.group(1)) for m in re.finditer(r"^  device \d+: .* = ([0-9.]+ \w+)$", printed, re.M)]
+        # "  device d: parameters + gradients + optimizer state + activations + arena = total": the
+        # bound counts the first four (4 x parameter bytes under AdamW, and the activations).
+        size = r"([0-9.]+ \w+)"
+        rows = re.finditer(rf"^  device \d+: {size} \+ {size} \+ {size} \+ {size} \+ {size} = {size}$", printed, re.M)
+        devices = [sum(mib(m.group(i)) for i in range(1, 5)) for m in rows]
         peaks = re.findall(r"^  (process|rank \d+): ([0-9.]+ \w+) / ([0-9.]+ \w+) \(", printed, re.M)
         layout = f"{stages} stage(s), " + ("1 process" if ranks == 1 else f"{ranks} ranks")
+        arenas += [f"{layout}: {m.group(1)}" for m in re.finditer(r"^programs' arena per device, allocated / planned[^:]*: (.*)$", printed, re.M)]
         for i, (who, rss, planned) in enumerate(peaks):
             held = devices if ranks == 1 else devices[i * stages // ranks:(i + 1) * stages // ranks]
             issue = sum(held) + 300
             bound = 1.25 * sum(held) + 300
             print(f"| {layout} | {who} | {mib(rss):,.0f} | {mib(planned):,.0f} | {mib(rss) / mib(planned):.2f}x | "
                   f"{issue:,.0f} | {mib(rss) / issue:.2f}x | {'yes' if mib(rss) <= bound else 'no'} |", flush=True)
+    print("\nprograms' arena per device, allocated / planned:")
+    for line in arenas:
+        print(f"  {line}")
 
 
 def main():
@@ -226,6 +235,8 @@ def main():
     ap.add_argument("--export-memory-model", metavar="PATH", help="export a generated nanoGPT to PATH and stop")
     ap.add_argument("--size", choices=sorted(SIZES), default="117m", help="of --export-memory-model")
     ap.add_argument("--plan-memory", metavar="MODEL", help="peak RSS of MODEL's training against train's planned memory")
+    ap.add_argument("--layouts", default="1x1,4x1,4x4",
+                    help="--plan-memory: STAGESxRANKS runs, comma-separated (1x1,4x1,4x4)")
     ap.add_argument("--eval-every", type=int, default=0, help="--memory: evaluate 8 held-out samples every N steps")
     a = ap.parse_args()
     if a.export_memory_model:
@@ -234,7 +245,8 @@ def main():
     if a.memory:
         return memory(a.memory, binaries, a.memory_steps, a.eval_every)
     if a.plan_memory:
-        return plan_memory(a.plan_memory, binaries[0])
+        layouts = [tuple(int(n) for n in x.split("x")) for x in a.layouts.split(",")]
+        return plan_memory(a.plan_memory, binaries[0], layouts)
     a.pipetrain = binaries[0]
     tmp = tempfile.mkdtemp(prefix="pt_bench_ranks_")
     print("| stages | schedule | layout | step ms (median) | in sends and receives | simulated step ms | trained model |")

@@ -28,7 +28,8 @@ std::string parts_text(const DeviceMemory& p, const char* gradients = "gradients
   for (const auto& [name, bytes] : {std::pair<const char*, int64_t>{"parameters", p.parameters},
                                     {gradients, p.gradients},
                                     {"optimizer state", p.optimizer},
-                                    {"activations", p.activations}})
+                                    {"activations", p.activations},
+                                    {"arena", p.arena}})
     if (bytes > 0) s += (s.empty() ? "" : ", ") + std::string(name) + " " + format_bytes(bytes);
   return s;
 }
@@ -102,6 +103,7 @@ void check_gpus(const TrainConfig& cfg, const TrainMemory& m, const TrainRanks& 
       part.gradients += x.gradients;
       part.optimizer += x.optimizer;
       part.activations += x.activations;
+      part.arena += x.arena;
     }
     const int64_t have = free[static_cast<size_t>(devices.front())].bytes;
     if (part.total() <= have) continue;
@@ -171,11 +173,12 @@ void print_memory_summary(std::ostream& os, const TrainMemory& m, const TrainRan
   std::vector<int64_t> rss(static_cast<size_t>(ranks.size()), 0);
   rss[static_cast<size_t>(ranks.rank())] = peak_rss_bytes();
   ranks.max(rss);
-  os << "memory per device, planned: parameters + gradients + optimizer state + peak activations\n";
+  os << "memory per device, planned: parameters + gradients + optimizer state + peak activations + programs' arena\n";
   for (size_t d = 0; d < m.needs.devices.size(); ++d) {
     const DeviceMemory& x = m.needs.devices[d];
     os << "  device " << d << ": " << format_bytes(x.parameters) << " + " << format_bytes(x.gradients) << " + "
-       << format_bytes(x.optimizer) << " + " << format_bytes(x.activations) << " = " << format_bytes(x.total()) << "\n";
+       << format_bytes(x.optimizer) << " + " << format_bytes(x.activations) << " + " << format_bytes(x.arena)
+       << " = " << format_bytes(x.total()) << "\n";
   }
   os << "peak RSS, measured / planned host memory ("
      << (m.on_gpu ? "its GPU devices' parameters and gradients' host copy, " : "its devices, ")

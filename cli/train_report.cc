@@ -119,6 +119,12 @@ void TrainPrinter::summary(const Trainer& t, const TrainSummary& s, const TrainM
     std::cout << (d ? "," : "") << " " << format_bytes(s.peak_kept[d]) << " / "
               << format_bytes(static_cast<int64_t>(s.planned_peak[d]));
   std::cout << "\n";
+  if (!s.arena.empty()) {
+    std::cout << "programs' arena per device, allocated / planned (the kernels' scratch is not planned):";
+    for (size_t d = 0; d < s.arena.size() && d < memory.needs.devices.size(); ++d)
+      std::cout << (d ? "," : "") << " " << format_bytes(s.arena[d]) << " / " << format_bytes(memory.needs.devices[d].arena);
+    std::cout << "\n";
+  }
   print_memory_summary(std::cout, memory, ranks);
   print_chunk_times(std::cout, schedule, t.planned(), s.spent, s.spent_clock == ActionClock::kThreadCpu);
   metrics_.summary(t, s, cfg_.threads);

@@ -11,6 +11,7 @@
 
 #include "core/bytes.h"
 #include "core/error.h"
+#include "core/graph_arena.h"
 #include "exec/channels_last.h"
 
 namespace pt {
@@ -20,18 +21,12 @@ struct StageProgram::Step {
   std::vector<Buffer> inputs, outputs;
   void* scratch = nullptr;
   bool aliased = false;  // a view whose output shares its input's buffer: nothing to run
+  std::vector<ValueId> args;  // what `inputs` hold: the node's inputs, then its links' (fusion)
 };
 
 namespace {
 
 constexpr unsigned char kMarker = 0xA5;
-
-// Where a value lives: an arena buffer (index into the plan), a graph input, or constant data.
-struct Location {
-  int buffer = -1;
-  int input = -1;
-  const Tensor* constant = nullptr;
-};
 
 constexpr size_t kMaxLinks = 3;  // the longest chain of neighbours offered to one kernel
 
@@ -160,16 +155,9 @@ std::unique_ptr<Kernel> make_with_links(const Graph& g, const Backend& backend, 
 
 }  // namespace
 
-StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : graph_(g), backend_(backend) {
+StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use, ArenaFrom arena)
+    : graph_(g), backend_(backend) {
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<Location> where(g.values.size());
-  for (size_t k = 0; k < g.inputs.size(); ++k) where[static_cast<size_t>(g.inputs[k])].input = static_cast<int>(k);
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (g.values[v].init) where[v].constant = g.values[v].init.get();
-
-  // Kernels, and a buffer per intermediate value and per kernel scratch.
-  std::vector<BufferLife> lives;
-  std::vector<int> scratch_buffer(static_cast<size_t>(n), -1);
   steps_.resize(static_cast<size_t>(n));
   // Per value, true where stored channels-last; empty when every tensor is plain.
   const std::vector<bool> channels_last =
@@ -201,11 +189,12 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
   const bool fuse = backend.fuses_epilogues();
   std::vector<std::vector<Link>> epilogues(static_cast<size_t>(n)), prologues(static_cast<size_t>(n));
   std::vector<bool> taken(static_cast<size_t>(n), false);  // fused into a chain, or fusing one
-  // Per fused node, the tensor it read, whose memory its output shares.
-  std::vector<ValueId> fused_tensor(static_cast<size_t>(n), kNoValue);
-  // Per value, the last node reading it past its consumers: a prologue link's operand, which the
-  // fusing kernel reads when it runs.
-  std::vector<int> read_until(g.values.size(), -1);
+  // Per fused node, the tensor it read, whose memory its output shares; per value, the last node
+  // reading it past its consumers: a prologue link's operand, which the fusing kernel reads when
+  // it runs.
+  ArenaHints hints{std::vector<ValueId>(static_cast<size_t>(n), kNoValue), std::vector<int>(g.values.size(), -1)};
+  std::vector<ValueId>& fused_tensor = hints.fused_tensor;
+  std::vector<int>& read_until = hints.read_until;
   const auto no_kernel = [&](const Node& node, const KernelSpec& spec) {
     return UserError(node.label() + " in graph '" + g.name + "'", backend.supports(spec),
                      std::string("run it on another backend or replace the op; `pipetrain ops` "
@@ -230,138 +219,138 @@ StageProgram::StageProgram(const Graph& g, Backend& backend, ProgramUse use) : g
   for (int i = 0; i < n; ++i) {
     const Node& node = g.nodes[static_cast<size_t>(i)];
     Step& step = steps_[static_cast<size_t>(i)];
-    const bool absorbed = fused_tensor[static_cast<size_t>(i)] != kNoValue;
-    if (!absorbed && !step.kernel) {
-      const KernelSpec spec = spec_of(node);
-      std::vector<Link> links = fuse ? epilogue_chain(g, i, taken) : std::vector<Link>{};
-      if (!links.empty()) step.kernel = make_with_links(g, backend, spec, links, &KernelSpec::epilogue, spec_of);
-      ValueId read = node.outputs.empty() ? kNoValue : node.outputs[0];
-      for (const Link& l : links) {
-        taken[static_cast<size_t>(l.node)] = true;
-        fused_tensor[static_cast<size_t>(l.node)] = read;
-        read = g.nodes[static_cast<size_t>(l.node)].outputs[0];
-      }
-      epilogues[static_cast<size_t>(i)] = std::move(links);
-      if (!step.kernel) step.kernel = backend.create_kernel(spec);
-      if (!step.kernel) throw no_kernel(node, spec);
+    if (fused_tensor[static_cast<size_t>(i)] != kNoValue || step.kernel) continue;
+    const KernelSpec spec = spec_of(node);
+    std::vector<Link> links = fuse ? epilogue_chain(g, i, taken) : std::vector<Link>{};
+    if (!links.empty()) step.kernel = make_with_links(g, backend, spec, links, &KernelSpec::epilogue, spec_of);
+    ValueId read = node.outputs.empty() ? kNoValue : node.outputs[0];
+    for (const Link& l : links) {
+      taken[static_cast<size_t>(l.node)] = true;
+      fused_tensor[static_cast<size_t>(l.node)] = read;
+      read = g.nodes[static_cast<size_t>(l.node)].outputs[0];
     }
-    // A view (Graph::moves_no_bytes: also a global average pool over one pixel) of an arena
-    // buffer is that buffer, live until the view's last reader too. A view of a graph input is
-    // that input, unless it is a graph output itself (outputs stay the program's own memory,
-    // valid until the next run, whatever the caller does with its inputs).
-    // An absorbed epilogue's output is the tensor it fused, which its producer wrote already.
-    ValueId shared = fused_tensor[static_cast<size_t>(i)];
-    if (g.moves_no_bytes(node) && !node.inputs.empty()) shared = node.inputs[0];
-    const Location* viewed = shared != kNoValue ? &where[static_cast<size_t>(shared)] : nullptr;
-    for (size_t k = 0; k < node.outputs.size(); ++k) {
-      const ValueId v = node.outputs[k];
-      if (v == kNoValue || where[static_cast<size_t>(v)].constant) continue;
-      const Value& val = g.value(v);
-      int last = std::max(i, read_until[static_cast<size_t>(v)]);
-      if (!val.consumers.empty()) last = std::max(last, val.consumers.back());
-      for (ValueId o : g.outputs)
-        if (o == v) last = n;
-      const bool same_bytes = k == 0 && viewed && g.value(shared).type.bytes() == val.type.bytes();
-      if (same_bytes && viewed->buffer >= 0) {
-        where[static_cast<size_t>(v)].buffer = viewed->buffer;
-        BufferLife& life = lives[static_cast<size_t>(viewed->buffer)];
-        life.last = std::max(life.last, last);
-        step.aliased = true;
-        continue;
-      }
-      if (same_bytes && viewed->input >= 0 && last < n) {
-        where[static_cast<size_t>(v)].input = viewed->input;
-        step.aliased = true;
-        continue;
-      }
-      where[static_cast<size_t>(v)].buffer = static_cast<int>(lives.size());
-      lives.push_back({val.name, val.type.bytes(), i, last});
-    }
-    PT_CHECK(step.aliased || !absorbed, node.label() + " was fused but keeps its own output");
-    if (step.kernel && step.kernel->scratch_bytes() > 0) {
-      scratch_buffer[static_cast<size_t>(i)] = static_cast<int>(lives.size());
-      lives.push_back({node.name + ":scratch", static_cast<int64_t>(step.kernel->scratch_bytes()), i, i});
-    }
+    epilogues[static_cast<size_t>(i)] = std::move(links);
+    if (!step.kernel) step.kernel = backend.create_kernel(spec);
+    if (!step.kernel) throw no_kernel(node, spec);
   }
-  plan_ = plan_memory(std::move(lives));
-  // Host memory on the CPU backend; device memory on a device backend (Backend's memory hooks).
-  arena_ = static_cast<std::byte*>(backend.allocate(
-      static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, kArenaAlignment))));
-  if (arena_ == nullptr)
-    throw UserError(g.name.empty() ? "the model" : g.name,
-                    "needs " + format_bytes(plan_.arena_bytes) + " of " + backend.name() +
-                        " memory for its tensors, more than can be allocated",
-                    "lower dims.batch or the model's declared sizes, or cut it into more stages");
-
-  auto address = [&](ValueId v) -> void* {
-    const Location& l = where[static_cast<size_t>(v)];
-    if (l.constant) return const_cast<void*>(backend.device_constant(*l.constant));
-    if (l.buffer >= 0) return arena_ + plan_.offsets[static_cast<size_t>(l.buffer)];
-    return nullptr;  // a graph input: patched by run()
-  };
-  input_uses_.resize(g.inputs.size());
-  // A node's arguments: its inputs (input 0 the tensor its prologue starts from, which the fused
-  // nodes' outputs share), then those of its epilogue's links and its prologue's past the chain's
-  // tensor (KernelSpec::epilogue, ::prologue).
-  const auto arguments = [&](int i) {
-    std::vector<ValueId> in = g.nodes[static_cast<size_t>(i)].inputs;
+  // A buffer per tensor (core/graph_arena.h: views and fused nodes share theirs and run nothing).
+  layout_ = graph_arena(g, hints);
+  for (int i = 0; i < n; ++i) {
+    Step& step = steps_[static_cast<size_t>(i)];
+    step.aliased = layout_.aliased[static_cast<size_t>(i)];
+    PT_CHECK(step.aliased || fused_tensor[static_cast<size_t>(i)] == kNoValue,
+             g.nodes[static_cast<size_t>(i)].label() + " was fused but keeps its own output");
+    // A node's arguments: its inputs (input 0 the tensor its prologue starts from, which the
+    // fused nodes' outputs share), then those of its epilogue's links and its prologue's past
+    // the chain's tensor (KernelSpec::epilogue, ::prologue).
+    step.args = g.nodes[static_cast<size_t>(i)].inputs;
     for (const auto* chain : {&epilogues[static_cast<size_t>(i)], &prologues[static_cast<size_t>(i)]}) {
       const std::vector<ValueId> more = link_inputs(g, *chain);
-      in.insert(in.end(), more.begin(), more.end());
+      step.args.insert(step.args.end(), more.begin(), more.end());
     }
-    return in;
+  }
+  if (arena == ArenaFrom::kOwn) {
+    plan_arena({});
+    allocate();
+  }
+}
+
+void StageProgram::plan_arena(const std::vector<char>& always_placed) {
+  PT_CHECK(arena_ == nullptr, "the arena is planned before it is allocated");
+  always_placed_ = always_placed;
+  always_placed_.resize(graph_.outputs.size(), 0);
+  plan_ = layout_.plan(always_placed_);
+  tensor_bytes_ = plan_.arena_bytes;
+  // Kernel scratch, around the tensors (which keep the layout the graph alone gives).
+  std::vector<BufferLife> scratch;
+  scratch_buffer_.assign(steps_.size(), -1);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& step = steps_[i];
+    if (!step.kernel || step.aliased || step.kernel->scratch_bytes() == 0) continue;
+    scratch_buffer_[i] = static_cast<int>(plan_.buffers.size() + scratch.size());
+    scratch.push_back({graph_.nodes[i].name + ":scratch", static_cast<int64_t>(step.kernel->scratch_bytes()),
+                       static_cast<int>(i), static_cast<int>(i)});
+  }
+  add_buffers(plan_, std::move(scratch));
+  planned_ = true;
+}
+
+void StageProgram::allocate(std::byte* shared) {
+  PT_CHECK(planned_ && arena_ == nullptr, "an arena is allocated once, after it is planned");
+  const Graph& g = graph_;
+  if (shared) {
+    arena_ = shared;
+  } else {
+    // Host memory on the CPU backend; device memory on a device backend (Backend's memory hooks).
+    arena_ = static_cast<std::byte*>(backend_.allocate(
+        static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, kArenaAlignment))));
+    own_arena_ = true;
+  }
+  if (arena_ == nullptr)
+    throw UserError(g.name.empty() ? "the model" : g.name,
+                    "needs " + format_bytes(plan_.arena_bytes) + " of " + backend_.name() +
+                        " memory for its tensors, more than can be allocated",
+                    "lower dims.batch or the model's declared sizes, or cut it into more stages");
+  // Per graph output placed on every run, its buffer (which has no room in the arena).
+  std::vector<char> away(layout_.lives.size(), 0);
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    if (always_placed_[k]) away[static_cast<size_t>(layout_.output_buffer[k])] = 1;
+  auto address = [&](ValueId v) -> void* {
+    const Value& val = g.value(v);
+    if (val.init) return const_cast<void*>(backend_.device_constant(*val.init));
+    const int b = layout_.buffer[static_cast<size_t>(v)];
+    if (b >= 0 && !away[static_cast<size_t>(b)]) return arena_ + plan_.offsets[static_cast<size_t>(b)];
+    return nullptr;  // a graph input (patched by run()), or an output the caller places
   };
-  for (int i = 0; i < n; ++i) {
-    const Node& node = g.nodes[static_cast<size_t>(i)];
-    Step& step = steps_[static_cast<size_t>(i)];
-    for (ValueId v : arguments(i)) {
+  input_uses_.resize(g.inputs.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Node& node = g.nodes[i];
+    Step& step = steps_[i];
+    for (ValueId v : step.args) {
       if (v == kNoValue) {
         step.inputs.push_back({});
         continue;
       }
-      const int in = where[static_cast<size_t>(v)].input;
-      if (in >= 0) input_uses_[static_cast<size_t>(in)].push_back({static_cast<size_t>(i), step.inputs.size()});
+      const int in = g.value(v).init ? -1 : layout_.input[static_cast<size_t>(v)];
+      if (in >= 0) input_uses_[static_cast<size_t>(in)].push_back({i, step.inputs.size()});
       step.inputs.push_back({address(v), &g.value(v).type});
     }
     for (ValueId v : node.outputs)
       step.outputs.push_back(v == kNoValue ? Buffer{} : Buffer{address(v), &g.value(v).type});
-    if (scratch_buffer[static_cast<size_t>(i)] >= 0)
-      step.scratch = arena_ + plan_.offsets[static_cast<size_t>(scratch_buffer[static_cast<size_t>(i)])];
+    if (scratch_buffer_[i] >= 0) step.scratch = arena_ + plan_.offsets[static_cast<size_t>(scratch_buffer_[i])];
   }
   for (ValueId v : g.outputs) {
     outputs_.push_back({address(v), &g.value(v).type});
-    output_from_input_.push_back(static_cast<size_t>(where[static_cast<size_t>(v)].input + 1));
+    const int in = g.value(v).init ? -1 : layout_.input[static_cast<size_t>(v)];
+    output_from_input_.push_back(static_cast<size_t>(in + 1));
   }
-  // The arena buffers that hold exactly one graph output, and every argument reading or writing
-  // them (the output's producer, its readers, its views and theirs).
-  std::map<int, int> output_of_buffer;  // buffer -> output k, or -1 where two outputs share it
-  for (size_t k = 0; k < g.outputs.size(); ++k) {
-    const Location& l = where[static_cast<size_t>(g.outputs[k])];
-    if (l.buffer < 0 || l.constant) continue;
-    auto [it, fresh] = output_of_buffer.emplace(l.buffer, static_cast<int>(k));
-    if (!fresh) it->second = -1;
-  }
+  // Every argument reading or writing a placeable output's buffer (the output's producer, its
+  // readers, its views and theirs).
+  std::map<int, size_t> output_of_buffer;  // buffer -> the placeable output k it holds
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    if (layout_.placeable[k]) output_of_buffer.emplace(layout_.output_buffer[k], k);
   output_sites_.resize(g.outputs.size());
-  output_home_.resize(g.outputs.size());
   const auto site_of = [&](ValueId v) -> std::vector<Site>* {
-    if (v == kNoValue || where[static_cast<size_t>(v)].constant) return nullptr;
-    auto it = output_of_buffer.find(where[static_cast<size_t>(v)].buffer);
-    return it == output_of_buffer.end() || it->second < 0 ? nullptr : &output_sites_[static_cast<size_t>(it->second)];
+    if (v == kNoValue || g.value(v).init) return nullptr;
+    auto it = output_of_buffer.find(layout_.buffer[static_cast<size_t>(v)]);
+    return it == output_of_buffer.end() ? nullptr : &output_sites_[it->second];
   };
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Node& node = g.nodes[i];
-    const std::vector<ValueId> in = arguments(static_cast<int>(i));
+    const std::vector<ValueId>& in = steps_[i].args;
     for (size_t j = 0; j < in.size(); ++j)
       if (auto* sites = site_of(in[j])) sites->push_back({i, false, j});
     for (size_t j = 0; j < node.outputs.size(); ++j)
       if (auto* sites = site_of(node.outputs[j])) sites->push_back({i, true, j});
   }
-  for (size_t k = 0; k < g.outputs.size(); ++k) output_home_[k] = outputs_[k].data;
+  for (size_t k = 0; k < g.outputs.size(); ++k) output_home_.push_back(outputs_[k].data);
 }
 
 void StageProgram::place_output(size_t k, void* at) {
   PT_CHECK(placeable(k), "output " + graph_.value(graph_.outputs.at(k)).name + " cannot be placed");
   if (at == nullptr) at = output_home_[k];
+  PT_CHECK(at != nullptr, "output " + graph_.value(graph_.outputs.at(k)).name +
+                              " is placed on every run (plan_arena): it has no room in the arena");
   // Host tensors (a CPU accumulator is its gradient's host tensor) give malloc's alignment; the
   // kernels take any address aligned to their element, as they take the parameters' data.
   PT_CHECK(reinterpret_cast<uintptr_t>(at) % alignof(std::max_align_t) == 0, "a placed output must be aligned");
@@ -371,17 +360,23 @@ void StageProgram::place_output(size_t k, void* at) {
   outputs_[k].data = at;
 }
 
-StageProgram::~StageProgram() { backend_.release(arena_); }
+StageProgram::~StageProgram() {
+  if (own_arena_) backend_.release(arena_);
+}
 
 void StageProgram::bind_inputs(std::span<const Buffer> inputs) {
+  PT_CHECK(arena_ != nullptr, "a program runs once its arena is allocated");
   PT_CHECK(inputs.size() == graph_.inputs.size(), "program takes " + std::to_string(graph_.inputs.size()) + " inputs");
   for (size_t k = 0; k < inputs.size(); ++k) {
     PT_CHECK(inputs[k].type && *inputs[k].type == graph_.value(graph_.inputs[k]).type,
              "input " + graph_.value(graph_.inputs[k]).name + " has the wrong type");
     for (const auto& [step, slot] : input_uses_[k]) steps_[step].inputs[slot].data = inputs[k].data;
   }
-  for (size_t k = 0; k < outputs_.size(); ++k)
+  for (size_t k = 0; k < outputs_.size(); ++k) {
     if (output_from_input_[k]) outputs_[k].data = inputs[output_from_input_[k] - 1].data;
+    PT_CHECK(outputs_[k].data || !always_placed_[k], "output " + graph_.value(graph_.outputs[k]).name +
+                                                        " is placed on every run, and was not placed");
+  }
   backend_.bind_thread();
 }
 

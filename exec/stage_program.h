@@ -1,10 +1,13 @@
 // exec/stage_program.h: a Graph compiled once on a Backend, run many times.
 //
 // Compiling makes one kernel per node (a UserError naming the node when the backend cannot run
-// it), plans one arena for every intermediate tensor and kernel scratch (exec/memory_plan.h; a
-// view of an arena tensor, Node::is_view, shares its buffer and runs nothing),
-// allocates it through the backend (host memory on the CPU, device memory on a GPU), and
-// resolves every kernel argument to an address (constants: Backend::device_constant). run()
+// it), plans one arena for every intermediate tensor (core/graph_arena.h; a view of an arena
+// tensor, Node::is_view, shares its buffer and runs nothing) and, around them, every kernel's
+// scratch (core/memory_plan.h add_buffers), allocates it through the backend (host memory on the
+// CPU, device memory on a GPU), and resolves every kernel argument to an address (constants:
+// Backend::device_constant). With ArenaFrom::kCaller the last two wait for the caller: it says
+// which outputs it places on every run, which then take no room in the arena (plan_arena), and
+// hands in an arena that programs which never run at the same time share, or none (allocate). run()
 // patches the input addresses and calls the kernels in order: nothing is allocated or looked up
 // in it. Inputs, outputs and the arena are in the backend's memory.
 #pragma once
@@ -13,9 +16,10 @@
 #include <span>
 #include <vector>
 
+#include "core/graph_arena.h"
 #include "core/ir.h"
+#include "core/memory_plan.h"
 #include "exec/backend.h"
-#include "exec/memory_plan.h"
 
 namespace pt {
 
@@ -32,9 +36,14 @@ namespace pt {
 // (KernelSpec::epilogue). Faster, and equal to the training program within float rounding.
 enum class ProgramUse { kTraining, kInference };
 
+// Who plans and allocates the arena: the constructor (kOwn: every output has its room), or the
+// caller, through plan_arena() and allocate(), before the first run (kCaller).
+enum class ArenaFrom { kOwn, kCaller };
+
 class StageProgram {
  public:
-  StageProgram(const Graph& g, Backend& backend, ProgramUse use = ProgramUse::kTraining);
+  StageProgram(const Graph& g, Backend& backend, ProgramUse use = ProgramUse::kTraining,
+               ArenaFrom arena = ArenaFrom::kOwn);
   ~StageProgram();
   StageProgram(const StageProgram&) = delete;
   StageProgram& operator=(const StageProgram&) = delete;
@@ -55,7 +64,16 @@ class StageProgram {
   // Whether graph output k can be written straight into the caller's memory (place_output): an
   // arena tensor that no other graph output shares (not a graph input, a view of one or a
   // constant).
-  bool placeable(size_t k) const { return !output_sites_.at(k).empty(); }
+  bool placeable(size_t k) const { return layout_.placeable.at(k) != 0; }
+  // ArenaFrom::kCaller, before allocate(): plans the arena, the outputs flagged in
+  // `always_placed` (per graph output, placeable ones; shorter: the rest unflagged) taking no
+  // room: the caller places each of them before every run (place_output, never null).
+  void plan_arena(const std::vector<char>& always_placed);
+  // ArenaFrom::kCaller, after plan_arena(): the program runs in `shared`, planned_peak_bytes()
+  // of the backend's memory at least, which programs that never run at the same time may share
+  // (an output left in the arena is then valid until the next run of any of them, not only of
+  // this one); null: an arena of its own, allocated here.
+  void allocate(std::byte* shared = nullptr);
   // From the next run on, the kernels write graph output k (and its views) at `at`, in the
   // backend's memory, 64-byte aligned, holding its bytes, overlapping no other tensor of the run
   // (but an input that only the output's producer reads, where that kernel works in place: the
@@ -65,7 +83,11 @@ class StageProgram {
   void place_output(size_t k, void* at);
 
   const MemoryPlan& memory_plan() const { return plan_; }
+  // The arena: its tensors and, around them, its kernels' scratch (after plan_arena).
   int64_t planned_peak_bytes() const { return plan_.arena_bytes; }
+  // The arena's tensors alone: what core/graph_arena.h plans from the graph alone on a backend
+  // that fuses nothing (plan/memory.h's count), before the scratch is placed around them.
+  int64_t planned_tensor_bytes() const { return tensor_bytes_; }
   // Fills the arena with a marker pattern, runs once, and returns one past the highest arena
   // byte the run wrote: the memory the run really used.
   int64_t measure_peak_bytes(std::span<const Buffer> inputs);
@@ -74,15 +96,21 @@ class StageProgram {
   struct Step;
   const Graph& graph_;
   Backend& backend_;
+  GraphArena layout_;
   MemoryPlan plan_;
+  int64_t tensor_bytes_ = 0;
+  bool planned_ = false;
+  std::vector<char> always_placed_;  // per graph output
+  std::vector<int> scratch_buffer_;  // per step: its scratch's buffer in plan_, or -1
   std::byte* arena_ = nullptr;
+  bool own_arena_ = false;
   std::vector<Step> steps_;
   std::vector<Buffer> outputs_;
   // Where each graph input is read: (step, argument slot) per input.
   std::vector<std::vector<std::pair<size_t, size_t>>> input_uses_;
   std::vector<size_t> output_from_input_;  // per output: input index + 1, or 0
   // Per placeable output: every argument holding its buffer, (step, output?, slot); and its
-  // arena address.
+  // arena address (null where it is placed on every run).
   struct Site {
     size_t step;
     bool output;

@@ -1,11 +1,13 @@
 #include "plan/memory.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <set>
 
 #include "core/bytes.h"
+#include "core/graph_arena.h"
 #include "schedule/simulate.h"
 
 namespace pt {
@@ -24,6 +26,7 @@ DeviceMemory MemoryNeeds::host_part(const std::vector<int>& held, bool on_gpu) c
     if (on_gpu) continue;
     sum.optimizer += m.optimizer;
     sum.activations += m.activations;
+    sum.arena += m.arena;
   }
   return sum;
 }
@@ -39,9 +42,46 @@ MemoryNeeds memory_needs(const std::vector<DeviceLoad>& loads, const MemoryOptio
     m.gradients = l.trained_bytes;
     m.optimizer = (o.moments * l.trained_bytes + o.shards - 1) / o.shards;
     m.activations = l.activation_bytes;
+    m.arena = l.arena_bytes;
     out.devices.push_back(m);
   }
   return out;
+}
+
+namespace {
+
+// The arena of `g` with the outputs `placed(k, placeable)` says take no room.
+template <class Placed>
+int64_t arena_bytes(const Graph& g, const Placed& placed) {
+  const GraphArena a = graph_arena(g);
+  std::vector<char> flags(g.outputs.size(), 0);
+  for (size_t k = 0; k < flags.size(); ++k) flags[k] = a.placeable[k] && placed(k);
+  return a.plan(flags).arena_bytes;
+}
+
+bool listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+}  // namespace
+
+int64_t chunk_arena_bytes(const std::vector<BackwardGraphs>& chunks, size_t c) {
+  const BackwardGraphs& ch = chunks[c];
+  const Graph* next = c + 1 < chunks.size() ? &chunks[c + 1].forward : nullptr;
+  const Graph& f = ch.forward;
+  const int64_t forward = arena_bytes(f, [&](size_t k) {
+    const std::string& name = f.value(f.outputs[k]).name;
+    if (listed(ch.kept, name)) return true;
+    const ValueId there = next ? next->find(name) : kNoValue;
+    return there != kNoValue && std::count(next->inputs.begin(), next->inputs.end(), there) != 0;
+  });
+  const int64_t backward_input = arena_bytes(ch.backward_input, [](size_t) { return true; });
+  const Graph& w = ch.backward_weight;
+  const int64_t backward_weight = arena_bytes(w, [&](size_t k) {
+    const std::string& name = w.value(w.outputs[k]).name;
+    return name.rfind("grad.", 0) == 0 && adds_into_accumulator(w, w.outputs[k], name.substr(5));
+  });
+  return std::max({forward, backward_input, backward_weight});
 }
 
 // Per device: the parameters its chunks' graphs read, each once; the trained ones on the first
@@ -61,6 +101,10 @@ std::vector<DeviceLoad> device_loads(const std::vector<BackwardGraphs>& chunks, 
       const ValueId v = chunks[c].forward.find(p);
       if (v != kNoValue) loads[d].trained_bytes += chunks[c].forward.value(v).type.bytes();
     }
+  }
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    int64_t& arena = loads[static_cast<size_t>(lowered.device_of(static_cast<int>(c)))].arena_bytes;
+    arena = std::max(arena, chunk_arena_bytes(chunks, c));
   }
   const std::vector<double> peak = peak_memory(lowered, planned);
   for (size_t d = 0; d < loads.size() && d < peak.size(); ++d) loads[d].activation_bytes = std::llround(peak[d]);
@@ -108,6 +152,7 @@ nlohmann::json memory_json(const MemoryNeeds& m) {
                        {"gradient_bytes", x.gradients},
                        {"optimizer_bytes", x.optimizer},
                        {"activation_bytes", x.activations},
+                       {"arena_bytes", x.arena},
                        {"total_bytes", x.total()}});
   }
   return {{"optimizer_moments", m.moments},
@@ -118,17 +163,24 @@ nlohmann::json memory_json(const MemoryNeeds& m) {
 }
 
 void print_memory_table(std::ostream& os, const MemoryNeeds& m, const std::string& indent) {
-  char line[192];
-  std::snprintf(line, sizeof line, "%s%6s %12s %12s %12s %12s %12s\n", indent.c_str(), "device", "parameters",
-                "gradients", "optimizer", "activations", "total");
-  os << line;
+  // The arena's column where it is counted (train's plan: the partitioner's and the planner's
+  // have no programs to count).
+  const bool arenas = std::any_of(m.devices.begin(), m.devices.end(), [](const DeviceMemory& x) { return x.arena > 0; });
+  const auto row = [&](const std::vector<std::string>& cells) {
+    char cell[32];
+    std::string line = indent;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      if (i == 5 && !arenas) continue;
+      std::snprintf(cell, sizeof cell, i == 0 ? "%6s" : " %12s", cells[i].c_str());
+      line += cell;
+    }
+    os << line << "\n";
+  };
+  row({"device", "parameters", "gradients", "optimizer", "activations", "arena", "total"});
   for (size_t d = 0; d < m.devices.size(); ++d) {
     const DeviceMemory& x = m.devices[d];
-    std::snprintf(line, sizeof line, "%s%6zu %12s %12s %12s %12s %12s\n", indent.c_str(), d,
-                  format_bytes(x.parameters).c_str(), format_bytes(x.gradients).c_str(),
-                  format_bytes(x.optimizer).c_str(), format_bytes(x.activations).c_str(),
-                  format_bytes(x.total()).c_str());
-    os << line;
+    row({std::to_string(d), format_bytes(x.parameters), format_bytes(x.gradients), format_bytes(x.optimizer),
+         format_bytes(x.activations), format_bytes(x.arena), format_bytes(x.total())});
   }
   os << indent << "one process holding every device on the CPU: " << format_bytes(m.process_bytes(every_device(m)))
      << " (the devices, "

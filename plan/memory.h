@@ -11,18 +11,21 @@
 //                ZeRO-1 keeps 1/replicas of it per replica (by whole parameters: about that)
 //   activations  the schedule's simulated peak of what F keeps until B and B passes to W
 //                (schedule/simulate.h), which is what train measures as peak kept activations
+//   arena        the one arena the device's F, B and W programs share (they run one at a time):
+//                the largest program's tensors (core/graph_arena.h), no room for an output the
+//                executor places on every run (train/executor.h arena_bytes): equal to what train
+//                allocates on a backend that fuses nothing, but for the kernels' scratch
 //
 // A trained parameter's gradient and optimizer state count on the first device that reads it
 // (where train keeps them). A process adds kProcessOverhead (the program, its libraries, thread
-// stacks, the graphs) and, where its devices are CPU devices, each device's gradients once more:
-// the executor copies the accumulators out after every step (train/executor.h grads()) for the
-// optimizer to read. A GPU device keeps its parameters, gradients, state and activations in GPU
-// memory; the host then holds the parameters and that gradient copy.
+// stacks, the graphs). On the CPU a gradient is held once: its accumulator is the host tensor
+// the optimizer reads. A GPU device keeps its parameters, gradients, state, activations and
+// arena in GPU memory; the host then holds the parameters and a copy of the gradients.
 //
-// Not counted (measured in docs/training.md "Memory"): the programs' arenas (each F, B and W
-// program's intermediates; W's holds the parameter gradients it computes before they are added
-// into the accumulators), the feeds' staging, and, on rank 0 at the end, the trained model it
-// gathers and writes.
+// Not counted (measured in docs/training.md "Memory"): the slots of chunk outputs, received
+// tensors and gradients, the feeds' staging, the kernels' scratch, and, on rank 0 at the end,
+// the trained model it gathers and writes. The partitioner's and the planner's loads (no F, B
+// and W graphs yet) count no arena.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +51,7 @@ struct DeviceLoad {
   int64_t parameter_bytes = 0;   // every parameter its chunks read
   int64_t trained_bytes = 0;     // the parameters whose gradient and state it keeps
   int64_t activation_bytes = 0;  // planned peak of kept activations
+  int64_t arena_bytes = 0;       // the programs' shared arena
 };
 
 struct MemoryOptions {
@@ -61,8 +65,8 @@ struct MemoryOptions {
 int optimizer_moments(const std::string& kind, double momentum);
 
 struct DeviceMemory {
-  int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0;
-  int64_t total() const { return parameters + gradients + optimizer + activations; }
+  int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0, arena = 0;
+  int64_t total() const { return parameters + gradients + optimizer + activations + arena; }
 };
 
 struct MemoryNeeds {
@@ -84,9 +88,16 @@ struct MemoryNeeds {
 
 MemoryNeeds memory_needs(const std::vector<DeviceLoad>& loads, const MemoryOptions& options);
 
+// The arena of chunk c's F, B and W programs as train plans each (the largest of the three):
+// their tensors, without the outputs the executor places on every run (F's that the next
+// chunk reads or B or W keep, B's, W's gradients added into their accumulators), views sharing
+// their tensor's room; no fusion, no scratch.
+int64_t chunk_arena_bytes(const std::vector<BackwardGraphs>& chunks, size_t c);
+
 // Per device of `schedule` (compute-only or lowered: its placement), the loads of the chunks it
 // runs (F, B and W graphs; a parameter's gradient on the first device reading it), activations
-// the simulated peak of the lowered schedule on `planned` (plan/chunk_costs.h).
+// the simulated peak of the lowered schedule on `planned` (plan/chunk_costs.h), the arena the
+// largest of its chunks' (chunk_arena_bytes).
 std::vector<DeviceLoad> device_loads(const std::vector<BackwardGraphs>& chunks, const Schedule& lowered,
                                      const Costs& planned);
 
@@ -99,11 +110,12 @@ std::vector<DeviceLoad> device_loads(const PartitionPlan& plan);
 std::vector<DeviceLoad> device_loads(const std::vector<int64_t>& state_bytes, const std::vector<int64_t>& kept_bytes);
 
 // {"optimizer_moments", "zero_shards", "process_overhead_bytes", "devices": [{"device",
-// "parameter_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes", "total_bytes"}],
+// "parameter_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes", "arena_bytes",
+// "total_bytes"}],
 // "process_bytes"} where process_bytes is one process holding every device on the CPU.
 nlohmann::json memory_json(const MemoryNeeds& m);
 
-// A row per device: parameters, gradients, optimizer state, activations, total; then what one
+// A row per device: parameters, gradients, optimizer state, activations, arena, total; then what one
 // process holding every device on the CPU needs. Each line starts with `indent`.
 void print_memory_table(std::ostream& os, const MemoryNeeds& m, const std::string& indent = "");
 

@@ -17,8 +17,8 @@
 //   grad.<x>           B(m,c) .. B(m,c-1) on the same device, or SEND_B(m,c)
 //
 // Memory: everything the programs read and write lives in the device backend's memory (slot
-// blocks, uploaded feeds, gradient accumulators), allocated through the Backend hooks before
-// the first step; host memory on the CPU backend. Per micro-batch, F uploads its feeds (staged
+// blocks, uploaded feeds, gradient accumulators, one arena per device that its programs share),
+// allocated through the Backend hooks before the first step; host memory on the CPU backend. Per micro-batch, F uploads its feeds (staged
 // in Backend::allocate_host memory by run_step); the loss, the side outputs and, after the
 // step, the gradients come back to the host through Backend::copy. Comm sees device pointers.
 //
@@ -117,6 +117,14 @@ class PipelineExecutor {
   // [device]: the same over every slot (also chunk outputs, received tensors, gradients and
   // uploaded feeds).
   const std::vector<int64_t>& peak_slot_bytes() const { return peak_slot_; }
+  // [device]: the bytes of the one arena its chunks' F, B and W programs share (the largest
+  // program's: they run one at a time), allocated before the first step; 0 on another process's
+  // device. No program keeps room for an output the executor places on every run (into a slot,
+  // an accumulator or a held gradient): plan/memory.h counts the same.
+  const std::vector<int64_t>& arena_bytes() const { return arena_bytes_; }
+  // [device]: the largest of its programs' tensors alone (StageProgram::planned_tensor_bytes),
+  // without the kernels' scratch: on a backend that fuses nothing, plan/memory.h's arena.
+  const std::vector<int64_t>& arena_tensor_bytes() const { return arena_tensor_bytes_; }
   const Schedule& schedule() const { return schedule_; }
 
   // From the next step on, each compute action also reads its thread's CPU time
@@ -148,6 +156,7 @@ class PipelineExecutor {
   void check_placement(const std::vector<int>& device_of_chunk, size_t backends) const;
   void bind_feeds(const std::vector<std::map<std::string, Tensor>>& feeds);
   void size_slots();
+  void allocate_arenas();
   void plan_held(Chunk& ch);
   void start_step();
   void fold_shared_gradients();
@@ -170,7 +179,7 @@ class PipelineExecutor {
   double cpu_read_cost_ = 0;  // one thread CPU clock read's share of an interval (time_cpu)
   std::unique_ptr<Failure> failure_;
   std::vector<std::vector<ActionTime>> times_;
-  std::vector<int64_t> peak_kept_, peak_slot_;
+  std::vector<int64_t> peak_kept_, peak_slot_, arena_bytes_, arena_tensor_bytes_;
 };
 
 }  // namespace pt

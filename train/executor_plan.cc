@@ -127,7 +127,6 @@ template <class ChunkT, class AccT>
 void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
                           std::map<std::string, std::unique_ptr<AccT>>& accs) {
   const Graph& w = c.g.backward_weight;
-  size_t most = 0;
   for (const std::string& p : c.g.params) {
     const ValueId acc = w.find(grad_acc_name(p));
     PT_CHECK(acc != kNoValue, "W graph lacks " + grad_acc_name(p));
@@ -147,9 +146,7 @@ void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
     }
     PT_CHECK(it->second->host->type == type, "'" + p + "' has two gradient types");
     c.acc.push_back(it->second.get());
-    most = std::max(most, static_cast<size_t>(type.bytes()));
   }
-  c.zeros = Block(c.backend, most);
   for (ValueId v : w.inputs) {
     const Value& val = w.value(v);
     Source s;
@@ -172,13 +169,8 @@ void plan_backward_weight(ChunkT& c, std::map<std::string, Tensor>& grads,
     PT_CHECK(k >= 0, "W output '" + name + "' is no parameter gradient");
     c.w_out_param.push_back(k);
     const bool placeable = c.local && c.w->placeable(c.w_out_param.size() - 1);
-    const int last = w.value(v).producer;
-    const Node* add = last >= 0 ? &w.nodes[static_cast<size_t>(last)] : nullptr;
-    const ValueId acc = w.find(grad_acc_name(c.g.params[static_cast<size_t>(k)]));
     c.w_place_held.push_back(placeable);
-    c.w_place_acc.push_back(placeable && add && add->op_type == "Add" && add->inputs.size() == 2 &&
-                            add->inputs[0] == acc && add->inputs[1] != acc &&
-                            w.value(acc).consumers.size() == 1);
+    c.w_place_acc.push_back(placeable && adds_into_accumulator(w, v, c.g.params[static_cast<size_t>(k)]));
   }
 }
 
@@ -233,6 +225,7 @@ PipelineExecutor::PipelineExecutor(const std::vector<BackwardGraphs>& chunks,
     for (const std::string& p : c->g.params) c->shared = c->shared || readers[p] > 1;
   }
   size_slots();
+  allocate_arenas();
   std::vector<std::string> messages;
   for (const auto& c : chunks_) {
     messages.insert(messages.end(), c->recv_in_msg.begin(), c->recv_in_msg.end());
@@ -366,16 +359,52 @@ void PipelineExecutor::size_slots() {
   }
 }
 
-// A held block per micro-batch (every parameter's gradient alone, 64-byte aligned), and the
+// Each program's arena planned without room for the outputs placed on every run (F's first
+// slot of each tensor it keeps or hands on, B's placeable outputs, W's gradients added into
+// their accumulators or held blocks), then one arena per device, the largest of its programs'.
+void PipelineExecutor::allocate_arenas() {
+  arena_bytes_.assign(devices_.size(), 0);
+  arena_tensor_bytes_.assign(devices_.size(), 0);
+  for (auto& c : chunks_) {
+    if (!c->local) continue;
+    std::vector<char> f_placed(c->g.forward.outputs.size(), 0);
+    for (const Copy& d : c->f_dst)
+      if (d.placed) f_placed[static_cast<size_t>(d.k)] = 1;
+    c->f->plan_arena(f_placed);
+    c->b->plan_arena(c->b_placed);
+    c->w->plan_arena(c->w_place_acc);
+    int64_t& most = arena_bytes_[static_cast<size_t>(c->device)];
+    int64_t& tensors = arena_tensor_bytes_[static_cast<size_t>(c->device)];
+    for (const StageProgram* p : {&*c->f, &*c->b, &*c->w}) {
+      most = std::max(most, p->planned_peak_bytes());
+      tensors = std::max(tensors, p->planned_tensor_bytes());
+    }
+  }
+  for (auto& dev : devices_)
+    if (dev->local)
+      dev->arena = Block(*dev->backend, static_cast<size_t>(arena_bytes_[static_cast<size_t>(dev->index)]), false, false);
+  for (auto& c : chunks_) {
+    if (!c->local) continue;
+    std::byte* arena = devices_[static_cast<size_t>(c->device)]->arena.get();
+    c->f->allocate(arena);
+    c->b->allocate(arena);
+    c->w->allocate(arena);
+  }
+}
+
+// A held block per micro-batch (every parameter's gradient alone, 64-byte aligned), the zeros
+// W then reads as its accumulators (the largest parameter's bytes), and the
 // in-place Add per parameter on its accumulator's backend; a shared parameter whose accumulator
 // is on another backend gets a buffer there to bring the held gradient over before the add.
 void PipelineExecutor::plan_held(Chunk& ch) {
   constexpr size_t kAlign = 64;
-  size_t bytes = 0;
+  size_t bytes = 0, most = 0;
   for (size_t p = 0; p < ch.acc.size(); ++p) {
     ch.held_offset.push_back(bytes);
     bytes += (static_cast<size_t>(ch.param_type(p).bytes()) + kAlign - 1) / kAlign * kAlign;
+    most = std::max(most, static_cast<size_t>(ch.param_type(p).bytes()));
   }
+  ch.zeros = Block(ch.backend, most);  // what W reads as its accumulators when it computes alone
   for (int m = 0; m < schedule_.micro_batches; ++m) ch.held.emplace_back(ch.backend, bytes);
   ch.adds.name = "held gradients of chunk " + std::to_string(ch.index);
   ch.adds.opsets[""] = 17;

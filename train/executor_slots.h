@@ -33,16 +33,17 @@ enum Grp : int { kOut, kRecvIn, kKeptB, kKeptW, kOGrad, kIGrad, kPassed, kFeed, 
 inline bool counts_as_kept(int g) { return g == kKeptB || g == kKeptW || g == kPassed; }
 
 // Memory one backend handed out (Backend::allocate, or allocate_host for staging), zeroed once
-// and given back when the Block goes.
+// (unless `zeroed` is false: a programs' arena, whose pages are touched only where a run
+// writes) and given back when the Block goes.
 class Block {
  public:
   Block() = default;
-  Block(Backend& backend, size_t bytes, bool host = false)
+  Block(Backend& backend, size_t bytes, bool host = false, bool zeroed = true)
       : backend_(&backend), host_(host),
         p_(static_cast<std::byte*>(host ? backend.allocate_host(std::max<size_t>(bytes, 1))
                                         : backend.allocate(std::max<size_t>(bytes, 1)))) {
     PT_CHECK(p_ != nullptr, "cannot allocate " + std::to_string(bytes) + " bytes");
-    backend.fill(p_, 0, bytes);
+    if (zeroed) backend.fill(p_, 0, bytes);
   }
   ~Block() { reset(); }
   Block(Block&& o) noexcept : backend_(o.backend_), host_(o.host_), p_(o.p_) { o.p_ = nullptr; }
@@ -201,7 +202,7 @@ struct PipelineExecutor::Chunk {
   std::vector<Block> feed_stage;              // [m]: host staging of the kFeed block
   bool b_reads_feed = false;                  // the kFeed block lives until B
   std::vector<Accumulator*> acc;              // per parameter, W's order
-  Block zeros;                                // the largest parameter's bytes of 0
+  Block zeros;  // the largest parameter's bytes of 0 (hold or shared: W bound to them computes alone)
   std::vector<int> w_out_param;               // per W output
   // Per W output: W writes it into the held block itself; and into the accumulator itself when
   // the micro-batch adds in order (its last node is `grad_acc + g`, in place on the sum, as
@@ -226,9 +227,11 @@ struct PipelineExecutor::Chunk {
   Chunk(const BackwardGraphs& graphs, int i, int d, Backend& be, bool here)
       : g(graphs), index(i), device(d), backend(be), local(here) {
     if (!local) return;
-    f.emplace(graphs.forward, be);
-    b.emplace(graphs.backward_input, be);
-    w.emplace(graphs.backward_weight, be);
+    // Their arena is the device's (allocate_arenas), planned once the executor knows which
+    // outputs it places on every run.
+    f.emplace(graphs.forward, be, ProgramUse::kTraining, ArenaFrom::kCaller);
+    b.emplace(graphs.backward_input, be, ProgramUse::kTraining, ArenaFrom::kCaller);
+    w.emplace(graphs.backward_weight, be, ProgramUse::kTraining, ArenaFrom::kCaller);
   }
 
   int feed(const std::string& name, const TensorType& type) {
@@ -261,6 +264,9 @@ struct PipelineExecutor::Device {
   bool local = true;
   std::unique_ptr<RemoteDevice> remote;
   std::vector<Effects> effects;  // per step of the device's list
+  // One arena for every program of the device's chunks: its worker runs them one at a time, and
+  // copies out what it keeps of a program's outputs before it runs the next.
+  exec_detail::Block arena;
   int64_t live_kept = 0, live_slot = 0, peak_kept = 0, peak_slot = 0;
 };
 

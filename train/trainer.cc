@@ -329,6 +329,10 @@ void Trainer::record_step(int64_t s, Clock::time_point begin, const StepClock& c
     trace_step(s, std::chrono::duration<double>(clock.run_begin - t0_).count(), times, collective_spans(clock.spans));
   if (s > first_step_ && timed_.size() < kTimedSteps) timed_.push_back(times);  // the first warms up
   for (size_t d = 0; d < peak_kept_.size(); ++d) peak_kept_[d] = std::max(peak_kept_[d], r.peak_kept_bytes[d]);
+  if (arena_.empty()) {  // fixed before the first step: gathered once, with the first step's figures
+    arena_ = executor_->arena_bytes();
+    ranks_.max(arena_, Over::kReplica);
+  }
   observer.step(r);
 }
 
@@ -555,6 +559,7 @@ TrainSummary Trainer::finish() {
   }
   t.planned_peak = peak_memory(lowered_, planned_);
   t.peak_kept = peak_kept_;
+  t.arena = arena_;
   std::vector<double> sorted = step_seconds_;
   std::sort(sorted.begin(), sorted.end());
   t.step_s_median = sorted.empty() ? 0 : sorted[sorted.size() / 2];

@@ -120,6 +120,7 @@ struct TrainSummary {
   double bubble = 0, makespan = 0;    // measured, the mean over the timed steps
   std::vector<double> planned_peak;   // kept bytes per device, as planned
   std::vector<int64_t> peak_kept;     // kept bytes per device, measured
+  std::vector<int64_t> arena;         // per device: the programs' arena allocated (scratch included)
   double step_s_median = 0;
 };
 
@@ -291,6 +292,7 @@ class Trainer {
   static constexpr size_t kTimedSteps = 8;                     // after the first, which warms up
   ActionClock spent_clock() const;
   std::vector<int64_t> peak_kept_;
+  std::vector<int64_t> arena_;  // per device, gathered from the ranks at the first step
   std::vector<double> step_seconds_;  // every step after the first of this process
   double last_loss_ = 0;
   int64_t saved_step_ = -1;

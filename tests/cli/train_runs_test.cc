@@ -333,11 +333,14 @@ TEST(TrainRuns, APlanLargerThanTheHostStopsBeforeLoading) {
   ASSERT_EQ(ok.code, 0) << ok.err;
   EXPECT_NE(ok.out.find("memory: this run plans "), std::string::npos) << ok.out;
   const std::string size = "[0-9.]+ [KM]?i?B";
-  const std::regex device("\n  device 0: " + size + " \\+ " + size + " \\+ " + size + " \\+ " + size + " = " + size + "\n");
-  EXPECT_NE(ok.out.find("memory per device, planned: parameters + gradients + optimizer state + peak activations\n"),
+  const std::regex device("\n  device 0: " + size + " \\+ " + size + " \\+ " + size + " \\+ " + size + " \\+ " + size + " = " + size + "\n");
+  EXPECT_NE(ok.out.find("memory per device, planned: parameters + gradients + optimizer state + peak activations + programs' arena\n"),
             std::string::npos)
       << ok.out;
   EXPECT_TRUE(std::regex_search(ok.out, device)) << ok.out;
+  const std::regex arena("\nprograms' arena per device, allocated / planned \\(the kernels' scratch is not planned\\): " +
+                         size + " / " + size + "(, " + size + " / " + size + ")*\n");
+  EXPECT_TRUE(std::regex_search(ok.out, arena)) << ok.out;
   const std::regex rss("\npeak RSS, measured / planned host memory \\(its devices, 300 MiB "
                        "per process\\):\n  process: [0-9.]+ MiB / [0-9.]+ MiB \\(0\\.[0-9]+x\\)\n");
   EXPECT_TRUE(std::regex_search(ok.out, rss)) << ok.out;

@@ -49,7 +49,7 @@ TEST(PlanMemory, ClosedFormPerDeviceAndProcess) {
 // The mlp (64 -> 128 -> 128 -> 64 -> 10, four Gemms with bias) on 2 stages under GPipe, M
 // micro-batches: each device holds its Gemms' weights and biases (4 bytes per element), and its
 // activations peak when every micro-batch's forward has run: M x what its chunk keeps per
-// micro-batch.
+// micro-batch; beside them the arena of its programs.
 TEST(PlanMemory, TrainPlanOfTheMlpIsItsParametersAndActivations) {
   ImportOptions io;
   io.batch = 4;
@@ -71,8 +71,12 @@ TEST(PlanMemory, TrainPlanOfTheMlpIsItsParametersAndActivations) {
     EXPECT_EQ(loads[static_cast<size_t>(d)].trained_bytes, 4 * count) << "device " << d;
     EXPECT_EQ(loads[static_cast<size_t>(d)].parameter_bytes, 4 * count) << "device " << d;
     EXPECT_EQ(loads[static_cast<size_t>(d)].activation_bytes, 4 * p.chunks[static_cast<size_t>(d)].kept_bytes) << "device " << d;
+    // One chunk per device: its arena is that chunk's programs' largest, held beside the rest.
+    const int64_t arena = chunk_arena_bytes(p.chunks, static_cast<size_t>(d));
+    EXPECT_GT(arena, 0) << "device " << d;
+    EXPECT_EQ(loads[static_cast<size_t>(d)].arena_bytes, arena) << "device " << d;
     const MemoryNeeds m = memory_needs(loads, MemoryOptions{});
-    EXPECT_EQ(m.devices[static_cast<size_t>(d)].total(), 16 * count + 4 * p.chunks[static_cast<size_t>(d)].kept_bytes);
+    EXPECT_EQ(m.devices[static_cast<size_t>(d)].total(), 16 * count + 4 * p.chunks[static_cast<size_t>(d)].kept_bytes + arena);
   }
   EXPECT_EQ(all, 128 * 64 + 128 + 128 * 128 + 128 + 64 * 128 + 64 + 10 * 64 + 10);
 }

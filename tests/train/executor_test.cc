@@ -23,6 +23,7 @@
 #include "onnx_import/import.h"
 #include "partition/cost_model.h"
 #include "plan/chunk_costs.h"
+#include "plan/memory.h"
 #include "schedule/generators.h"
 #include "schedule/lower.h"
 #include "schedule/simulate.h"
@@ -259,6 +260,51 @@ TEST(Executor, WeightGradientsOutOfOrderAreAddedInOrder) {
       list.insert(list.end(), ws.rbegin(), ws.rend());
     }
     check_schedule(chunks, s, feeds, run_reference(chunks, feeds));
+  }
+}
+
+// A CPU backend fusing nothing that records the bytes of each allocation it hands out.
+class CountingBackend : public CpuBackend {
+ public:
+  CountingBackend() : CpuBackend(1, Fusion::kNone) {}
+  void* allocate(size_t bytes) override {
+    allocated.push_back(bytes);
+    return CpuBackend::allocate(bytes);
+  }
+  std::vector<size_t> allocated;
+};
+
+// Each device allocates one arena for its chunks' F, B and W programs, and its tensors are what
+// the plan counts for the device (plan/memory.h: no room for the outputs placed on every run,
+// the largest program's), to the byte on a backend that fuses nothing; the kernels' scratch
+// (oneDNN's scratchpads) is placed around them, which the plan does not see. The step still
+// gives the reference's bits.
+TEST(Executor, EachDeviceAllocatesTheArenaThePlanCounts) {
+  const Graph g = load("gpt");
+  for (int stages : {1, 2, 4}) {
+    SCOPED_TRACE(stages);
+    const std::vector<BackwardGraphs> chunks = chunks_of(g, stages, 1);
+    const Feeds feeds = random_feeds(g, chunks);
+    const Schedule s = add_send_recv(generate("1f1b", stages, kMicroBatches));
+    std::vector<std::unique_ptr<CountingBackend>> owned;
+    std::vector<Backend*> backends;
+    for (int d = 0; d < stages; ++d) {
+      owned.push_back(std::make_unique<CountingBackend>());
+      backends.push_back(owned.back().get());
+    }
+    InProcessComm comm;
+    PipelineExecutor ex(chunks, placement(s), backends, comm, s);
+    const std::vector<DeviceLoad> plan = device_loads(chunks, s, chunk_costs(chunks));
+    for (int d = 0; d < stages; ++d) {
+      SCOPED_TRACE("device " + std::to_string(d));
+      const int64_t arena = ex.arena_bytes()[static_cast<size_t>(d)];
+      const std::vector<size_t>& allocated = owned[static_cast<size_t>(d)]->allocated;
+      EXPECT_EQ(std::count(allocated.begin(), allocated.end(), static_cast<size_t>(arena)), 1);
+      EXPECT_EQ(ex.arena_tensor_bytes()[static_cast<size_t>(d)], plan[static_cast<size_t>(d)].arena_bytes);
+      EXPECT_GE(arena, ex.arena_tensor_bytes()[static_cast<size_t>(d)]);
+    }
+    ex.run_step(feeds);
+    expect_same_bits(run_reference(chunks, feeds), ex);
   }
 }
 

@@ -1,4 +1,4 @@
-#include "exec/memory_plan.h"
+#include "core/memory_plan.h"
 
 #include <algorithm>
 #include <map>
@@ -31,15 +31,22 @@ int64_t peak_live(const std::vector<BufferLife>& buffers) {
 
 MemoryPlan plan_memory(std::vector<BufferLife> buffers) {
   MemoryPlan plan;
-  plan.buffers = std::move(buffers);
+  add_buffers(plan, std::move(buffers));
+  return plan;
+}
+
+void add_buffers(MemoryPlan& plan, std::vector<BufferLife> more) {
+  const size_t before = plan.buffers.size();
+  for (BufferLife& b : more) plan.buffers.push_back(std::move(b));
   const size_t n = plan.buffers.size();
-  plan.offsets.assign(n, 0);
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
+  plan.offsets.resize(n, 0);
+  std::vector<size_t> order(n - before);
+  std::iota(order.begin(), order.end(), before);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return plan.buffers[a].bytes > plan.buffers[b].bytes;
   });
-  std::vector<size_t> placed;
+  std::vector<size_t> placed(before);
+  std::iota(placed.begin(), placed.end(), size_t{0});
   for (size_t i : order) {
     const BufferLife& b = plan.buffers[i];
     PT_CHECK(b.first <= b.last, "buffer " + b.name + " dies before it is born");
@@ -60,7 +67,6 @@ MemoryPlan plan_memory(std::vector<BufferLife> buffers) {
     placed.push_back(i);
   }
   plan.peak_live_bytes = peak_live(plan.buffers);
-  return plan;
 }
 
 std::string MemoryPlan::to_text() const {

@@ -1,9 +1,13 @@
-// exec/memory_plan.h: one arena per program. In: every buffer's size and the steps it is live
+// core/memory_plan.h: one arena per program (exec/stage_program.h), and the plan's count of it
+// (plan/memory.h). In: every buffer's size and the steps it is live
 // (first write to last read). Out: an offset per buffer such that buffers live at the same time
 // never overlap, and the arena size, which is the program's planned peak.
 //
 // Greedy by size: buffers are placed largest first, each at the lowest aligned offset that does
-// not overlap a placed buffer whose lifetime intersects its own.
+// not overlap a placed buffer whose lifetime intersects its own. add_buffers places more buffers
+// the same way around those of a plan, which keep their offsets (a program's kernel scratch,
+// placed after its tensors: the tensors' layout is then the one a plan made from the graph alone
+// predicts, core/graph_arena.h).
 #pragma once
 
 #include <cstdint>
@@ -31,5 +35,9 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(std::vector<BufferLife> buffers);
+
+// `more` placed into `plan` (largest first, each at the lowest aligned offset free during its
+// life), the plan's buffers where they were; arena_bytes and peak_live_bytes grow to match.
+void add_buffers(MemoryPlan& plan, std::vector<BufferLife> more);
 
 }  // namespace pt

@@ -1,4 +1,4 @@
-#include "exec/memory_plan.h"
+#include "core/memory_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -38,6 +38,27 @@ TEST(MemoryPlan, ReusesMemoryOfDeadBuffers) {
   const MemoryPlan plan = plan_memory(chain);
   EXPECT_EQ(plan.arena_bytes, 2048);
   EXPECT_EQ(plan.peak_live_bytes, 2048);
+}
+
+// Scratch placed after the tensors: the tensors keep their offsets, a scratch buffer takes a gap
+// free during its step (b's place, dead at step 3) or goes on top.
+TEST(MemoryPlan, AddedBuffersLeaveThePlacedOnesWhereTheyAre) {
+  MemoryPlan plan = plan_memory({{"a", 1024, 0, 4}, {"b", 1024, 0, 2}});
+  const std::vector<int64_t> before = plan.offsets;
+  add_buffers(plan, {{"s3", 512, 3, 3}, {"s1", 256, 1, 1}});
+  ASSERT_EQ(plan.offsets.size(), 4u);
+  EXPECT_EQ(plan.offsets[0], before[0]);
+  EXPECT_EQ(plan.offsets[1], before[1]);
+  EXPECT_EQ(plan.offsets[2], before[1]);  // s3 where b was
+  EXPECT_EQ(plan.offsets[3], 2048);       // s1 above a and b
+  EXPECT_EQ(plan.arena_bytes, 2048 + 256);
+  EXPECT_EQ(plan.peak_live_bytes, 2048 + 256);
+}
+
+// A buffer of no bytes (an output its caller places) takes no room.
+TEST(MemoryPlan, ABufferOfNoBytesTakesNoRoom) {
+  const MemoryPlan plan = plan_memory({{"placed", 0, 0, 3}, {"t", 1024, 1, 2}, {"u", 1024, 2, 3}});
+  EXPECT_EQ(plan.arena_bytes, 2048);
 }
 
 }  // namespace

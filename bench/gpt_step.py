@@ -152,9 +152,9 @@ def torch_worker(name, out, threads, steps, compiled):
         total = 0.0
         for k in range(n):
             rows = slice((s * n + k) * mb, (s * n + k + 1) * mb)
-            logits = forward(xs[rows])
-            loss = F.cross_entropy(logits.reshape(-1, m["vocab"]), ys[rows].reshape(-1), reduction="sum") / (
-                n * mb * m["context"])
+            # The logits are not held past the loss (as a training loop writes it).
+            loss = F.cross_entropy(forward(xs[rows]).reshape(-1, m["vocab"]), ys[rows].reshape(-1),
+                                   reduction="sum") / (n * mb * m["context"])
             loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["clip"])

@@ -165,6 +165,10 @@ def torch_worker(name, out, threads, steps, compiled):
     print(json.dumps({"step_s": statistics.median(times[warm:]), "losses": losses}))
 
 
+class TurnFailed(Exception):
+    """A contender's turn that did not finish (a pipetrain refusing for the host's memory, an OOM kill)."""
+
+
 def timed(cmd, **kw):
     """Runs cmd; (stdout, its process's own peak RSS in MiB)."""
     with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
@@ -173,7 +177,7 @@ def timed(cmd, **kw):
         so.seek(0)
         se.seek(0)
         if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed ({status}): {se.read().strip()[-2000:]}")
+            raise TurnFailed(f"exit {os.waitstatus_to_exitcode(status)}: {se.read().strip()[-300:]}")
         return so.read(), usage.ru_maxrss / 1024
 
 
@@ -273,15 +277,24 @@ def main():
                 arms[f"pipetrain {stages} stage{'s' if stages > 1 else ''}{tag}"] = (
                     lambda b=binary, c=cfg: pipetrain_turn(b, *c))
         results = {k: [] for k in arms}
+        failed = {}
         for _ in range(a.rounds):
             for k, turn in arms.items():
-                results[k].append(turn())
+                try:
+                    results[k].append(turn())
+                except TurnFailed as e:  # reported in the table; the other contenders go on
+                    failed[k] = str(e)
+                    print(f"  {name} {k}: failed, {e}", flush=True)
+                    continue
                 print(f"  {name} {k}: {1e3 * results[k][-1][0]:,.0f} ms, {results[k][-1][1]:,.0f} MiB", flush=True)
-        eager_losses = results["PyTorch eager"][0][2] if "PyTorch eager" in results else \
-            torch_turn(name, out, a.threads, LOSS_STEPS, False)[2]
-        eager_ms = statistics.median(r[0] for r in results["PyTorch eager"]) if "PyTorch eager" in results else None
-        eager_rss = statistics.median(r[1] for r in results["PyTorch eager"]) if "PyTorch eager" in results else None
+        eager = results.get("PyTorch eager")
+        eager_losses = eager[0][2] if eager else torch_turn(name, out, a.threads, LOSS_STEPS, False)[2]
+        eager_ms = statistics.median(r[0] for r in eager) if eager else None
+        eager_rss = statistics.median(r[1] for r in eager) if eager else None
         for k, rs in results.items():
+            if not rs:
+                rows.append((name, k, "failed: " + failed[k].replace("|", "/"), "-", "-", "-", "-", "-"))
+                continue
             step = statistics.median(r[0] for r in rs)
             rss = statistics.median(r[1] for r in rs)
             losses = rs[0][2][:LOSS_STEPS]

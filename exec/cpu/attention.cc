@@ -2,10 +2,15 @@
 // math) as tiled loops that never hold the S x T scores: the forward keeps each query row's
 // running max, sum and output while it walks the keys a tile at a time (online softmax) and
 // writes Y and the row's log-sum-exp; the backward recomputes each tile's probabilities from the
-// log-sum-exp (FlashAttention-2's algorithm). Work is split over (batch, head, query tile) for Y
-// and dQ, and over (batch, kv head, key tile) for dK and dV, which walk every query row of their
-// heads in one fixed order: no sum is split between threads, so the bits do not depend on the
-// thread count. Causal programs skip the key tiles wholly above the diagonal.
+// log-sum-exp (FlashAttention-2's algorithm). A (block of 32 query rows, tile of 64 keys) pair is
+// the unit: its products (scores, dY V^T, P V, dS K, P^T dY, dS^T Q) run as register-blocked
+// small products, 4 rows by up to 64 columns of sums held in AVX-512 registers (GCC's vector
+// extension, cloned for AVX2 and the baseline too). Work is split over (batch, head, 128 query
+// rows) for Y; the backward runs whole kv heads per thread where there are at least two per
+// thread (each pair visited once for dQ, dK and dV), else dQ per (batch, head, query tile) and
+// dK, dV per (batch, kv head, key tile). Every sum is taken in one fixed order within one work
+// item, so the bits do not depend on the thread count or on the split. Causal programs skip the
+// key tiles wholly above the diagonal.
 //
 //   Q [B, H, S, D], K [B, Hkv, T, D], V [B, Hkv, T, Dv], H = G * Hkv (head h reads kv head h / G)
 //   s_ij = scale * q_i . k_j + mask_ij (mask_ij = -inf where causal and j > i, or where a bool
@@ -15,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <span>
@@ -26,9 +32,32 @@
 namespace pt::cpu {
 namespace {
 
-constexpr int64_t kQueryTile = 32;  // query rows per work item
+constexpr int64_t kQueryTile = 32;  // query rows per block
+constexpr int64_t kForwardRows = 4 * kQueryTile;  // query rows per work item of the forward (each
+                                                  // key tile loaded once for its blocks)
 constexpr int64_t kKeyTile = 64;    // keys per tile
+constexpr int64_t kLanes = 16;      // floats of a Lanes
+constexpr int64_t kTileLanes = kKeyTile / kLanes;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// 16 floats as one value (GCC's vector extension: one AVX-512 register in that clone, two or four
+// narrower ones in the others).
+typedef float Lanes __attribute__((vector_size(64)));
+
+[[gnu::always_inline]] inline void load(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof v); }
+[[gnu::always_inline]] inline void store(float* p, const Lanes& v) { std::memcpy(p, &v, sizeof v); }
+// The first w of 16 floats (1 <= w <= 16): the rest of v zero, and not written back.
+[[gnu::always_inline]] inline void load_part(Lanes& v, const float* p, int64_t w) {
+  if (w == kLanes) return load(v, p);
+  v = Lanes{};
+  std::memcpy(&v, p, static_cast<size_t>(w) * sizeof(float));
+}
+[[gnu::always_inline]] inline void store_part(float* p, const Lanes& v, int64_t w) {
+  if (w == kLanes) return store(p, v);
+  std::memcpy(p, &v, static_cast<size_t>(w) * sizeof(float));
+}
+
+inline int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
 // exp(x), 0 below the smallest normal float's log and at -inf.
 inline float exp_or_zero(float x) { return x < -87.33f ? 0.f : exp_poly(x); }
@@ -45,10 +74,47 @@ struct Geometry {
   // Keys row i sees at most: [0, key_end(i)).
   int64_t key_end(int64_t i) const { return causal ? std::min(keys, i + 1) : keys; }
   int64_t query_tiles() const { return (queries + kQueryTile - 1) / kQueryTile; }
+  int64_t forward_items_per_head() const { return (queries + kForwardRows - 1) / kForwardRows; }
   int64_t key_tiles() const { return (keys + kKeyTile - 1) / kKeyTile; }
-  // Floats of one thread's scratch: K and V tiles transposed, two rows of a tile, the running
-  // max and sum of a query tile, and a row of V's width.
-  int64_t thread_floats() const { return (dim + vdim) * kKeyTile + 2 * kKeyTile + 2 * kQueryTile + vdim; }
+  // Row strides of the padded copies (whole Lanes, so that a row's loads stay inside it).
+  int64_t dp() const { return padded(dim); }
+  int64_t dvp() const { return padded(vdim); }
+};
+
+// One thread's scratch, carved from `floats(g)` floats in this order.
+struct Scratch {
+  float *kt, *vt;  // the key tile's K and V transposed: dim x kKeyTile, vdim x kKeyTile (keys past the tile 0)
+  float *kp, *vp;  // its K and V rows padded: kKeyTile x dp, kKeyTile x dvp
+  float *s, *ds;   // a query block's scores (then probabilities) and their gradient: kQueryTile x kKeyTile
+  float *qp, *dyp; // the block's Q and dY rows padded: kQueryTile x dp, kQueryTile x dvp
+  float *dk, *dv;  // the key tile's dK and dV sums: kKeyTile x dp, kKeyTile x dvp
+  float *m, *l;    // the running max and sum of each row of a forward work item
+  float* msum;     // dY summed over the fully masked rows: vdim
+
+  static int64_t floats(const Geometry& g) {
+    return (g.dim + g.vdim) * kKeyTile + 2 * kKeyTile * (g.dp() + g.dvp()) + 2 * kQueryTile * kKeyTile +
+           kQueryTile * (g.dp() + g.dvp()) + 2 * kForwardRows + g.vdim;
+  }
+  Scratch(const Geometry& g, float* at) {
+    auto take = [&at](int64_t n) {
+      float* p = at;
+      at += n;
+      return p;
+    };
+    kt = take(g.dim * kKeyTile);
+    vt = take(g.vdim * kKeyTile);
+    kp = take(kKeyTile * g.dp());
+    vp = take(kKeyTile * g.dvp());
+    s = take(kQueryTile * kKeyTile);
+    ds = take(kQueryTile * kKeyTile);
+    qp = take(kQueryTile * g.dp());
+    dyp = take(kQueryTile * g.dvp());
+    dk = take(kKeyTile * g.dp());
+    dv = take(kKeyTile * g.dvp());
+    m = take(kForwardRows);
+    l = take(kForwardRows);
+    msum = take(g.vdim);
+  }
 };
 
 // A row's mask: where element (b, h, i, 0) of the broadcast mask is, and its step along j.
@@ -66,55 +132,181 @@ MaskRow mask_row(const Geometry& g, const void* mask, int64_t b, int64_t h, int6
 }
 
 // dst[c][r] = src[r][c] for r in [0, rows), c in [0, cols): a tile of K or V, rows of stride
-// `cols`, into kKeyTile-wide columns (the vector loops then run along the keys).
+// `cols`, into kKeyTile-wide columns (the products then run along the keys); columns past `rows`
+// are 0.
 void transpose_tile(const float* src, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * kKeyTile + rows, dst + (c + 1) * kKeyTile, 0.f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[c * kKeyTile + r] = src[r * cols + c];
 }
 
-// out[j] = a . bt[:, j] for j in [0, n) (bt a tile transposed, `len` rows of kKeyTile).
-PT_VECTOR_CLONES void tile_dots(const float* a, const float* bt, int64_t len, int64_t n, float* out) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) out[j] = 0.f;
+// dst[r][c] = src[r][c] for r in [0, rows), rows of `cols` floats into rows of `ld` (padded with 0).
+void pad_rows(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(src + r * cols, src + (r + 1) * cols, dst + r * ld);
+    std::fill(dst + r * ld + cols, dst + (r + 1) * ld, 0.f);
+  }
+}
+
+// The three products of a (query block, key tile) pair, each an R-row block with its sums in
+// registers (R x up to 4 Lanes) over the inner dimension, taken in order: a row's result does
+// not depend on the block it is made in, so any split of rows gives the same bits.
+//
+// out_r[0 : kKeyTile] = sum_d a_r[d] bt[d][:]  (a rows of stride lda, len terms; bt len x kKeyTile)
+template <int R>
+[[gnu::always_inline]] inline void dots_block(const float* a, int64_t lda, const float* bt, int64_t len, float* out) {
+  Lanes acc[R][kTileLanes] = {};
   for (int64_t d = 0; d < len; ++d) {
-    const float ad = a[d];
-    const float* row = bt + d * kKeyTile;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) out[j] += ad * row[j];
+    Lanes b[kTileLanes];
+    for (int64_t v = 0; v < kTileLanes; ++v) load(b[v], bt + d * kKeyTile + v * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const float ar = a[r * lda + d];
+      for (int64_t v = 0; v < kTileLanes; ++v) acc[r][v] += ar * b[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int64_t v = 0; v < kTileLanes; ++v) store(out + r * kKeyTile + v * kLanes, acc[r][v]);
+}
+
+// acc_r[0 : width] += sum_j w_r[j] x_j[0 : width] over j in [0, n) (w rows of kKeyTile; x rows of
+// stride ldx, padded to whole Lanes; acc rows of stride ldc, width <= 16 L, only width written).
+template <int R, int L>
+[[gnu::always_inline]] inline void weighted_block(const float* w, int64_t n, const float* x, int64_t ldx, float* acc,
+                                                  int64_t ldc, int64_t width) {
+  Lanes c[R][L];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < L; ++v) load_part(c[r][v], acc + r * ldc + v * kLanes, std::min(kLanes, width - v * kLanes));
+  for (int64_t j = 0; j < n; ++j) {
+    Lanes xv[L];
+    for (int v = 0; v < L; ++v) load(xv[v], x + j * ldx + v * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const float wr = w[r * kKeyTile + j];
+      for (int v = 0; v < L; ++v) c[r][v] += wr * xv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < L; ++v) store_part(acc + r * ldc + v * kLanes, c[r][v], std::min(kLanes, width - v * kLanes));
+}
+
+// acc_j[0 : 16 L] += sum_i w_i[j] x_i over i in [0, n), for the R columns j of w from its pointer
+// (w rows of kKeyTile; x rows of stride ldx, padded; acc rows of stride ldc, padded scratch).
+template <int R, int L>
+[[gnu::always_inline]] inline void transposed_block(const float* w, int64_t n, const float* x, int64_t ldx, float* acc,
+                                                    int64_t ldc) {
+  Lanes c[R][L];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < L; ++v) load(c[r][v], acc + r * ldc + v * kLanes);
+  for (int64_t i = 0; i < n; ++i) {
+    Lanes xv[L];
+    for (int v = 0; v < L; ++v) load(xv[v], x + i * ldx + v * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const float wr = w[i * kKeyTile + r];
+      for (int v = 0; v < L; ++v) c[r][v] += wr * xv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < L; ++v) store(acc + r * ldc + v * kLanes, c[r][v]);
+}
+
+// The row blocks' and column chunks' dispatch below is written out, not in lambdas: a lambda is
+// a function of its own, compiled for the baseline target, where these helpers are inlined into
+// each vector clone of their caller.
+//
+// acc rows [0, R) += w @ x over columns [0, width), in chunks of up to 64 columns.
+template <int R>
+[[gnu::always_inline]] inline void weighted_rows_block(const float* w, int64_t n, const float* x, int64_t ldx,
+                                                       float* acc, int64_t ldc, int64_t width) {
+  for (int64_t c0 = 0; c0 < width; c0 += kKeyTile) {
+    const int64_t cw = std::min(kKeyTile, width - c0);
+    switch ((cw + kLanes - 1) / kLanes) {
+      case 1: weighted_block<R, 1>(w, n, x + c0, ldx, acc + c0, ldc, cw); break;
+      case 2: weighted_block<R, 2>(w, n, x + c0, ldx, acc + c0, ldc, cw); break;
+      case 3: weighted_block<R, 3>(w, n, x + c0, ldx, acc + c0, ldc, cw); break;
+      default: weighted_block<R, 4>(w, n, x + c0, ldx, acc + c0, ldc, cw); break;
+    }
   }
 }
 
-// s[j] = scale * q . k_{j0 + j} + mask for j in [0, n), kt the key tile transposed; -inf where
-// a bool mask is false.
-PT_VECTOR_CLONES void tile_scores(const float* q, const float* kt, int64_t dim, int64_t n, float scale,
-                                  const MaskRow& m, int64_t j0, float* s) {
-  tile_dots(q, kt, dim, n, s);
-  if (m.kind == Geometry::Mask::kFloat) {
-    const float* mk = static_cast<const float*>(m.base) + j0 * m.step;
-    for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale + mk[j * m.step];
-  } else if (m.kind == Geometry::Mask::kBool) {
-    const bool* mk = static_cast<const bool*>(m.base) + j0 * m.step;
-    for (int64_t j = 0; j < n; ++j) s[j] = mk[j * m.step] ? s[j] * scale : kNegInf;
-  } else {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s[j] *= scale;
+// acc rows [0, R) (the columns of w from its pointer) += w^T @ x over columns [0, width) (whole
+// Lanes), in chunks of up to 64 columns.
+template <int R>
+[[gnu::always_inline]] inline void transposed_rows_block(const float* w, int64_t n, const float* x, int64_t ldx,
+                                                         float* acc, int64_t ldc, int64_t width) {
+  for (int64_t c0 = 0; c0 < width; c0 += kKeyTile) {
+    switch (std::min(kKeyTile, width - c0) / kLanes) {
+      case 1: transposed_block<R, 1>(w, n, x + c0, ldx, acc + c0, ldc); break;
+      case 2: transposed_block<R, 2>(w, n, x + c0, ldx, acc + c0, ldc); break;
+      case 3: transposed_block<R, 3>(w, n, x + c0, ldx, acc + c0, ldc); break;
+      default: transposed_block<R, 4>(w, n, x + c0, ldx, acc + c0, ldc); break;
+    }
   }
 }
 
-// y[:] += a * x[:] over len floats.
-inline void axpy(float a, const float* x, int64_t len, float* y) {
+// out (rows x kKeyTile) = a (rows x len, stride lda) @ bt (len x kKeyTile).
+PT_VECTOR_CLONES void rows_times_tile(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t len,
+                                      float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) dots_block<4>(a + r * lda, lda, bt, len, out + r * kKeyTile);
+  const float* ar = a + r * lda;
+  float* o = out + r * kKeyTile;
+  switch (rows - r) {
+    case 3: dots_block<3>(ar, lda, bt, len, o); break;
+    case 2: dots_block<2>(ar, lda, bt, len, o); break;
+    case 1: dots_block<1>(ar, lda, bt, len, o); break;
+    default: break;
+  }
+}
+
+// acc (rows x width, stride ldc) += w (rows x n, rows of kKeyTile) @ x (n x width, stride ldx, padded).
+PT_VECTOR_CLONES void add_weighted_rows(const float* w, int64_t rows, int64_t n, const float* x, int64_t ldx,
+                                        float* acc, int64_t ldc, int64_t width) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) weighted_rows_block<4>(w + r * kKeyTile, n, x, ldx, acc + r * ldc, ldc, width);
+  const float* wr = w + r * kKeyTile;
+  float* ar = acc + r * ldc;
+  switch (rows - r) {
+    case 3: weighted_rows_block<3>(wr, n, x, ldx, ar, ldc, width); break;
+    case 2: weighted_rows_block<2>(wr, n, x, ldx, ar, ldc, width); break;
+    case 1: weighted_rows_block<1>(wr, n, x, ldx, ar, ldc, width); break;
+    default: break;
+  }
+}
+
+// acc (cols x width, stride ldc, padded) += w^T @ x: w (n x cols, rows of kKeyTile), x (n x width,
+// stride ldx, padded); width a whole number of Lanes.
+PT_VECTOR_CLONES void add_transposed_weighted(const float* w, int64_t n, int64_t cols, const float* x, int64_t ldx,
+                                              float* acc, int64_t ldc, int64_t width) {
+  int64_t j = 0;
+  for (; j + 4 <= cols; j += 4) transposed_rows_block<4>(w + j, n, x, ldx, acc + j * ldc, ldc, width);
+  switch (cols - j) {
+    case 3: transposed_rows_block<3>(w + j, n, x, ldx, acc + j * ldc, ldc, width); break;
+    case 2: transposed_rows_block<2>(w + j, n, x, ldx, acc + j * ldc, ldc, width); break;
+    case 1: transposed_rows_block<1>(w + j, n, x, ldx, acc + j * ldc, ldc, width); break;
+    default: break;
+  }
+}
+
+// Rows [i0, i0 + nq) of one (b, h)'s scores against the key tile at j0 (`tile` keys), their dot
+// products already in s: s_ij = scale * q_i . k_j + mask_ij up to the row's last key, -inf past
+// it and where a bool mask is false.
+PT_VECTOR_CLONES void finish_scores(const Geometry& g, const void* mask, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                                    int64_t j0, int64_t tile, float* s) {
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t i = i0 + r, n = std::max<int64_t>(0, std::min(tile, g.key_end(i) - j0));
+    float* row = s + r * kKeyTile;
+    const MaskRow m = mask_row(g, mask, b, h, i);
+    if (m.kind == Geometry::Mask::kFloat) {
+      const float* mk = static_cast<const float*>(m.base) + j0 * m.step;
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] * g.scale + mk[j * m.step];
+    } else if (m.kind == Geometry::Mask::kBool) {
+      const bool* mk = static_cast<const bool*>(m.base) + j0 * m.step;
+      for (int64_t j = 0; j < n; ++j) row[j] = mk[j * m.step] ? row[j] * g.scale : kNegInf;
+    } else {
 #pragma omp simd
-  for (int64_t c = 0; c < len; ++c) y[c] += a * x[c];
-}
-
-// acc[:] += sum_j w[j] * rows[j][:] over j in [0, n), rows of `len` floats, in j order.
-PT_VECTOR_CLONES void add_weighted_rows(const float* w, const float* rows, int64_t n, int64_t len, float* acc) {
-  for (int64_t j = 0; j < n; ++j) axpy(w[j], rows + j * len, len, acc);
-}
-
-// rows[j][:] += w[j] * x[:] for j in [0, n): one query row's share of a key tile's dK or dV.
-PT_VECTOR_CLONES void add_outer(const float* w, const float* x, int64_t n, int64_t len, float* rows) {
-  for (int64_t j = 0; j < n; ++j) axpy(w[j], x, len, rows + j * len);
+      for (int64_t j = 0; j < n; ++j) row[j] *= g.scale;
+    }
+    for (int64_t j = n; j < kKeyTile; ++j) row[j] = kNegInf;
+  }
 }
 
 // Pointers into one (b, h) slice.
@@ -126,81 +318,76 @@ Heads heads_at(const Geometry& g, const float* q, const float* k, const float* v
   return {q + (b * g.heads + h) * g.queries * g.dim, k + kvh * g.keys * g.dim, v + kvh * g.keys * g.vdim};
 }
 
-// One work item of the forward: query rows [i0, i1) of head h in batch b. Y's rows hold the
-// running output; m and l the running max and sum per row. A row whose every key is masked (-inf)
-// gets the mean of V over all T keys and lse -inf: what the unfused Softmax gives it (its
-// exp(-inf - -inf) clamps to one value for every key).
-PT_VECTOR_CLONES void forward_rows(const Geometry& g, const float* q, const float* k, const float* v,
-                                   const void* mask, float* y, float* lse, int64_t b, int64_t h, int64_t i0,
-                                   int64_t i1, float* scratch) {
-  const Heads hd = heads_at(g, q, k, v, b, h);
-  float* kt = scratch;
-  float* s = kt + g.dim * kKeyTile;
-  float* m = s + kKeyTile;
-  float* l = m + kQueryTile;
-  float* yb = y + (b * g.heads + h) * g.queries * g.vdim;
-  for (int64_t i = i0; i < i1; ++i) {
-    m[i - i0] = kNegInf;
-    l[i - i0] = 0.f;
-    std::fill(yb + i * g.vdim, yb + (i + 1) * g.vdim, 0.f);
+// The online softmax's step for rows [0, nq) of a block over one key tile: s holds the scores and
+// becomes exp(s - m_new); y's rows (stride vdim) are rescaled to the new max, m and l updated.
+PT_VECTOR_CLONES void online_softmax(const Geometry& g, int64_t nq, float* s, float* m, float* l, float* y) {
+  for (int64_t r = 0; r < nq; ++r) {
+    float* row = s + r * kKeyTile;
+    float tile_max = kNegInf;
+#pragma omp simd reduction(max : tile_max)
+    for (int64_t j = 0; j < kKeyTile; ++j) tile_max = std::max(tile_max, row[j]);
+    const float m_new = std::max(m[r], tile_max);
+    if (m_new == kNegInf) {  // every key so far masked: nothing added
+      std::fill(row, row + kKeyTile, 0.f);
+      continue;
+    }
+    const float rescale = exp_or_zero(m[r] - m_new);
+    float* acc = y + r * g.vdim;
+#pragma omp simd
+    for (int64_t c = 0; c < g.vdim; ++c) acc[c] *= rescale;
+#pragma omp simd
+    for (int64_t j = 0; j < kKeyTile; ++j) row[j] = exp_or_zero(row[j] - m_new);
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < kKeyTile; ++j) sum += row[j];
+    l[r] = l[r] * rescale + sum;
+    m[r] = m_new;
   }
+}
+
+// One work item of the forward: query rows [i0, i1) of head h in batch b (up to kForwardRows),
+// in blocks of kQueryTile, each key tile loaded once for them. Y's rows hold the running output;
+// m and l the running max and sum per row. A row whose every key is masked (-inf) gets the mean
+// of V over all T keys and lse -inf: what the unfused Softmax gives it (its exp(-inf - -inf)
+// clamps to one value for every key).
+void forward_rows(const Geometry& g, const float* q, const float* k, const float* v, const void* mask, float* y,
+                  float* lse, int64_t b, int64_t h, int64_t i0, int64_t i1, const Scratch& w) {
+  const Heads hd = heads_at(g, q, k, v, b, h);
+  const int64_t nq = i1 - i0;
+  float* yb = y + ((b * g.heads + h) * g.queries + i0) * g.vdim;
+  std::fill(w.m, w.m + nq, kNegInf);
+  std::fill(w.l, w.l + nq, 0.f);
+  std::fill(yb, yb + nq * g.vdim, 0.f);
   const int64_t tiles_end = g.causal ? std::min(g.keys, i1) : g.keys;
   for (int64_t j0 = 0; j0 < tiles_end; j0 += kKeyTile) {
     const int64_t tile = std::min(kKeyTile, g.keys - j0);
-    transpose_tile(hd.k + j0 * g.dim, tile, g.dim, kt);
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t n = std::min(tile, g.key_end(i) - j0);
-      if (n <= 0) continue;
-      tile_scores(hd.q + i * g.dim, kt, g.dim, n, g.scale, mask_row(g, mask, b, h, i), j0, s);
-      float tile_max = kNegInf;
-      for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, s[j]);
-      const float m_old = m[i - i0], m_new = std::max(m_old, tile_max);
-      if (m_new == kNegInf) continue;  // every key so far masked
-      const float rescale = exp_or_zero(m_old - m_new);
-      float* acc = yb + i * g.vdim;
-#pragma omp simd
-      for (int64_t c = 0; c < g.vdim; ++c) acc[c] *= rescale;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) s[j] = exp_or_zero(s[j] - m_new);
-      float sum = 0.f;
-      for (int64_t j = 0; j < n; ++j) sum += s[j];
-      l[i - i0] = l[i - i0] * rescale + sum;
-      m[i - i0] = m_new;
-      add_weighted_rows(s, hd.v + j0 * g.vdim, n, g.vdim, acc);
+    transpose_tile(hd.k + j0 * g.dim, tile, g.dim, w.kt);
+    pad_rows(hd.v + j0 * g.vdim, tile, g.vdim, g.dvp(), w.vp);
+    for (int64_t r0 = 0; r0 < nq; r0 += kQueryTile) {
+      const int64_t rows = std::min(kQueryTile, nq - r0);
+      if (g.causal && j0 >= i0 + r0 + rows) continue;  // this block sees no key of the tile
+      rows_times_tile(hd.q + (i0 + r0) * g.dim, g.dim, rows, w.kt, g.dim, w.s);
+      finish_scores(g, mask, b, h, i0 + r0, rows, j0, tile, w.s);
+      online_softmax(g, rows, w.s, w.m + r0, w.l + r0, yb + r0 * g.vdim);
+      add_weighted_rows(w.s, rows, tile, w.vp, g.dvp(), yb + r0 * g.vdim, g.vdim, g.vdim);
     }
   }
-  for (int64_t i = i0; i < i1; ++i) {
-    float* out = yb + i * g.vdim;
+  for (int64_t r = 0; r < nq; ++r) {
+    float* out = yb + r * g.vdim;
     float row_lse = kNegInf;
-    if (m[i - i0] == kNegInf) {  // fully masked: the mean of V over all keys
+    if (w.m[r] == kNegInf) {  // fully masked: the mean of V over all keys
       for (int64_t j = 0; j < g.keys; ++j)
         for (int64_t c = 0; c < g.vdim; ++c) out[c] += hd.v[j * g.vdim + c];
       const float inv = 1.f / static_cast<float>(g.keys);
       for (int64_t c = 0; c < g.vdim; ++c) out[c] *= inv;
     } else {
-      const float inv = 1.f / l[i - i0];
+      const float inv = 1.f / w.l[r];
 #pragma omp simd
       for (int64_t c = 0; c < g.vdim; ++c) out[c] *= inv;
-      row_lse = m[i - i0] + std::log(l[i - i0]);
+      row_lse = w.m[r] + std::log(w.l[r]);
     }
-    if (lse) lse[(b * g.heads + h) * g.queries + i] = row_lse;
+    if (lse) lse[(b * g.heads + h) * g.queries + i0 + r] = row_lse;
   }
-}
-
-// p[j] = exp(s[j] - lse), dp[j] = dy . v_j, ds[j] = p[j] * (dp[j] - delta) over a tile of n
-// keys (s in place of p, dp in place of ds), for query row i; false when the row is fully masked
-// (lse -inf: no gradient reaches its scores).
-PT_VECTOR_CLONES bool tile_probabilities(const Geometry& g, const float* q, const float* dy, const float* kt,
-                                         const float* vt, const MaskRow& mk, int64_t j0, int64_t n, float lse,
-                                         float delta, float* p, float* ds) {
-  if (lse == kNegInf) return false;
-  tile_scores(q, kt, g.dim, n, g.scale, mk, j0, p);
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) p[j] = exp_or_zero(p[j] - lse);
-  tile_dots(dy, vt, g.vdim, n, ds);
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - delta);
-  return true;
 }
 
 // The backward's row sums delta_i = dy_i . y_i, per (b, h, i), summed in double: delta is what
@@ -214,81 +401,119 @@ PT_VECTOR_CLONES void row_deltas(const float* dy, const float* y, int64_t r0, in
   }
 }
 
-// dQ for query rows [i0, i1) of head h in batch b: dq_i = scale * sum_j ds_ij k_j, over key
-// tiles in order.
-PT_VECTOR_CLONES void grad_query_rows(const Geometry& g, const float* dy, const float* q, const float* k,
-                                      const float* v, const float* lse, const float* delta, const void* mask,
-                                      float* dq, int64_t b, int64_t h, int64_t i0, int64_t i1, float* scratch) {
-  const Heads hd = heads_at(g, q, k, v, b, h);
-  float* kt = scratch;
-  float* vt = kt + g.dim * kKeyTile;
-  float* p = vt + g.vdim * kKeyTile;
-  float* ds = p + kKeyTile;
-  const int64_t row0 = (b * g.heads + h) * g.queries;
+// What the backward reads.
+struct GradInputs {
+  const float *dy, *q, *k, *v, *lse, *delta;
+  const void* mask;
+};
+
+// Rows [i0, i0 + nq) of head h in batch b against the key tile at j0 (its K and V transposed in
+// w.kt, w.vt): w.s = p_ij = exp(s_ij - lse_i), w.ds = p_ij (dy_i . v_j - delta_i); both 0 on a
+// fully masked row (lse -inf: no gradient reaches its scores) and past the row's last key.
+PT_VECTOR_CLONES void block_gradients(const Geometry& g, const GradInputs& in, int64_t b, int64_t h, int64_t i0,
+                                      int64_t nq, int64_t j0, int64_t tile, const Scratch& w) {
+  const int64_t row0 = (b * g.heads + h) * g.queries + i0;
+  rows_times_tile(in.q + row0 * g.dim, g.dim, nq, w.kt, g.dim, w.s);
+  finish_scores(g, in.mask, b, h, i0, nq, j0, tile, w.s);
+  rows_times_tile(in.dy + row0 * g.vdim, g.vdim, nq, w.vt, g.vdim, w.ds);
+  for (int64_t r = 0; r < nq; ++r) {
+    float *p = w.s + r * kKeyTile, *ds = w.ds + r * kKeyTile;
+    const float lse = in.lse[row0 + r], delta = in.delta[row0 + r];
+    if (lse == kNegInf) {
+      std::fill(p, p + kKeyTile, 0.f);
+      std::fill(ds, ds + kKeyTile, 0.f);
+      continue;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < kKeyTile; ++j) {
+      p[j] = exp_or_zero(p[j] - lse);
+      ds[j] = p[j] * (ds[j] - delta);
+    }
+  }
+}
+
+// The key tile at j0 of kv head kvh (keys [j0, j0 + tile)) made ready: K and V transposed and,
+// for dQ, K's rows padded.
+void load_key_tile(const Geometry& g, const GradInputs& in, int64_t b, int64_t kvh, int64_t j0, int64_t tile,
+                   bool for_dq, const Scratch& w) {
+  const int64_t kv_row0 = (b * g.kv_heads + kvh) * g.keys + j0;
+  transpose_tile(in.k + kv_row0 * g.dim, tile, g.dim, w.kt);
+  transpose_tile(in.v + kv_row0 * g.vdim, tile, g.vdim, w.vt);
+  if (for_dq) pad_rows(in.k + kv_row0 * g.dim, tile, g.dim, g.dp(), w.kp);
+}
+
+// The key tile at j0 of kv head kvh in batch b, over every query row of the heads reading it
+// in order (blocks of kQueryTile from row 0, causal ones from the block holding row j0): with
+// dq, adds the tile's share of dQ (dq_i += sum_j ds_ij k_j, unscaled); with dk and dv, makes the
+// tile's dK and dV: dv_j = sum_i p_ij dy_i, dk_j = scale * sum_i ds_ij q_i. A fully masked row adds
+// dy_i / T to every key's dv (its probabilities are uniform) and nothing to dk.
+void key_tile_pass(const Geometry& g, const GradInputs& in, float* dq, float* dk, float* dv, int64_t b, int64_t kvh,
+                   int64_t j0, const Scratch& w) {
+  const int64_t tile = std::min(kKeyTile, g.keys - j0);
+  load_key_tile(g, in, b, kvh, j0, tile, dq != nullptr, w);
+  if (dk) {
+    std::fill(w.dk, w.dk + kKeyTile * g.dp(), 0.f);
+    std::fill(w.dv, w.dv + kKeyTile * g.dvp(), 0.f);
+    std::fill(w.msum, w.msum + g.vdim, 0.f);
+  }
+  bool any_masked = false;
+  for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h) {
+    const int64_t row0 = (b * g.heads + h) * g.queries;
+    for (int64_t i0 = g.causal ? j0 / kQueryTile * kQueryTile : 0; i0 < g.queries; i0 += kQueryTile) {
+      const int64_t nq = std::min(kQueryTile, g.queries - i0);
+      block_gradients(g, in, b, h, i0, nq, j0, tile, w);
+      if (dq) add_weighted_rows(w.ds, nq, tile, w.kp, g.dp(), dq + (row0 + i0) * g.dim, g.dim, g.dim);
+      if (!dk) continue;
+      pad_rows(in.dy + (row0 + i0) * g.vdim, nq, g.vdim, g.dvp(), w.dyp);
+      pad_rows(in.q + (row0 + i0) * g.dim, nq, g.dim, g.dp(), w.qp);
+      add_transposed_weighted(w.s, nq, tile, w.dyp, g.dvp(), w.dv, g.dvp(), g.dvp());
+      add_transposed_weighted(w.ds, nq, tile, w.qp, g.dp(), w.dk, g.dp(), g.dp());
+    }
+    if (!dk) continue;
+    for (int64_t i = 0; i < g.queries; ++i) {
+      if (in.lse[row0 + i] != kNegInf) continue;
+      any_masked = true;
+      const float* dyi = in.dy + (row0 + i) * g.vdim;
+      for (int64_t c = 0; c < g.vdim; ++c) w.msum[c] += dyi[c];
+    }
+  }
+  if (!dk) return;
+  const int64_t kv_row0 = (b * g.kv_heads + kvh) * g.keys + j0;
+  const float inv = 1.f / static_cast<float>(g.keys);
+  for (int64_t j = 0; j < tile; ++j) {
+    for (int64_t c = 0; c < g.dim; ++c) dk[(kv_row0 + j) * g.dim + c] = w.dk[j * g.dp() + c] * g.scale;
+    for (int64_t c = 0; c < g.vdim; ++c)
+      dv[(kv_row0 + j) * g.vdim + c] = any_masked ? w.dv[j * g.dvp() + c] + w.msum[c] * inv : w.dv[j * g.dvp() + c];
+  }
+}
+
+// dQ of query rows [i0, i1) of head h in batch b: dq_i = scale * sum_j ds_ij k_j over the key
+// tiles in order (the same blocks, tiles and order as key_tile_pass, so the same bits).
+void query_tile_pass(const Geometry& g, const GradInputs& in, float* dq, int64_t b, int64_t h, int64_t i0, int64_t i1,
+                     const Scratch& w) {
+  const int64_t row0 = (b * g.heads + h) * g.queries + i0, nq = i1 - i0;
   float* dqb = dq + row0 * g.dim;
-  std::fill(dqb + i0 * g.dim, dqb + i1 * g.dim, 0.f);
+  std::fill(dqb, dqb + nq * g.dim, 0.f);
   const int64_t tiles_end = g.causal ? std::min(g.keys, i1) : g.keys;
   for (int64_t j0 = 0; j0 < tiles_end; j0 += kKeyTile) {
     const int64_t tile = std::min(kKeyTile, g.keys - j0);
-    transpose_tile(hd.k + j0 * g.dim, tile, g.dim, kt);
-    transpose_tile(hd.v + j0 * g.vdim, tile, g.vdim, vt);
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t n = std::min(tile, g.key_end(i) - j0);
-      if (n <= 0 || !tile_probabilities(g, hd.q + i * g.dim, dy + (row0 + i) * g.vdim, kt, vt,
-                                        mask_row(g, mask, b, h, i), j0, n, lse[row0 + i], delta[row0 + i], p, ds))
-        continue;
-      add_weighted_rows(ds, hd.k + j0 * g.dim, n, g.dim, dqb + i * g.dim);
-    }
+    load_key_tile(g, in, b, h / g.group(), j0, tile, true, w);
+    block_gradients(g, in, b, h, i0, nq, j0, tile, w);
+    add_weighted_rows(w.ds, nq, tile, w.kp, g.dp(), dqb, g.dim, g.dim);
   }
-  for (int64_t x = i0 * g.dim; x < i1 * g.dim; ++x) dqb[x] *= g.scale;
+  for (int64_t x = 0; x < nq * g.dim; ++x) dqb[x] *= g.scale;
 }
 
-// dK and dV for keys [j0, j0 + tile) of kv head kvh in batch b: over the heads that read it and
-// their query rows, in order, dv_j += p_ij dy_i, dk_j += scale * ds_ij q_i. A fully masked row
-// adds dy_i / T to every key's dv (its probabilities are uniform) and nothing to dk.
-PT_VECTOR_CLONES void grad_key_tile(const Geometry& g, const float* dy, const float* q, const float* k,
-                                    const float* v, const float* lse, const float* delta, const void* mask,
-                                    float* dk, float* dv, int64_t b, int64_t kvh, int64_t j0, float* scratch) {
-  const int64_t tile = std::min(kKeyTile, g.keys - j0);
-  const int64_t kv_row0 = (b * g.kv_heads + kvh) * g.keys + j0;
-  float* dkt = dk + kv_row0 * g.dim;
-  float* dvt = dv + kv_row0 * g.vdim;
-  std::fill(dkt, dkt + tile * g.dim, 0.f);
-  std::fill(dvt, dvt + tile * g.vdim, 0.f);
-  float* kt = scratch;
-  float* vt = kt + g.dim * kKeyTile;
-  float* p = vt + g.vdim * kKeyTile;
-  float* ds = p + kKeyTile;
-  float* msum = ds + kKeyTile;  // the sum of dy over the fully masked rows
-  std::fill(msum, msum + g.vdim, 0.f);
-  bool any_masked = false;
-  transpose_tile(k + kv_row0 * g.dim, tile, g.dim, kt);
-  transpose_tile(v + kv_row0 * g.vdim, tile, g.vdim, vt);
-  for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h) {
-    const int64_t row0 = (b * g.heads + h) * g.queries;
-    const float* qb = q + row0 * g.dim;
-    for (int64_t i = g.causal ? j0 : 0; i < g.queries; ++i) {
-      const float* dyi = dy + (row0 + i) * g.vdim;
-      const int64_t n = std::min(tile, g.key_end(i) - j0);
-      if (n <= 0) continue;
-      if (!tile_probabilities(g, qb + i * g.dim, dyi, kt, vt, mask_row(g, mask, b, h, i), j0, n, lse[row0 + i],
-                              delta[row0 + i], p, ds))
-        continue;
-      add_outer(p, dyi, n, g.vdim, dvt);
-      add_outer(ds, qb + i * g.dim, n, g.dim, dkt);
-    }
-    for (int64_t i = 0; i < g.queries; ++i) {
-      if (lse[row0 + i] != kNegInf) continue;
-      any_masked = true;
-      const float* dyi = dy + (row0 + i) * g.vdim;
-      for (int64_t c = 0; c < g.vdim; ++c) msum[c] += dyi[c];
-    }
-  }
-  for (int64_t x = 0; x < tile * g.dim; ++x) dkt[x] *= g.scale;
-  if (!any_masked) return;
-  const float inv = 1.f / static_cast<float>(g.keys);
-  for (int64_t j = 0; j < tile; ++j)
-    for (int64_t c = 0; c < g.vdim; ++c) dvt[j * g.vdim + c] += msum[c] * inv;
+// The whole backward of kv head kvh in batch b on one thread: its key tiles in order, each
+// adding its share of dQ to the query rows of the heads reading it, then dQ scaled.
+void kv_head_pass(const Geometry& g, const GradInputs& in, float* dq, float* dk, float* dv, int64_t b, int64_t kvh,
+                  const Scratch& w) {
+  const int64_t rows = g.group() * g.queries;
+  float* dqb = dq ? dq + (b * g.heads + kvh * g.group()) * g.queries * g.dim : nullptr;
+  if (dqb) std::fill(dqb, dqb + rows * g.dim, 0.f);
+  for (int64_t j0 = 0; j0 < g.keys; j0 += kKeyTile) key_tile_pass(g, in, dq, dk, dv, b, kvh, j0, w);
+  if (dqb)
+    for (int64_t x = 0; x < rows * g.dim; ++x) dqb[x] *= g.scale;
 }
 
 // fn(thread, item) over [0, items) on `threads` threads; an item's result does not depend on
@@ -306,53 +531,65 @@ class FusedAttention final : public Kernel {
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     const void* mask = in.size() > 3 && in[3].present() ? in[3].data : nullptr;
     float* lse = out.size() > 1 && out[1].present() ? out[1].as<float>() : nullptr;
-    const int64_t tiles = g_.query_tiles();
+    const int64_t tiles = g_.forward_items_per_head();
     for_items(g_.batch * g_.heads * tiles, threads_, [&](int t, int64_t w) {
-      const int64_t i0 = (w % tiles) * kQueryTile, bh = w / tiles;
+      const int64_t i0 = (w % tiles) * kForwardRows, bh = w / tiles;
       forward_rows(g_, in[0].as<const float>(), in[1].as<const float>(), in[2].as<const float>(), mask,
-                   out[0].as<float>(), lse, bh / g_.heads, bh % g_.heads, i0, std::min(g_.queries, i0 + kQueryTile),
-                   static_cast<float*>(scratch) + t * g_.thread_floats());
+                   out[0].as<float>(), lse, bh / g_.heads, bh % g_.heads, i0, std::min(g_.queries, i0 + kForwardRows),
+                   Scratch(g_, static_cast<float*>(scratch) + t * Scratch::floats(g_)));
     });
   }
-  size_t scratch_bytes() const override { return static_cast<size_t>(threads_ * g_.thread_floats()) * sizeof(float); }
+  size_t scratch_bytes() const override { return static_cast<size_t>(threads_ * Scratch::floats(g_)) * sizeof(float); }
 
  private:
   Geometry g_;
   int threads_;
 };
 
-// FusedAttentionGrad(dY, Q, K, V, Y, LogSumExp, Mask?) -> (dQ, dK, dV)
+// FusedAttentionGrad(dY, Q, K, V, Y, LogSumExp, Mask?) -> (dQ, dK, dV). With at least two kv
+// heads (over the batch) per thread, each runs whole kv heads, every (query block, key tile) pair
+// visited once for dQ, dK and dV together; with fewer, dQ is made per query tile and dK, dV per
+// key tile (each pair visited twice, more items to share). Both take every sum in one order, so
+// the bits are the same either way and on any thread count.
 class FusedAttentionGrad final : public Kernel {
  public:
   FusedAttentionGrad(Geometry g, int threads) : g_(g), threads_(threads) {}
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
-    const float *dy = in[0].as<const float>(), *q = in[1].as<const float>(), *k = in[2].as<const float>(),
-                *v = in[3].as<const float>(), *y = in[4].as<const float>(), *lse = in[5].as<const float>();
-    const void* mask = in.size() > 6 && in[6].present() ? in[6].data : nullptr;
+    const float *dy = in[0].as<const float>(), *y = in[4].as<const float>();
     auto* delta = static_cast<float*>(scratch);
-    auto* per_thread = delta + rows();
+    const GradInputs gi{dy,           in[1].as<const float>(), in[2].as<const float>(), in[3].as<const float>(),
+                        in[5].as<const float>(), delta, in.size() > 6 && in[6].present() ? in[6].data : nullptr};
+    float* per_thread = delta + rows();
     const int64_t rows_total = rows();
     for_items((rows_total + 255) / 256, threads_, [&](int, int64_t w) {
       row_deltas(dy, y, w * 256, std::min(rows_total, (w + 1) * 256), g_.vdim, delta);
     });
+    float* dq = out[0].present() ? out[0].as<float>() : nullptr;
+    // dK and dV come both or neither (the factory's check).
+    float *dk = out[1].present() ? out[1].as<float>() : nullptr, *dv = dk ? out[2].as<float>() : nullptr;
+    auto at = [&](int t) { return Scratch(g_, per_thread + t * Scratch::floats(g_)); };
+    const int64_t kv_items = g_.batch * g_.kv_heads;
+    if (threads_ == 1 || kv_items >= 2 * threads_) {
+      for_items(kv_items, threads_, [&](int t, int64_t w) {
+        kv_head_pass(g_, gi, dq, dk, dv, w / g_.kv_heads, w % g_.kv_heads, at(t));
+      });
+      return;
+    }
     const int64_t qtiles = g_.query_tiles();
-    if (out[0].present())
+    if (dq)
       for_items(g_.batch * g_.heads * qtiles, threads_, [&](int t, int64_t w) {
         const int64_t i0 = (w % qtiles) * kQueryTile, bh = w / qtiles;
-        grad_query_rows(g_, dy, q, k, v, lse, delta, mask, out[0].as<float>(), bh / g_.heads, bh % g_.heads, i0,
-                        std::min(g_.queries, i0 + kQueryTile), per_thread + t * g_.thread_floats());
+        query_tile_pass(g_, gi, dq, bh / g_.heads, bh % g_.heads, i0, std::min(g_.queries, i0 + kQueryTile), at(t));
       });
-    if (!out[1].present()) return;  // dK and dV come both or neither (the factory's check)
+    if (!dk) return;
     const int64_t ktiles = g_.key_tiles();
-    float *dk = out[1].as<float>(), *dv = out[2].as<float>();
-    for_items(g_.batch * g_.kv_heads * ktiles, threads_, [&](int t, int64_t w) {
+    for_items(kv_items * ktiles, threads_, [&](int t, int64_t w) {
       const int64_t bkv = w / ktiles;
-      grad_key_tile(g_, dy, q, k, v, lse, delta, mask, dk, dv,
-                    bkv / g_.kv_heads, bkv % g_.kv_heads, (w % ktiles) * kKeyTile, per_thread + t * g_.thread_floats());
+      key_tile_pass(g_, gi, nullptr, dk, dv, bkv / g_.kv_heads, bkv % g_.kv_heads, (w % ktiles) * kKeyTile, at(t));
     });
   }
   size_t scratch_bytes() const override {
-    return static_cast<size_t>(rows() + threads_ * g_.thread_floats()) * sizeof(float);
+    return static_cast<size_t>(rows() + threads_ * Scratch::floats(g_)) * sizeof(float);
   }
 
  private:

@@ -245,6 +245,19 @@ TEST(FusedAttention, ContextLengths) {
   }
 }
 
+// Head widths of whole and partial 16-float lanes, and past the 64 columns a product makes at once.
+TEST(FusedAttention, HeadWidths) {
+  for (const auto& [d, dv] : {std::pair<int64_t, int64_t>{64, 64}, {80, 72}, {128, 128}, {40, 136}}) {
+    SCOPED_TRACE(std::to_string(d) + " " + std::to_string(dv));
+    Case c;
+    c.s = c.t = 150;
+    c.d = d;
+    c.dv = dv;
+    c.causal = true;
+    expect_matches(c, static_cast<unsigned>(d + dv));
+  }
+}
+
 // Bits that do not depend on the thread count: no sum is split between threads.
 TEST(FusedAttention, BitIdenticalAcrossThreadCounts) {
   Case c;

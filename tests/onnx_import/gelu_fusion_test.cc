@@ -1,6 +1,6 @@
-// GELU as opset-17 exports write it (Div, Erf, Add, Mul, Mul) becomes one Gelu node at import
-// (onnx_import/gelu_fusion.h), in either operand order, and only where the five are a GELU
-// nothing else reads into.
+// GELU as opset-17 exports write it (Div, Erf, Add, Mul, Mul) and GPT-2's tanh form (eight nodes)
+// become one Gelu node at import (onnx_import/gelu_fusion.h), in either operand order, and only
+// where the nodes are a GELU nothing else reads into.
 #include "onnx_import/gelu_fusion.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "onnx_import/import.h"
 
@@ -76,6 +77,59 @@ TEST(GeluFusion, LeavesWhatIsNotAGelu) {
   EXPECT_EQ(leaked.nodes.size(), 5u);
 }
 
+// GPT-2's gelu_new as the default exporter writes it: h = Mul(x, 0.5), Pow(x, 3), Mul(., 0.044715),
+// Add(x, .), Mul(., sqrt(2 / pi)), Tanh, Add(., 1), y = Mul(h, .); operands swapped when
+// `swapped`; `cube` the Pow's exponent; when `leak`, the Tanh's output a graph output too.
+Graph expanded_tanh_gelu(bool swapped, float cube, bool leak) {
+  Graph g;
+  const TensorType t{DType::kFloat32, {2, 8}};
+  const ValueId x = g.add_value("x", t);
+  const ValueId half = scalar(g, "half", 0.5f), three = scalar(g, "three", cube);
+  const ValueId c = scalar(g, "c", 0.044715f), root = scalar(g, "root", static_cast<float>(std::sqrt(2.0 / M_PI)));
+  const ValueId one = scalar(g, "one", 1.f);
+  std::vector<ValueId> v;
+  for (const char* name : {"h", "p", "pc", "s", "u", "th", "o", "y"}) v.push_back(g.add_value(name, t));
+  auto in = [swapped](ValueId a, ValueId b) { return swapped ? std::vector{b, a} : std::vector{a, b}; };
+  g.add_node(Node{"half", "Mul", "", in(x, half), {v[0]}, {}});
+  g.add_node(Node{"pow", "Pow", "", {x, three}, {v[1]}, {}});
+  g.add_node(Node{"cube_scale", "Mul", "", in(v[1], c), {v[2]}, {}});
+  g.add_node(Node{"sum", "Add", "", in(x, v[2]), {v[3]}, {}});
+  g.add_node(Node{"scale", "Mul", "", in(v[3], root), {v[4]}, {}});
+  g.add_node(Node{"tanh", "Tanh", "", {v[4]}, {v[5]}, {}});
+  g.add_node(Node{"plus_one", "Add", "", in(v[5], one), {v[6]}, {}});
+  g.add_node(Node{"out", "Mul", "", in(v[0], v[6]), {v[7]}, {}});
+  g.inputs = {x};
+  g.outputs = {v[7]};
+  if (leak) g.outputs.push_back(v[5]);
+  g.opsets[""] = 20;
+  g.rebuild_uses();
+  return g;
+}
+
+TEST(GeluFusion, EightNodesOfTheTanhFormBecomeOneGeluInEitherOperandOrder) {
+  for (const bool swapped : {false, true}) {
+    Graph g = expanded_tanh_gelu(swapped, 3.f, false);
+    EXPECT_EQ(fuse_gelu(g), 1) << swapped;
+    ASSERT_EQ(g.nodes.size(), 1u);
+    const Node& gelu = g.nodes[0];
+    EXPECT_EQ(gelu.op_type, "Gelu");
+    EXPECT_EQ(gelu.name, "out");
+    EXPECT_EQ(gelu.attr_string("approximate", ""), "tanh");
+    EXPECT_EQ(gelu.inputs, std::vector<ValueId>{g.inputs[0]});
+    EXPECT_EQ(gelu.outputs, std::vector<ValueId>{g.outputs[0]});
+    EXPECT_TRUE(g.initializers.empty()) << "the five scalars are read no more";
+  }
+}
+
+TEST(GeluFusion, LeavesWhatIsNotATanhGelu) {
+  Graph square = expanded_tanh_gelu(false, 2.f, false);
+  EXPECT_EQ(fuse_gelu(square), 0);
+  EXPECT_EQ(square.nodes.size(), 8u);
+  Graph leaked = expanded_tanh_gelu(true, 3.f, true);
+  EXPECT_EQ(fuse_gelu(leaked), 0);
+  EXPECT_EQ(leaked.nodes.size(), 8u);
+}
+
 // The opset-17 GPT and ViT samples: every GELU one node, no Erf left, and the constants gone.
 TEST(GeluFusion, TheOpset17SamplesImportWithGeluNodes) {
   for (const auto& [name, blocks] : {std::pair{"gpt", 8}, std::pair{"vit", 4}}) {
@@ -86,6 +140,23 @@ TEST(GeluFusion, TheOpset17SamplesImportWithGeluNodes) {
     EXPECT_EQ(ops.count("Gelu") ? ops.at("Gelu") : 0, blocks) << name;
     EXPECT_EQ(ops.count("Erf"), 0u) << name;
     EXPECT_EQ(g.opset(), 17) << name;
+  }
+}
+
+// Today's GPT-2 exports (transformers' gelu_new through the default exporter with and without
+// its optimizer, and the legacy one): both GELUs one tanh Gelu each, no Pow or Tanh left.
+TEST(GeluFusion, TodaysGpt2ExportsImportWithTanhGeluNodes) {
+  for (const char* name : {"gpt2", "gpt2_noopt", "gpt2_legacy"}) {
+    ImportOptions o;
+    o.batch = 2;
+    const Graph g = import_model(std::string("samples/exports/") + name + ".onnx", o);
+    const auto ops = op_counts(g);
+    EXPECT_EQ(ops.count("Gelu") ? ops.at("Gelu") : 0, 2) << name;
+    EXPECT_EQ(ops.count("Tanh") + ops.count("Pow"), 0u) << name;
+    for (const Node& n : g.nodes) {
+      if (n.op_type != "Gelu") continue;
+      EXPECT_EQ(n.attr_string("approximate", ""), "tanh") << name;
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include "exec/cpu/dnnl_util.h"
 #include "onnx_import/fold_batch_norm.h"
 #include "onnx_import/import.h"
+#include "tests/exec/counting_backend.h"
 
 namespace pt {
 namespace {
@@ -267,16 +268,7 @@ TEST(StageProgram, PlacedOutputsAreWrittenWhereTheCallerSays) {
   }
 }
 
-// A CPU backend (fusing nothing) that records the bytes of every allocation.
-class CountingBackend : public CpuBackend {
- public:
-  CountingBackend() : CpuBackend(1, Fusion::kNone) {}
-  void* allocate(size_t bytes) override {
-    allocated.push_back(bytes);
-    return CpuBackend::allocate(bytes);
-  }
-  std::vector<size_t> allocated;
-};
+using testing::CountingBackend;
 
 // W of two parameters: s1 = acc1 + xt @ dy1, s2 = acc2 + xt @ dy2 (each [16, 32], 2 KiB).
 // Kept in the arena, s1 lives to the end beside s2, and each product beside them: 6 KiB. Placed

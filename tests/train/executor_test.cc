@@ -29,6 +29,7 @@
 #include "schedule/simulate.h"
 #include "tests/autodiff/sample_chunks.h"
 #include "tests/exec/test_tensors.h"
+#include "tests/exec/counting_backend.h"
 
 namespace pt {
 namespace {
@@ -263,16 +264,7 @@ TEST(Executor, WeightGradientsOutOfOrderAreAddedInOrder) {
   }
 }
 
-// A CPU backend fusing nothing that records the bytes of each allocation it hands out.
-class CountingBackend : public CpuBackend {
- public:
-  CountingBackend() : CpuBackend(1, Fusion::kNone) {}
-  void* allocate(size_t bytes) override {
-    allocated.push_back(bytes);
-    return CpuBackend::allocate(bytes);
-  }
-  std::vector<size_t> allocated;
-};
+using testing::CountingBackend;
 
 // Each device allocates one arena for its chunks' F, B and W programs, and its tensors are what
 // the plan counts for the device (plan/memory.h: no room for the outputs placed on every run,

@@ -17,8 +17,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// An empty folder of this process's (ctest runs tests in parallel processes); every one is
+// removed when the process ends.
 fs::path fresh_folder(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("pt_files_" + name + "_" + std::to_string(::getpid()));
+  struct Root {
+    fs::path path = fs::temp_directory_path() / ("pt_files_test_" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  };
+  static const Root root;
+  const fs::path d = root.path / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

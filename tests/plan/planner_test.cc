@@ -35,14 +35,9 @@ Graph training_graph(const std::string& name) {
   return g;
 }
 
-// An empty directory `name` under the system's temporary directory, of this process alone (two
-// test runs on one machine, or ctest's parallel processes, would otherwise share it).
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+// An empty directory `name` of this process alone (ctest's parallel processes would otherwise
+// share it), removed when the process ends (run_cli.h's scratch).
+fs::path fresh_dir(const std::string& name) { return scratch(name); }
 
 // The "summary" of a metrics file's last line (what `train` writes at its end).
 nlohmann::json last_summary(const fs::path& metrics) {

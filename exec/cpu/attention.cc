@@ -323,9 +323,9 @@ Heads heads_at(const Geometry& g, const float* q, const float* k, const float* v
 PT_VECTOR_CLONES void online_softmax(const Geometry& g, int64_t nq, float* s, float* m, float* l, float* y) {
   for (int64_t r = 0; r < nq; ++r) {
     float* row = s + r * kKeyTile;
-    float tile_max = kNegInf;
-#pragma omp simd reduction(max : tile_max)
-    for (int64_t j = 0; j < kKeyTile; ++j) tile_max = std::max(tile_max, row[j]);
+    // lane_math's max, which starts from -inf: an OpenMP max reduction starts its lanes from the
+    // float's lowest finite value under clang, so a masked row came out -FLT_MAX, not -inf.
+    const float tile_max = row_max(row, kKeyTile);
     const float m_new = std::max(m[r], tile_max);
     if (m_new == kNegInf) {  // every key so far masked: nothing added
       std::fill(row, row + kKeyTile, 0.f);

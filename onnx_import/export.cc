@@ -14,6 +14,7 @@
 #include "core/files.h"
 #include "core/half_floats.h"
 #include "onnx_import/load.h"
+#include "onnx_import/model_bytes.h"
 #include "onnx_import/proto_convert.h"
 #include "onnx_import/widen_halves.h"
 
@@ -143,16 +144,6 @@ std::string fields_in(const pb::Message& m, int lo, int hi) {
     if (f->number() < lo || f->number() >= hi) r->ClearField(part.get(), f);
   if (hi != kLastField) r->MutableUnknownFields(part.get())->Clear();
   return part->SerializeAsString();
-}
-
-// A length-delimited field's key and length: the bytes before its `length` bytes.
-std::string field_head(int field, uint64_t length) {
-  std::string out;
-  for (uint64_t v : {(static_cast<uint64_t>(field) << 3) | 2, length}) {
-    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    out.push_back(static_cast<char>(v));
-  }
-  return out;
 }
 
 // A piece of the file: bytes made now, or an initializer's raw data brought when written (a

@@ -63,16 +63,6 @@ bool fields_of(std::string_view bytes, std::vector<Field>* out) {
 
 std::string_view slice(std::string_view bytes, size_t begin, size_t end) { return bytes.substr(begin, end - begin); }
 
-// A length-delimited field's key and length: the bytes before its payload.
-std::string field_head(uint32_t number, uint64_t length) {
-  std::string out;
-  for (uint64_t v : {(static_cast<uint64_t>(number) << 3) | kBytes, length}) {
-    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    out.push_back(static_cast<char>(v));
-  }
-  return out;
-}
-
 struct Walk {
   std::string_view file;
   int initializers = 0;  // seen so far, over every graph field (protobuf merges repeated ones)
@@ -140,6 +130,15 @@ bool without_weights(Walk& w, std::string* out) {
 }
 
 }  // namespace
+
+std::string field_head(uint32_t number, uint64_t length) {
+  std::string out;
+  for (uint64_t v : {(static_cast<uint64_t>(number) << 3) | kBytes, length}) {
+    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    out.push_back(static_cast<char>(v));
+  }
+  return out;
+}
 
 bool parse_model_bytes(std::string_view file, bool leave_weights, onnx::ModelProto* m, std::vector<InlineBytes>* left) {
   left->clear();

@@ -13,6 +13,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -26,6 +27,10 @@ struct InlineBytes {
   int64_t offset = 0;   // of the first byte, in the file
   int64_t length = 0;
 };
+
+// A length-delimited field's key and length: the bytes before its payload (the walk here, and
+// export's streamed writer, onnx_import/export.cc, both write messages field by field).
+std::string field_head(uint32_t number, uint64_t length);
 
 // Parses `file` into *m; false when protobuf cannot (garbage, truncation). With leave_weights,
 // *left receives the initializers whose raw_data was left out (else it is left empty).

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "exec/cuda/cublas_api.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/launch.h"
 #include "exec/kernel_registry.h"
@@ -59,15 +60,16 @@ CudaBackend::CudaBackend(CudaOptions options) {
                                         " does not exist (" + std::to_string(n) + " found)",
                     n == 0 ? "use device: cpu, or run on a machine with a GPU"
                            : "use a device index below " + std::to_string(n));
+  const CublasApi& blas = cublas_api();  // before anything is made: a missing library leaks nothing
   ctx_.device = options.device;
   ctx_.precision = options.precision;
   DeviceGuard guard(ctx_.device);
   PT_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
-  PT_CUBLAS_CHECK(cublasCreate(&ctx_.cublas));
-  PT_CUBLAS_CHECK(cublasSetStream(ctx_.cublas, ctx_.stream));
+  PT_CUBLAS_CHECK(blas.cublasCreate(&ctx_.cublas));
+  PT_CUBLAS_CHECK(blas.cublasSetStream(ctx_.cublas, ctx_.stream));
   // No TF32 behind our back: fp32 GEMMs stay fp32 unless Precision::kBf16 asks otherwise.
-  PT_CUBLAS_CHECK(cublasSetMathMode(ctx_.cublas, CUBLAS_DEFAULT_MATH));
-  PT_CUBLAS_CHECK(cublasLtCreate(&ctx_.cublas_lt));
+  PT_CUBLAS_CHECK(blas.cublasSetMathMode(ctx_.cublas, CUBLAS_DEFAULT_MATH));
+  PT_CUBLAS_CHECK(blas.cublasLtCreate(&ctx_.cublas_lt));
   PT_CUDNN_CHECK(cudnnCreate(&ctx_.cudnn));
   PT_CUDNN_CHECK(cudnnSetStream(ctx_.cudnn, ctx_.stream));
   allocator_ = std::make_unique<CachingAllocator>(ctx_.device);
@@ -81,8 +83,8 @@ CudaBackend::~CudaBackend() {
   for (auto& [t, c] : constants_) allocator_->release(c.device);
   allocator_.reset();
   cudnnDestroy(ctx_.cudnn);
-  cublasLtDestroy(ctx_.cublas_lt);
-  cublasDestroy(ctx_.cublas);
+  cublas_api().cublasLtDestroy(ctx_.cublas_lt);
+  cublas_api().cublasDestroy(ctx_.cublas);
   cudaStreamDestroy(ctx_.stream);
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "exec/cuda/cublas_api.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_kernels.h"
 #include "exec/cuda/plan.h"
@@ -36,16 +37,16 @@ void gemm(const CudaContext& ctx, const GemmCall& g, float alpha, float beta, co
           const float* b, float* c) {
   const cublasComputeType_t ct = compute_type(ctx);
   if (g.offsets.empty()) {
-    PT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    PT_CUBLAS_CHECK(cublas_api().cublasGemmStridedBatchedEx(
         ctx.cublas, g.op_a, g.op_b, g.m, g.n, g.k, &alpha, a, CUDA_R_32F, g.lda, g.stride_a, b,
         CUDA_R_32F, g.ldb, g.stride_b, &beta, c, CUDA_R_32F, g.ldc, g.stride_c, g.batch, ct,
         CUBLAS_GEMM_DEFAULT));
     return;
   }
   for (const auto& [oa, ob, oc] : g.offsets)
-    PT_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, g.op_a, g.op_b, g.m, g.n, g.k, &alpha, a + oa,
-                                 CUDA_R_32F, g.lda, b + ob, CUDA_R_32F, g.ldb, &beta, c + oc,
-                                 CUDA_R_32F, g.ldc, ct, CUBLAS_GEMM_DEFAULT));
+    PT_CUBLAS_CHECK(cublas_api().cublasGemmEx(ctx.cublas, g.op_a, g.op_b, g.m, g.n, g.k, &alpha, a + oa,
+                                              CUDA_R_32F, g.lda, b + ob, CUDA_R_32F, g.ldb, &beta, c + oc,
+                                              CUDA_R_32F, g.ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
 bool fits_int(int64_t v) { return v > 0 && v <= std::numeric_limits<int>::max(); }
@@ -108,30 +109,31 @@ class LtBiasGemm final : public Kernel {
   static constexpr size_t kAlign = 256;
 
   LtBiasGemm(const CudaContext& ctx, const GemmCall& g) : ctx_(ctx) {
-    PT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute_type(ctx), CUDA_R_32F));
+    const CublasApi& blas = cublas_api();
+    PT_CUBLAS_CHECK(blas.cublasLtMatmulDescCreate(&desc_, compute_type(ctx), CUDA_R_32F));
     set(CUBLASLT_MATMUL_DESC_TRANSA, g.op_a);
     set(CUBLASLT_MATMUL_DESC_TRANSB, g.op_b);
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
     const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
-    PT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, ta ? g.k : g.m, ta ? g.m : g.k, g.lda));
-    PT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb));
-    PT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, g.m, g.n, g.ldc));
+    PT_CUBLAS_CHECK(blas.cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, ta ? g.k : g.m, ta ? g.m : g.k, g.lda));
+    PT_CUBLAS_CHECK(blas.cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb));
+    PT_CUBLAS_CHECK(blas.cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, g.m, g.n, g.ldc));
     cublasLtMatmulPreference_t pref;
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    PT_CUBLAS_CHECK(blas.cublasLtMatmulPreferenceCreate(&pref));
     const size_t ws = kWorkspace;
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    PT_CUBLAS_CHECK(blas.cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     // Buffers are at least 64-byte aligned (arena offsets and the allocator's blocks).
     const uint32_t align = 64;
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      PT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
+      PT_CUBLAS_CHECK(blas.cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
     int found = 0;
     cublasLtMatmulHeuristicResult_t result{};
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.cublas_lt, desc_, a_, b_, c_, c_,
-                                                             pref, 1, &result, &found);
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    const cublasStatus_t st =
+        blas.cublasLtMatmulAlgoGetHeuristic(ctx.cublas_lt, desc_, a_, b_, c_, c_, pref, 1, &result, &found);
+    PT_CUBLAS_CHECK(blas.cublasLtMatmulPreferenceDestroy(pref));
     ok_ = st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (ok_) {
       algo_ = result.algo;
@@ -139,10 +141,10 @@ class LtBiasGemm final : public Kernel {
     }
   }
   ~LtBiasGemm() override {
-    cublasLtMatrixLayoutDestroy(a_);
-    cublasLtMatrixLayoutDestroy(b_);
-    cublasLtMatrixLayoutDestroy(c_);
-    cublasLtMatmulDescDestroy(desc_);
+    cublas_api().cublasLtMatrixLayoutDestroy(a_);
+    cublas_api().cublasLtMatrixLayoutDestroy(b_);
+    cublas_api().cublasLtMatrixLayoutDestroy(c_);
+    cublas_api().cublasLtMatmulDescDestroy(desc_);
   }
   bool ok() const { return ok_; }
   size_t scratch_bytes() const override { return workspace_ ? workspace_ + kAlign : 0; }
@@ -154,15 +156,15 @@ class LtBiasGemm final : public Kernel {
     const float one = 1.f, zero = 0.f;
     const auto p = reinterpret_cast<uintptr_t>(scratch);
     void* ws = workspace_ ? reinterpret_cast<void*>((p + kAlign - 1) / kAlign * kAlign) : nullptr;
-    PT_CUBLAS_CHECK(cublasLtMatmul(ctx_.cublas_lt, desc_, &one, in[1].data, a_, in[0].data, b_,
-                                   &zero, out[0].data, c_, out[0].data, c_, &algo_, ws,
-                                   workspace_, ctx_.stream));
+    PT_CUBLAS_CHECK(cublas_api().cublasLtMatmul(ctx_.cublas_lt, desc_, &one, in[1].data, a_, in[0].data, b_,
+                                                &zero, out[0].data, c_, out[0].data, c_, &algo_, ws,
+                                                workspace_, ctx_.stream));
   }
 
  private:
   template <class T>
   void set(cublasLtMatmulDescAttributes_t attr, const T& v) {
-    PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, attr, &v, sizeof v));
+    PT_CUBLAS_CHECK(cublas_api().cublasLtMatmulDescSetAttribute(desc_, attr, &v, sizeof v));
   }
 
   const CudaContext& ctx_;

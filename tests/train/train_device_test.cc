@@ -9,6 +9,7 @@
 
 #include "tests/cli/run_cli.h"
 #ifdef PT_HAVE_CUDA
+#include "exec/cuda/cublas_api.h"
 #include "exec/cuda/cuda_backend.h"
 #endif
 
@@ -78,6 +79,30 @@ TEST(TrainDevice, MissingGpuNamesTheLine) {
   const fs::path d = scratch("missing");
   const std::string cfg = config(d, "cuda:0,4096");
   expect_one_line_error_starting(run("train " + cfg + " --quiet"), cfg + ":5: device: GPU 4096 does not exist (");
+#endif
+}
+
+// A CUDA build's process maps cuBLAS and cuBLASLt only once a CUDA backend asks for them: a rank
+// on `device: cpu` does not carry cuBLASLt's 151 MiB. Then every entry point the backend calls is
+// found (no GPU needed for that).
+TEST(TrainDevice, CublasLoadsOnlyWhenACudaBackendAsks) {
+#ifndef PT_HAVE_CUDA
+  GTEST_SKIP() << "this build has no CUDA backend";
+#else
+  auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::stringstream all;
+    all << maps.rdbuf();
+    return all.str().find("libcublasLt.so") != std::string::npos;
+  };
+  if (pt::cuda::cublas_loaded()) GTEST_SKIP() << "another test of this process made a CUDA backend";
+  EXPECT_FALSE(mapped());
+  const pt::cuda::CublasApi& api = pt::cuda::cublas_api();
+  EXPECT_TRUE(pt::cuda::cublas_loaded());
+  EXPECT_TRUE(mapped());
+#define PT_EXPECT_FOUND(symbol, type) EXPECT_NE(api.symbol, nullptr) << #symbol;
+  PT_CUBLAS_ENTRY_POINTS(PT_EXPECT_FOUND)
+#undef PT_EXPECT_FOUND
 #endif
 }
 

@@ -5,11 +5,12 @@
 namespace pt {
 namespace {
 
-// output.start_state's tensors, where it applies (a model file without a record).
+// output.start_state's tensors, where it applies (a model file without a record), their bytes left
+// in the file until each is asked for.
 std::vector<std::pair<std::string, Tensor>> start_tensors(const std::optional<ModuleState>& module,
                                                           const TrainedState& trained) {
   if (module || trained.start_state.empty()) return {};
-  return read_safetensors(trained.start_state);
+  return open_safetensors(trained.start_state);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <set>
 #include <string_view>
 
@@ -116,18 +118,23 @@ void stream_safetensors(const std::string& path, const std::vector<StreamedTenso
       todo);
 }
 
-std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path) {
-  const std::string blob = read_file(path, "name a .safetensors file (safetensors.torch.save_file writes one)");
+std::vector<std::pair<std::string, Tensor>> open_safetensors(const std::string& path) {
+  const std::string todo = "name a .safetensors file (safetensors.torch.save_file writes one)";
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw UserError(path, "cannot be read", todo);
+  const auto size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
   const auto bad = [&](const std::string& where, const std::string& what) {
     return UserError(path + where, what, "write it again with safetensors.torch.save_file(model.state_dict(), path)");
   };
-  if (blob.size() < 8) throw bad("", "is " + std::to_string(blob.size()) + " bytes, shorter than a safetensors header");
+  if (size < 8) throw bad("", "is " + std::to_string(size) + " bytes, shorter than a safetensors header");
   uint64_t n = 0;
-  std::memcpy(&n, blob.data(), 8);  // little-endian host (static_assert above)
-  if (n > blob.size() - 8) throw bad("", "says its header is " + std::to_string(n) + " bytes, past the file's end");
-  const size_t data = 8 + static_cast<size_t>(n);
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(blob.begin() + 8, blob.begin() + static_cast<long>(data),
-                                                           nullptr, /*allow_exceptions=*/false);
+  in.read(reinterpret_cast<char*>(&n), 8);  // little-endian host (static_assert above)
+  if (n > size - 8) throw bad("", "says its header is " + std::to_string(n) + " bytes, past the file's end");
+  std::string header(static_cast<size_t>(n), '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) throw UserError(path, "cannot be read", todo);
+  const uint64_t data = 8 + n, data_bytes = size - data;
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(header, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw bad("", "has a header that is not a JSON object");
   // The writer's names read back: every DType safetensors_dtype names (DType numbers ONNX's types).
   std::map<std::string, DType> dtypes;
@@ -148,22 +155,32 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
     uint64_t numel = 1;  // kept below the file's size, so that no product overflows
     for (const auto& d : e["shape"]) {
       if (!d.is_number_unsigned()) throw bad(where, "has a shape that is not a list of sizes");
-      const uint64_t size = d.get<uint64_t>();
-      if (size != 0 && numel > blob.size() / size) throw bad(where, "has a shape larger than the file");
-      numel *= size;
-      t.type.shape.push_back(static_cast<int64_t>(size));
+      const uint64_t extent = d.get<uint64_t>();
+      if (extent != 0 && numel > size / extent) throw bad(where, "has a shape larger than the file");
+      numel *= extent;
+      t.type.shape.push_back(static_cast<int64_t>(extent));
     }
     const auto& off = e["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) throw bad(where, "has offsets that are not sizes");
     const uint64_t b = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    if (b > end || end > blob.size() - data) throw bad(where, "has data_offsets past the file's end");
+    if (b > end || end > data_bytes) throw bad(where, "has data_offsets past the file's end");
     if (end - b != static_cast<uint64_t>(t.type.bytes()))
       throw bad(where, "holds " + std::to_string(end - b) + " bytes for " + t.type.str());
-    t.data.resize(static_cast<size_t>(end - b));
-    if (!t.data.empty()) std::memcpy(t.data.data(), blob.data() + data + b, t.data.size());  // none: no pointer
+    t.stored = std::make_shared<StoredBytes>(StoredBytes{path + where, path, static_cast<int64_t>(data + b),
+                                                         static_cast<int64_t>(end - b)});
     out.emplace_back(name, std::move(t));
   }
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> tensors = open_safetensors(path);
+  for (auto& [name, t] : tensors) {
+    t.data.resize(static_cast<size_t>(t.stored->length));
+    read_stored_bytes(*t.stored, t.data.data());
+    t.stored = nullptr;
+  }
+  return tensors;
 }
 
 }  // namespace pt

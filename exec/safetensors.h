@@ -56,5 +56,8 @@ void stream_safetensors(const std::string& path, const std::vector<StreamedTenso
 // allow: a short file, a header that is not a JSON object of entries, an unknown dtype, offsets
 // that leave the data or do not match the shape.
 std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path);
+// The same, checked the same way from the header alone, each tensor's bytes left in the file
+// (Tensor::stored) until it is loaded: a reader that holds one tensor at a time.
+std::vector<std::pair<std::string, Tensor>> open_safetensors(const std::string& path);
 
 }  // namespace pt

@@ -1,6 +1,7 @@
 #include "onnx_import/state_dict.h"
 
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/half_floats.h"
@@ -122,6 +123,7 @@ struct Makers {
               *into = Tensor();
               const Tensor& t = bytes();
               Tensor whole = *start;
+              whole.load();
               std::memcpy(whole.data.data(), t.data.data(), t.data.size());
               *into = std::move(whole);
               return *into;
@@ -129,6 +131,15 @@ struct Makers {
   }
   static StateTensor held(const std::string& key, const Tensor* t) {
     return {key, t->type, [t]() -> const Tensor& { return *t; }};
+  }
+  // A start tensor, read from its file into `derived` when the writer comes to it.
+  StateTensor from_start(const std::string& key, const Tensor* t) const {
+    return {key, t->type, [t, into = derived]() -> const Tensor& {
+              *into = Tensor();
+              *into = *t;  // the copy reads the bytes; the start tensor stays in its file
+              into->load();
+              return *into;
+            }};
   }
 };
 
@@ -143,7 +154,20 @@ std::vector<StateTensor> by_module_name(const TrainedState& trained, const Maker
   return tensors;
 }
 
+// A start tensor's bytes in a copy of it, which the caller drops: the start stays in its file.
+Tensor read_start(const Tensor& t) {
+  Tensor copy = t;
+  copy.load();
+  return copy;
+}
+
+size_t hash_of(const Tensor& t) {
+  return std::hash<std::string_view>{}({reinterpret_cast<const char*>(t.data.data()), t.data.size()});
+}
+
 // The trained tensors by module name, completed to the state_dict at the start (see the header).
+// The start tensors stay in their file: each is read when the writer comes to it, and where a
+// tied twin is looked for, one at a time, known by the hash of its bytes.
 std::vector<StateTensor> complete_from_start(const std::string& path, std::vector<std::pair<std::string, Tensor>> start_file,
                                              const std::vector<StateTensor>& trained, const Makers& make, StateDict* w) {
   std::deque<Tensor>* owned = &w->owned;
@@ -151,10 +175,10 @@ std::vector<StateTensor> complete_from_start(const std::string& path, std::vecto
   for (const StateTensor& t : trained) by_name[t.key] = &t;
   std::vector<std::pair<std::string, const Tensor*>> start;  // kept in *owned, for the writer
   for (auto& [key, t] : start_file) start.emplace_back(key, &owned->emplace_back(std::move(t)));
-  const auto bytes = [](const Tensor& t) { return std::string(reinterpret_cast<const char*>(t.data.data()), t.data.size()); };
-  std::map<std::string, std::string> trained_by_start;  // start bytes -> a trained key
+  // Hash of the start bytes -> the trained keys with those bytes at the start, in file order.
+  std::multimap<size_t, std::pair<std::string, const Tensor*>> trained_by_start;
   for (const auto& [key, t] : start)
-    if (by_name.count(key)) trained_by_start.emplace(bytes(*t), key);
+    if (by_name.count(key)) trained_by_start.emplace(hash_of(read_start(*t)), std::make_pair(key, t));
   std::vector<StateTensor> out;
   std::set<std::string> named;
   for (const auto& [key, sp] : start) {
@@ -177,16 +201,26 @@ std::vector<StateTensor> complete_from_start(const std::string& path, std::vecto
       out.push_back(make.completed_from(key, sp, *t->second));
       continue;
     }
-    auto twin = trained_by_start.find(bytes(s));
-    bool one_value = true;
-    const size_t e = dtype_size(s.type.dtype);
-    for (size_t i = e; i < s.data.size() && one_value; i += e) one_value = std::memcmp(&s.data[i], &s.data[0], e) == 0;
-    if (twin != trained_by_start.end() && !one_value && by_name.at(twin->second)->type == s.type) {
-      StateTensor as_twin = *by_name.at(twin->second);
+    // A tied twin: the bytes of a trained key's start, bit for bit, and not one value throughout.
+    const StateTensor* twin = nullptr;
+    {
+      const Tensor bytes = read_start(s);
+      bool one_value = true;
+      const size_t e = dtype_size(s.type.dtype);
+      for (size_t i = e; i < bytes.data.size() && one_value; i += e)
+        one_value = std::memcmp(&bytes.data[i], &bytes.data[0], e) == 0;
+      const auto [from, to] = trained_by_start.equal_range(hash_of(bytes));
+      for (auto c = from; c != to && !one_value && !twin; ++c) {
+        const StateTensor* candidate = by_name.at(c->second.first);
+        if (candidate->type == s.type && read_start(*c->second.second).data == bytes.data) twin = candidate;
+      }
+    }
+    if (twin) {
+      StateTensor as_twin = *twin;
       as_twin.key = key;
       out.push_back(std::move(as_twin));
     } else {
-      out.push_back(Makers::held(key, sp));
+      out.push_back(make.from_start(key, sp));
     }
   }
   for (const StateTensor& t : trained)
@@ -207,8 +241,18 @@ StateDict trained_state_dict(const std::string& model_path, const std::optional<
   const Makers make(trained);
   if (!module) {
     tensors = by_module_name(trained, make);
-    if (trained.float32)
-      for (auto& [key, t] : start) t = widened(t);
+    if (trained.float32)  // widened as each is read
+      for (auto& [key, t] : start)
+        if (is_half(t.type.dtype)) {
+          if (!t.stored) {
+            t = widened(t);
+            continue;
+          }
+          StoredBytes at = *t.stored;
+          at.file_dtype = t.type.dtype;
+          t.type.dtype = DType::kFloat32;
+          t.stored = std::make_shared<const StoredBytes>(std::move(at));
+        }
     if (!trained.start_state.empty()) tensors = complete_from_start(trained.start_state, std::move(start), tensors, make, &w);
     return w;
   }

@@ -80,8 +80,9 @@ struct StateDict {
   std::vector<std::string> not_in_start;  // trained tensors start_state does not name, written too
 };
 
-// start: the tensors of trained.start_state as its file holds them, in order (read by the
-// caller); used only without a record. UserError naming the file or the key where they do not fit.
+// start: the tensors of trained.start_state as its file holds them, in order (opened by the
+// caller: open_safetensors leaves their bytes in the file); used only without a record. UserError
+// naming the file or the key where they do not fit.
 StateDict trained_state_dict(const std::string& model_path, const std::optional<ModuleState>& module,
                              const TrainedState& trained, std::vector<std::pair<std::string, Tensor>> start);
 

@@ -133,6 +133,17 @@ TEST(Safetensors, ReadsBackAndRefusesWhatTheFormatDoesNotAllow) {
   EXPECT_EQ(by_name["layer.weight"]->type, w.type);
   EXPECT_EQ(by_name["layer.weight"]->data, w.data);
   EXPECT_EQ(by_name["steps"]->data, count.data);
+  // Opened in place (output.start_state): the same tensors from the header alone, each read when
+  // it is loaded.
+  const auto in_place = open_safetensors(path);
+  ASSERT_EQ(in_place.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(in_place[i].first, back[i].first);
+    EXPECT_EQ(in_place[i].second.type, back[i].second.type);
+    EXPECT_FALSE(in_place[i].second.resident()) << in_place[i].first;
+    in_place[i].second.load();
+    EXPECT_EQ(in_place[i].second.data, back[i].second.data) << in_place[i].first;
+  }
   const std::string blob = read_file(path, "");
   const std::string todo = "; write it again with safetensors.torch.save_file(model.state_dict(), path)";
   const auto refusal = [&](const std::string& bytes) {

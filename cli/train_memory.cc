@@ -122,10 +122,10 @@ TrainMemory planned_memory(const TrainConfig& cfg, const TrainerPlan& plan, cons
   MemoryOptions o;
   o.moments = optimizer_moments(cfg.optimizer.kind, cfg.optimizer.momentum);
   o.shards = cfg.parallel.zero == 1 ? ranks.replicas() : 1;
-  m.needs = memory_needs(device_loads(plan.chunks, plan.lowered, plan.planned), o);
-  m.on_gpu = cfg.device == "cuda";
   const int per_replica = ranks.size() / ranks.replicas();
   const std::vector<int> position = rank_of_devices(plan.lowered.stages, per_replica);
+  m.needs = memory_needs(device_loads(plan.chunks, plan.lowered, plan.planned, position), o);
+  m.on_gpu = cfg.device == "cuda";
   m.devices_of_rank.resize(static_cast<size_t>(ranks.size()));
   for (int r = 0; r < ranks.size(); ++r)
     for (int d = 0; d < plan.lowered.stages; ++d)

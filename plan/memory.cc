@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <ostream>
 #include <set>
 
@@ -39,7 +40,7 @@ MemoryNeeds memory_needs(const std::vector<DeviceLoad>& loads, const MemoryOptio
   for (const DeviceLoad& l : loads) {
     DeviceMemory m;
     m.parameters = l.parameter_bytes;
-    m.gradients = l.trained_bytes;
+    m.gradients = l.trained_bytes + l.site_gradient_bytes;
     m.optimizer = (o.moments * l.trained_bytes + o.shards - 1) / o.shards;
     m.activations = l.activation_bytes;
     m.arena = l.arena_bytes;
@@ -85,21 +86,39 @@ int64_t chunk_arena_bytes(const std::vector<BackwardGraphs>& chunks, size_t c) {
 }
 
 // Per device: the parameters its chunks' graphs read, each once; the trained ones on the first
-// device reading them, as the Trainer keeps their gradients and optimizer state.
+// device reading them, as the Trainer keeps their gradients and optimizer state. The sites of a
+// tied parameter (autodiff/parameter_sites.h: "<parameter>@site<k>", one tensor's data under
+// several names) count as one parameter and one state per process, on the first of its devices
+// reading one, with every site's accumulator there: in one process each site accumulates its own,
+// and across processes every holder receives the others' (train/ties.h).
 std::vector<DeviceLoad> device_loads(const std::vector<BackwardGraphs>& chunks, const Schedule& lowered,
-                                     const Costs& planned) {
+                                     const Costs& planned, const std::vector<int>& process_of_device) {
   std::vector<DeviceLoad> loads(static_cast<size_t>(lowered.stages));
+  const auto process = [&](size_t d) { return d < process_of_device.size() ? process_of_device[d] : 0; };
+  const auto data = [](const Value& v) -> const void* { return v.init ? v.init.get() : static_cast<const void*>(&v); };
+  std::map<const void*, std::set<std::string>> sites;  // trained names by their data
+  for (const BackwardGraphs& ch : chunks)
+    for (const std::string& p : ch.params)
+      if (const ValueId v = ch.forward.find(p); v != kNoValue) sites[data(ch.forward.value(v))].insert(p);
   std::vector<std::set<std::string>> held(loads.size());
-  std::set<std::string> trained;
+  std::map<int, std::map<const void*, std::string>> data_held;  // per process: data -> the name first counted
+  std::map<int, std::set<const void*>> stated;                  // per process: the data whose state it keeps
   for (size_t c = 0; c < chunks.size(); ++c) {
     const size_t d = static_cast<size_t>(lowered.device_of(static_cast<int>(c)));
+    const int proc = process(d);
     for (const Graph* g : {&chunks[c].forward, &chunks[c].backward_input, &chunks[c].backward_weight})
-      for (const Value& v : g->values)
-        if (v.is_parameter() && held[d].insert(v.name).second) loads[d].parameter_bytes += v.type.bytes();
+      for (const Value& v : g->values) {
+        if (!v.is_parameter() || !held[d].insert(v.name).second) continue;
+        const auto [first, fresh] = data_held[proc].emplace(data(v), v.name);
+        if (fresh || first->second == v.name) loads[d].parameter_bytes += v.type.bytes();  // not a tie's other site
+      }
     for (const std::string& p : chunks[c].params) {
-      if (!trained.insert(p).second) continue;
       const ValueId v = chunks[c].forward.find(p);
-      if (v != kNoValue) loads[d].trained_bytes += chunks[c].forward.value(v).type.bytes();
+      if (v == kNoValue) continue;
+      const Value& value = chunks[c].forward.value(v);
+      if (!stated[proc].insert(data(value)).second) continue;
+      loads[d].trained_bytes += value.type.bytes();
+      loads[d].site_gradient_bytes += static_cast<int64_t>(sites[data(value)].size() - 1) * value.type.bytes();
     }
   }
   for (size_t c = 0; c < chunks.size(); ++c) {

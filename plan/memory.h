@@ -5,8 +5,10 @@
 // state and activations; per process the sum over its devices plus a fixed overhead.
 //
 //   parameters   every parameter its chunks read, frozen ones too (one read on two devices: on
-//                each); not the constants (shapes, folded tensors: bytes, not megabytes)
-//   gradients    1 x the trained bytes: the accumulators W adds into
+//                each; a tied parameter's sites: once per process); not the constants (shapes,
+//                folded tensors: bytes, not megabytes)
+//   gradients    1 x the trained bytes: the accumulators W adds into (a tied parameter: one per
+//                site, in every process holding it)
 //   optimizer    moments x the trained bytes / shards: AdamW 2, SGD with momentum 1, plain SGD 0;
 //                ZeRO-1 keeps 1/replicas of it per replica (by whole parameters: about that)
 //   activations  the schedule's simulated peak of what F keeps until B and B passes to W
@@ -52,6 +54,9 @@ struct DeviceLoad {
   int64_t trained_bytes = 0;     // the parameters whose gradient and state it keeps
   int64_t activation_bytes = 0;  // planned peak of kept activations
   int64_t arena_bytes = 0;       // the programs' shared arena
+  // The accumulators of a tied parameter's other sites, beside trained_bytes' one: gradients,
+  // without optimizer state.
+  int64_t site_gradient_bytes = 0;
 };
 
 struct MemoryOptions {
@@ -98,8 +103,9 @@ int64_t chunk_arena_bytes(const std::vector<BackwardGraphs>& chunks, size_t c);
 // runs (F, B and W graphs; a parameter's gradient on the first device reading it), activations
 // the simulated peak of the lowered schedule on `planned` (plan/chunk_costs.h), the arena the
 // largest of its chunks' (chunk_arena_bytes).
+// process_of_device: the process (rank of the replica) of each device; empty: one process.
 std::vector<DeviceLoad> device_loads(const std::vector<BackwardGraphs>& chunks, const Schedule& lowered,
-                                     const Costs& planned);
+                                     const Costs& planned, const std::vector<int>& process_of_device = {});
 
 // The same from a partition alone (`pipetrain partition`: no schedule): the partitioner's own
 // account (partition/linear_partition.h MemoryModel), chunk k of K keeping K - k micro-batches of

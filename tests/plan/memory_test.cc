@@ -81,6 +81,47 @@ TEST(PlanMemory, TrainPlanOfTheMlpIsItsParametersAndActivations) {
   EXPECT_EQ(all, 128 * 64 + 128 + 128 * 128 + 128 + 64 * 128 + 64 + 10 * 64 + 10);
 }
 
+// A tied parameter (samples/exports/gpt2.onnx: the LM head reads the token embedding, split into
+// two sites) on 2 stages: in one process its weight and optimizer state count once and each site
+// keeps an accumulator; on two processes each holder has the weight, the state and both sites'
+// gradients (train/ties.h). Every other parameter counts once either way.
+TEST(PlanMemory, ATiedParameterCountsOncePerProcessWithAnAccumulatorPerSite) {
+  ImportOptions io;
+  io.batch = 2;
+  const Graph g = training_form(import_model("samples/exports/gpt2.onnx", io), {}, true);  // sites split
+  std::vector<std::string> copies;
+  for (ValueId v : g.initializers)
+    if (g.value(v).name.find("@site") != std::string::npos) copies.push_back(g.value(v).name);
+  ASSERT_EQ(copies, (std::vector<std::string>{"model.lm_head.weight@site1"}));  // the token embedding
+  const int64_t tied = g.value(g.find("model.lm_head.weight")).type.bytes();
+  int64_t all = 0;  // every parameter's bytes once (the sites' copies share the parameter's data)
+  for (ValueId v : g.initializers)
+    if (g.value(v).is_parameter() && g.value(v).name.find("@site") == std::string::npos) all += g.value(v).type.bytes();
+  PipelineRequest r;
+  r.config.stages = 2;
+  r.config.micro_batches = 4;
+  r.config.schedule = "1f1b";
+  r.where = [](const std::string& key) { return key; };
+  const PipelinePlan p = plan_pipeline(g, r);
+  const auto sum = [](const std::vector<DeviceLoad>& loads, int64_t DeviceLoad::*field) {
+    int64_t total = 0;
+    for (const DeviceLoad& l : loads) total += l.*field;
+    return total;
+  };
+  const std::vector<DeviceLoad> one = device_loads(p.chunks, p.lowered, p.planned);
+  EXPECT_EQ(sum(one, &DeviceLoad::parameter_bytes), all);
+  EXPECT_EQ(sum(one, &DeviceLoad::trained_bytes), all);
+  EXPECT_EQ(sum(one, &DeviceLoad::site_gradient_bytes), tied);
+  const MemoryNeeds m = memory_needs(one, MemoryOptions{});
+  EXPECT_EQ(m.process_bytes({0, 1}) - kProcessOverhead - sum(one, &DeviceLoad::activation_bytes) -
+                sum(one, &DeviceLoad::arena_bytes),
+            4 * all + tied);
+  const std::vector<DeviceLoad> two = device_loads(p.chunks, p.lowered, p.planned, {0, 1});
+  EXPECT_EQ(sum(two, &DeviceLoad::parameter_bytes), all + tied);
+  EXPECT_EQ(sum(two, &DeviceLoad::trained_bytes), all + tied);
+  EXPECT_EQ(sum(two, &DeviceLoad::site_gradient_bytes), 2 * tied);
+}
+
 // `plan`'s JSON gives each candidate's memory: the planner's state (4 x parameter bytes) split
 // into parameters, gradients and the two moments, and its kept bytes as activations.
 TEST(PlanMemory, PlanCandidateJsonSplitsTheState) {

@@ -2,7 +2,9 @@
 
 Each case is one attention layer written as the exporters write it: q, k, v = x @ Wq, Wk, Wv,
 heads split, S = q @ k^T * scale, a mask (causal as Where with a tril constant, additive float with
-some -inf, boolean as Where), Softmax, @ v, heads merged; the output read as logits over E
+some -inf, boolean as Where), Softmax, @ v, heads merged; grouped-query attention as a causal layer
+with one K and V head repeated to the two query heads (Unsqueeze, Expand, Reshape: transformers'
+repeat_kv); the output read as logits over E
 classes. `pipetrain grad` imports it with the attention fused (checked: `pipetrain inspect`
 names one fused attention) and gives the mean cross-entropy and dWq, dWk, dWv, which carry dQ,
 dK and dV. The reference is softmax(q k^T * scale + mask) v in float64 torch (Debian's 1.13 has no
@@ -34,11 +36,12 @@ from torch_train import npy_file_name  # noqa: E402  the file `grad` writes a gr
 
 B, H, D = 2, 2, 8
 E = H * D
+KV_HEADS = 1  # the grouped-query case: one K and V head read by both query heads
 
 
 def masks(kind, t, rng):
     """(constant for the graph, additive float64 mask for torch) of shape [t, t], or Nones."""
-    if kind == "causal":
+    if kind in ("causal", "gqa"):
         keep = np.tril(np.ones((t, t), dtype=bool))
     elif kind == "bool":
         keep = rng.random((t, t)) > 0.3
@@ -62,23 +65,42 @@ def model(t, kind, scale, mask):
         return name
 
     rng = np.random.default_rng(t)
-    for w in ("Wq", "Wk", "Wv"):
-        const(w, (rng.standard_normal((E, E)) / np.sqrt(E)).astype(np.float32))
+    kv = KV_HEADS if kind == "gqa" else H  # K and V heads
+    for w, width in (("Wq", E), ("Wk", kv * D), ("Wv", kv * D)):
+        const(w, (rng.standard_normal((E, width)) / np.sqrt(E)).astype(np.float32))
     const("split", np.array([B, t, H, D], dtype=np.int64))
     const("merge", np.array([B, t, E], dtype=np.int64))
     const("scale", np.array(scale, dtype=np.float32))
     const("minus_inf", np.array(-np.inf, dtype=np.float32))
-    for w, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
-        nodes += [helper.make_node("MatMul", ["X", "W" + w], [w + "_lin"]),
-                  helper.make_node("Reshape", [w + "_lin", "split"], [w + "_heads"]),
-                  helper.make_node("Transpose", [w + "_heads"], [w + "_t"], perm=perm)]
+    if kind != "gqa":
+        for w, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+            nodes += [helper.make_node("MatMul", ["X", "W" + w], [w + "_lin"]),
+                      helper.make_node("Reshape", [w + "_lin", "split"], [w + "_heads"]),
+                      helper.make_node("Transpose", [w + "_heads"], [w + "_t"], perm=perm)]
+    else:  # K and V heads repeated to Q's as transformers' repeat_kv writes it: Unsqueeze, Expand, Reshape
+        const("split_kv", np.array([B, t, kv, D], dtype=np.int64))
+        const("axis2", np.array([2], dtype=np.int64))
+        const("repeat", np.array([B, kv, H // kv, t, D], dtype=np.int64))
+        const("all_heads", np.array([B, H, t, D], dtype=np.int64))
+        nodes += [helper.make_node("MatMul", ["X", "Wq"], ["q_lin"]),
+                  helper.make_node("Reshape", ["q_lin", "split"], ["q_heads"]),
+                  helper.make_node("Transpose", ["q_heads"], ["q_t"], perm=[0, 2, 1, 3])]
+        for w in ("k", "v"):
+            nodes += [helper.make_node("MatMul", ["X", "W" + w], [w + "_lin"]),
+                      helper.make_node("Reshape", [w + "_lin", "split_kv"], [w + "_heads"]),
+                      helper.make_node("Transpose", [w + "_heads"], [w + "_kv"], perm=[0, 2, 1, 3]),
+                      helper.make_node("Unsqueeze", [w + "_kv", "axis2"], [w + "_5d"]),
+                      helper.make_node("Expand", [w + "_5d", "repeat"], [w + "_rep"]),
+                      helper.make_node("Reshape", [w + "_rep", "all_heads"], [w + "_all"])]
+        nodes += [helper.make_node("Transpose", ["k_all"], ["k_t"], perm=[0, 1, 3, 2]),
+                  helper.make_node("Identity", ["v_all"], ["v_t"])]
     nodes += [helper.make_node("MatMul", ["q_t", "k_t"], ["s"]),
               helper.make_node("Mul", ["s", "scale"], ["s_scaled"])]
     scores = "s_scaled"
     if kind == "float":
         nodes.append(helper.make_node("Add", [scores, const("mask", mask)], ["s_masked"]))
         scores = "s_masked"
-    elif kind in ("causal", "bool"):
+    elif kind in ("causal", "bool", "gqa"):
         nodes.append(helper.make_node("Where", [const("mask", mask), scores, "minus_inf"], ["s_masked"]))
         scores = "s_masked"
     nodes += [helper.make_node("Softmax", [scores], ["p"], axis=-1),
@@ -99,8 +121,9 @@ def reference(m, x, target, mask, scale, dtype):
     xt = torch.tensor(x, dtype=dtype)
     t = x.shape[1]
 
-    def heads(a):
-        return a.reshape(B, t, H, D).transpose(1, 2)
+    def heads(a):  # [B, t, heads x D] -> [B, H, t, D], K and V heads repeated where there are fewer
+        n = a.shape[-1] // D
+        return a.reshape(B, t, n, D).transpose(1, 2).repeat_interleave(H // n, dim=1)
 
     q, k, v = heads(xt @ w["Wq"]), heads(xt @ w["Wk"]), heads(xt @ w["Wv"])
     s = q @ k.transpose(-1, -2) * scale
@@ -165,7 +188,7 @@ def main():
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind, lengths in (("causal", (1, 2, 33, 64, 65, 130, 1024)), ("float", (7, 100)), ("bool", (9, 70)),
-                              ("none", (5, 257))):
+                              ("none", (5, 257)), ("gqa", (3, 129))):
             for t in lengths:
                 try:
                     err, value = check(args, t, kind, tmp)

@@ -281,6 +281,13 @@ TEST(FusedAttention, BitIdenticalAcrossThreadCounts) {
   }
 }
 
+// PT_MAX_CPU_ISA as the process started (the isa_avx2 tests set it), and putting it back.
+std::string isa_cap() { return std::getenv("PT_MAX_CPU_ISA") ? std::getenv("PT_MAX_CPU_ISA") : ""; }
+void restore_isa_cap(const std::string& cap) {
+  if (cap.empty()) unsetenv("PT_MAX_CPU_ISA");
+  else setenv("PT_MAX_CPU_ISA", cap.c_str(), 1);
+}
+
 // Each copy of the vector loops this CPU runs (vector_clones.h's on_vector_isa: AVX-512, AVX2,
 // baseline; PT_MAX_CPU_ISA caps the choice) matches the math, and the AVX2 copy, whose register
 // blocks are narrower but whose every sum runs in the same order with the same FMAs, gives the
@@ -300,6 +307,7 @@ TEST(FusedAttention, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
   const Inputs in = make_inputs(c, 11);
   const Reference want = reference(c, in);
   std::vector<Tensor> widest;  // forward outputs, then gradients, of the first copy
+  const std::string cap = isa_cap();  // the isa_avx2 run's, restored after
   for (const char* isa : {"", "avx2", "sse2"}) {
     SCOPED_TRACE(*isa ? isa : "the widest copy");
     setenv("PT_MAX_CPU_ISA", isa, 1);
@@ -314,7 +322,7 @@ TEST(FusedAttention, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
     else if (std::string(isa) == "avx2")
       for (size_t o = 0; o < outs.size(); ++o) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
   }
-  unsetenv("PT_MAX_CPU_ISA");
+  restore_isa_cap(cap);
 }
 
 // What the unfused Softmax gives a row whose every element is -inf: the same value everywhere

@@ -24,6 +24,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <type_traits>
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/lane_math.h"
@@ -46,15 +47,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // the block leaves every bit where it is.
 template <class Isa>
 struct BlockShape {
-  static constexpr int kRows = 4, kCols = 4;
-};
-template <>
-struct BlockShape<IsaAvx2> {
-  static constexpr int kRows = 4, kCols = 1;
-};
-template <>
-struct BlockShape<IsaBaseline> {
-  static constexpr int kRows = 2, kCols = 1;
+  static constexpr int kRows = std::is_same_v<Isa, IsaBaseline> ? 2 : 4;
+  static constexpr int kCols = std::is_same_v<Isa, IsaAvx512> ? 4 : 1;
 };
 
 // The first w of 16 floats (1 <= w <= 16): the rest of v zero, and not written back.

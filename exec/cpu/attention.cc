@@ -4,8 +4,8 @@
 // writes Y and the row's log-sum-exp; the backward recomputes each tile's probabilities from the
 // log-sum-exp (FlashAttention-2's algorithm). A (block of 32 query rows, tile of 64 keys) pair is
 // the unit: its products (scores, dY V^T, P V, dS K, P^T dY, dS^T Q) run as register-blocked
-// small products, 4 rows by up to 64 columns of sums held in AVX-512 registers (GCC's vector
-// extension, cloned for AVX2 and the baseline too). Work is split over (batch, head, 128 query
+// small products, a few rows by up to 64 columns of sums held in registers (lane_math.h's 16-lane
+// types: one copy per ISA, each with a block its registers hold). Work is split over (batch, head, 128 query
 // rows) for Y; the backward runs whole kv heads per thread where there are at least two per
 // thread (each pair visited once for dQ, dK and dV), else dQ per (batch, head, query tile) and
 // dK, dV per (batch, kv head, key tile). Every sum is taken in one fixed order within one work
@@ -24,6 +24,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <type_traits>
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/lane_math.h"
@@ -36,25 +37,34 @@ constexpr int64_t kQueryTile = 32;  // query rows per block
 constexpr int64_t kForwardRows = 4 * kQueryTile;  // query rows per work item of the forward (each
                                                   // key tile loaded once for its blocks)
 constexpr int64_t kKeyTile = 64;    // keys per tile
-constexpr int64_t kLanes = 16;      // floats of a Lanes
-constexpr int64_t kTileLanes = kKeyTile / kLanes;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// 16 floats as one value (GCC's vector extension: one AVX-512 register in that clone, two or four
-// narrower ones in the others).
-typedef float Lanes __attribute__((vector_size(64)));
+// The register block of each ISA's copy of the products: R rows of sums by up to C Lanes (16 C
+// columns) each, kept in registers over the inner dimension beside a row of the other operand.
+// AVX-512 (32 zmm): 4 rows x 64 columns in 16 registers. AVX2 (16 ymm): 4 x 16 in 8 (4 x 64 in
+// 64-byte vectors spilled every sum: the score block 42 us against 0.95 on AVX-512). Baseline
+// (16 xmm): 2 x 16 in 8. Each sum runs over the inner dimension in order whatever the block, so
+// the block leaves every bit where it is.
+template <class Isa>
+struct BlockShape {
+  static constexpr int kRows = std::is_same_v<Isa, IsaBaseline> ? 2 : 4;
+  static constexpr int kCols = std::is_same_v<Isa, IsaAvx512> ? 4 : 1;
+};
 
-[[gnu::always_inline]] inline void load(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof v); }
-[[gnu::always_inline]] inline void store(float* p, const Lanes& v) { std::memcpy(p, &v, sizeof v); }
 // The first w of 16 floats (1 <= w <= 16): the rest of v zero, and not written back.
-[[gnu::always_inline]] inline void load_part(Lanes& v, const float* p, int64_t w) {
-  if (w == kLanes) return load(v, p);
-  v = Lanes{};
-  std::memcpy(&v, p, static_cast<size_t>(w) * sizeof(float));
+template <class L>
+[[gnu::always_inline]] inline void load_part(L& v, const float* p, int64_t w) {
+  if (w == kLanes) return load16(v, p);
+  float t[kLanes] = {};
+  std::memcpy(t, p, static_cast<size_t>(w) * sizeof(float));
+  load16(v, t);
 }
-[[gnu::always_inline]] inline void store_part(float* p, const Lanes& v, int64_t w) {
-  if (w == kLanes) return store(p, v);
-  std::memcpy(p, &v, static_cast<size_t>(w) * sizeof(float));
+template <class L>
+[[gnu::always_inline]] inline void store_part(float* p, const L& v, int64_t w) {
+  if (w == kLanes) return store16(p, v);
+  float t[kLanes];
+  store16(t, v);
+  std::memcpy(p, t, static_cast<size_t>(w) * sizeof(float));
 }
 
 inline int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
@@ -66,6 +76,7 @@ inline float exp_or_zero(float x) { return x < -87.33f ? 0.f : exp_poly(x); }
 struct Geometry {
   int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, dim = 0, vdim = 0;
   float scale = 1.f;
+  VectorIsa isa = VectorIsa::kBaseline;  // the copy of the vector loops this kernel runs
   bool causal = false;
   enum class Mask { kNone, kFloat, kBool } mask = Mask::kNone;
   int64_t mask_stride[4] = {0, 0, 0, 0};  // along b, h, i, j
@@ -149,141 +160,180 @@ void pad_rows(const float* src, int64_t rows, int64_t cols, int64_t ld, float* d
 }
 
 // The three products of a (query block, key tile) pair, each an R-row block with its sums in
-// registers (R x up to 4 Lanes) over the inner dimension, taken in order: a row's result does
-// not depend on the block it is made in, so any split of rows gives the same bits.
+// registers (R x up to C Lanes) over the inner dimension, taken in order: a row's result does
+// not depend on the block it is made in, so any split of rows or columns gives the same bits.
 //
-// out_r[0 : kKeyTile] = sum_d a_r[d] bt[d][:]  (a rows of stride lda, len terms; bt len x kKeyTile)
-template <int R>
+// out_r[0 : 16 C] = sum_d a_r[d] bt[d][0 : 16 C]  (a rows of stride lda, len terms; bt rows of
+// kKeyTile, out rows of kKeyTile)
+template <class L, int R, int C>
 [[gnu::always_inline]] inline void dots_block(const float* a, int64_t lda, const float* bt, int64_t len, float* out) {
-  Lanes acc[R][kTileLanes] = {};
+  L acc[R][C] = {};
   for (int64_t d = 0; d < len; ++d) {
-    Lanes b[kTileLanes];
-    for (int64_t v = 0; v < kTileLanes; ++v) load(b[v], bt + d * kKeyTile + v * kLanes);
+    L b[C];
+    for (int v = 0; v < C; ++v) load16(b[v], bt + d * kKeyTile + v * kLanes);
     for (int r = 0; r < R; ++r) {
       const float ar = a[r * lda + d];
-      for (int64_t v = 0; v < kTileLanes; ++v) acc[r][v] += ar * b[v];
+      for (int v = 0; v < C; ++v) acc[r][v] += ar * b[v];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int64_t v = 0; v < kTileLanes; ++v) store(out + r * kKeyTile + v * kLanes, acc[r][v]);
+    for (int v = 0; v < C; ++v) store16(out + r * kKeyTile + v * kLanes, acc[r][v]);
 }
 
 // acc_r[0 : width] += sum_j w_r[j] x_j[0 : width] over j in [0, n) (w rows of kKeyTile; x rows of
-// stride ldx, padded to whole Lanes; acc rows of stride ldc, width <= 16 L, only width written).
-template <int R, int L>
+// stride ldx, padded to whole Lanes; acc rows of stride ldc, width <= 16 C, only width written).
+template <class L, int R, int C>
 [[gnu::always_inline]] inline void weighted_block(const float* w, int64_t n, const float* x, int64_t ldx, float* acc,
                                                   int64_t ldc, int64_t width) {
-  Lanes c[R][L];
+  L c[R][C];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < L; ++v) load_part(c[r][v], acc + r * ldc + v * kLanes, std::min(kLanes, width - v * kLanes));
+    for (int v = 0; v < C; ++v)
+      load_part(c[r][v], acc + r * ldc + v * kLanes, std::min<int64_t>(kLanes, width - v * kLanes));
   for (int64_t j = 0; j < n; ++j) {
-    Lanes xv[L];
-    for (int v = 0; v < L; ++v) load(xv[v], x + j * ldx + v * kLanes);
+    L xv[C];
+    for (int v = 0; v < C; ++v) load16(xv[v], x + j * ldx + v * kLanes);
     for (int r = 0; r < R; ++r) {
       const float wr = w[r * kKeyTile + j];
-      for (int v = 0; v < L; ++v) c[r][v] += wr * xv[v];
+      for (int v = 0; v < C; ++v) c[r][v] += wr * xv[v];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < L; ++v) store_part(acc + r * ldc + v * kLanes, c[r][v], std::min(kLanes, width - v * kLanes));
+    for (int v = 0; v < C; ++v)
+      store_part(acc + r * ldc + v * kLanes, c[r][v], std::min<int64_t>(kLanes, width - v * kLanes));
 }
 
-// acc_j[0 : 16 L] += sum_i w_i[j] x_i over i in [0, n), for the R columns j of w from its pointer
+// acc_j[0 : 16 C] += sum_i w_i[j] x_i over i in [0, n), for the R columns j of w from its pointer
 // (w rows of kKeyTile; x rows of stride ldx, padded; acc rows of stride ldc, padded scratch).
-template <int R, int L>
+template <class L, int R, int C>
 [[gnu::always_inline]] inline void transposed_block(const float* w, int64_t n, const float* x, int64_t ldx, float* acc,
                                                     int64_t ldc) {
-  Lanes c[R][L];
+  L c[R][C];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < L; ++v) load(c[r][v], acc + r * ldc + v * kLanes);
+    for (int v = 0; v < C; ++v) load16(c[r][v], acc + r * ldc + v * kLanes);
   for (int64_t i = 0; i < n; ++i) {
-    Lanes xv[L];
-    for (int v = 0; v < L; ++v) load(xv[v], x + i * ldx + v * kLanes);
+    L xv[C];
+    for (int v = 0; v < C; ++v) load16(xv[v], x + i * ldx + v * kLanes);
     for (int r = 0; r < R; ++r) {
       const float wr = w[i * kKeyTile + r];
-      for (int v = 0; v < L; ++v) c[r][v] += wr * xv[v];
+      for (int v = 0; v < C; ++v) c[r][v] += wr * xv[v];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < L; ++v) store(acc + r * ldc + v * kLanes, c[r][v]);
+    for (int v = 0; v < C; ++v) store16(acc + r * ldc + v * kLanes, c[r][v]);
 }
 
-// The row blocks' and column chunks' dispatch below is written out, not in lambdas: a lambda is
-// a function of its own, compiled for the baseline target, where these helpers are inlined into
-// each vector clone of their caller.
+// The blocks' dispatch below is written out in templates, not lambdas: a lambda is a function of
+// its own, compiled for the baseline target, where these helpers are inlined into each ISA's copy
+// of their caller.
 //
-// acc rows [0, R) += w @ x over columns [0, width), in chunks of up to 64 columns.
-template <int R>
-[[gnu::always_inline]] inline void weighted_rows_block(const float* w, int64_t n, const float* x, int64_t ldx,
-                                                       float* acc, int64_t ldc, int64_t width) {
-  for (int64_t c0 = 0; c0 < width; c0 += kKeyTile) {
-    const int64_t cw = std::min(kKeyTile, width - c0);
-    switch ((cw + kLanes - 1) / kLanes) {
-      case 1: weighted_block<R, 1>(w, n, x + c0, ldx, acc + c0, ldc, cw); break;
-      case 2: weighted_block<R, 2>(w, n, x + c0, ldx, acc + c0, ldc, cw); break;
-      case 3: weighted_block<R, 3>(w, n, x + c0, ldx, acc + c0, ldc, cw); break;
-      default: weighted_block<R, 4>(w, n, x + c0, ldx, acc + c0, ldc, cw); break;
-    }
+// Rows [0, R) of out = a @ bt over all kKeyTile columns, 16 C at a time.
+template <class Isa, int R>
+[[gnu::always_inline]] inline void dots_rows(const float* a, int64_t lda, const float* bt, int64_t len, float* out) {
+  constexpr int C = BlockShape<Isa>::kCols;
+  for (int64_t c0 = 0; c0 < kKeyTile; c0 += C * kLanes)
+    dots_block<typename Isa::Lanes, R, C>(a, lda, bt + c0, len, out + c0);
+}
+
+// weighted_block over the `lanes` Lanes (1 <= lanes <= C) its width needs.
+template <class L, int R, int C>
+[[gnu::always_inline]] inline void weighted_lanes(int64_t lanes, const float* w, int64_t n, const float* x,
+                                                  int64_t ldx, float* acc, int64_t ldc, int64_t width) {
+  if constexpr (C > 1)
+    if (lanes < C) return weighted_lanes<L, R, C - 1>(lanes, w, n, x, ldx, acc, ldc, width);
+  weighted_block<L, R, C>(w, n, x, ldx, acc, ldc, width);
+}
+template <class L, int R, int C>
+[[gnu::always_inline]] inline void transposed_lanes(int64_t lanes, const float* w, int64_t n, const float* x,
+                                                    int64_t ldx, float* acc, int64_t ldc) {
+  if constexpr (C > 1)
+    if (lanes < C) return transposed_lanes<L, R, C - 1>(lanes, w, n, x, ldx, acc, ldc);
+  transposed_block<L, R, C>(w, n, x, ldx, acc, ldc);
+}
+
+// acc rows [0, R) += w @ x over columns [0, width), in chunks of up to 16 C columns.
+template <class Isa, int R>
+[[gnu::always_inline]] inline void weighted_rows(const float* w, int64_t n, const float* x, int64_t ldx, float* acc,
+                                                 int64_t ldc, int64_t width) {
+  constexpr int C = BlockShape<Isa>::kCols;
+  for (int64_t c0 = 0; c0 < width; c0 += C * kLanes) {
+    const int64_t cw = std::min<int64_t>(C * kLanes, width - c0);
+    weighted_lanes<typename Isa::Lanes, R, C>((cw + kLanes - 1) / kLanes, w, n, x + c0, ldx, acc + c0, ldc, cw);
   }
 }
 
 // acc rows [0, R) (the columns of w from its pointer) += w^T @ x over columns [0, width) (whole
-// Lanes), in chunks of up to 64 columns.
-template <int R>
-[[gnu::always_inline]] inline void transposed_rows_block(const float* w, int64_t n, const float* x, int64_t ldx,
-                                                         float* acc, int64_t ldc, int64_t width) {
-  for (int64_t c0 = 0; c0 < width; c0 += kKeyTile) {
-    switch (std::min(kKeyTile, width - c0) / kLanes) {
-      case 1: transposed_block<R, 1>(w, n, x + c0, ldx, acc + c0, ldc); break;
-      case 2: transposed_block<R, 2>(w, n, x + c0, ldx, acc + c0, ldc); break;
-      case 3: transposed_block<R, 3>(w, n, x + c0, ldx, acc + c0, ldc); break;
-      default: transposed_block<R, 4>(w, n, x + c0, ldx, acc + c0, ldc); break;
-    }
+// Lanes), in chunks of up to 16 C columns.
+template <class Isa, int R>
+[[gnu::always_inline]] inline void transposed_rows(const float* w, int64_t n, const float* x, int64_t ldx, float* acc,
+                                                   int64_t ldc, int64_t width) {
+  constexpr int C = BlockShape<Isa>::kCols;
+  for (int64_t c0 = 0; c0 < width; c0 += C * kLanes)
+    transposed_lanes<typename Isa::Lanes, R, C>(std::min<int64_t>(C * kLanes, width - c0) / kLanes, w, n, x + c0,
+                                                ldx, acc + c0, ldc);
+}
+
+// The last `left` rows (0 <= left <= R) as one block of `left` rows.
+template <class Isa, int R>
+[[gnu::always_inline]] inline void dots_rest(int64_t left, const float* a, int64_t lda, const float* bt, int64_t len,
+                                             float* out) {
+  if constexpr (R > 0) {
+    if (left == R) return dots_rows<Isa, R>(a, lda, bt, len, out);
+    dots_rest<Isa, R - 1>(left, a, lda, bt, len, out);
+  }
+}
+template <class Isa, int R>
+[[gnu::always_inline]] inline void weighted_rest(int64_t left, const float* w, int64_t n, const float* x, int64_t ldx,
+                                                 float* acc, int64_t ldc, int64_t width) {
+  if constexpr (R > 0) {
+    if (left == R) return weighted_rows<Isa, R>(w, n, x, ldx, acc, ldc, width);
+    weighted_rest<Isa, R - 1>(left, w, n, x, ldx, acc, ldc, width);
+  }
+}
+template <class Isa, int R>
+[[gnu::always_inline]] inline void transposed_rest(int64_t left, const float* w, int64_t n, const float* x,
+                                                   int64_t ldx, float* acc, int64_t ldc, int64_t width) {
+  if constexpr (R > 0) {
+    if (left == R) return transposed_rows<Isa, R>(w, n, x, ldx, acc, ldc, width);
+    transposed_rest<Isa, R - 1>(left, w, n, x, ldx, acc, ldc, width);
   }
 }
 
-// out (rows x kKeyTile) = a (rows x len, stride lda) @ bt (len x kKeyTile).
-PT_VECTOR_CLONES void rows_times_tile(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t len,
-                                      float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) dots_block<4>(a + r * lda, lda, bt, len, out + r * kKeyTile);
-  const float* ar = a + r * lda;
-  float* o = out + r * kKeyTile;
-  switch (rows - r) {
-    case 3: dots_block<3>(ar, lda, bt, len, o); break;
-    case 2: dots_block<2>(ar, lda, bt, len, o); break;
-    case 1: dots_block<1>(ar, lda, bt, len, o); break;
-    default: break;
-  }
+// out (rows x kKeyTile) = a (rows x len, stride lda) @ bt (len x kKeyTile), on isa's copy.
+void rows_times_tile(VectorIsa isa, const float* a, int64_t lda, int64_t rows, const float* bt, int64_t len,
+                     float* out) {
+  on_vector_isa(isa, [&](auto on) __attribute__((always_inline)) {
+    using Isa = decltype(on);
+    constexpr int R = BlockShape<Isa>::kRows;
+    int64_t r = 0;
+    for (; r + R <= rows; r += R) dots_rows<Isa, R>(a + r * lda, lda, bt, len, out + r * kKeyTile);
+    dots_rest<Isa, R - 1>(rows - r, a + r * lda, lda, bt, len, out + r * kKeyTile);
+  });
 }
 
-// acc (rows x width, stride ldc) += w (rows x n, rows of kKeyTile) @ x (n x width, stride ldx, padded).
-PT_VECTOR_CLONES void add_weighted_rows(const float* w, int64_t rows, int64_t n, const float* x, int64_t ldx,
-                                        float* acc, int64_t ldc, int64_t width) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) weighted_rows_block<4>(w + r * kKeyTile, n, x, ldx, acc + r * ldc, ldc, width);
-  const float* wr = w + r * kKeyTile;
-  float* ar = acc + r * ldc;
-  switch (rows - r) {
-    case 3: weighted_rows_block<3>(wr, n, x, ldx, ar, ldc, width); break;
-    case 2: weighted_rows_block<2>(wr, n, x, ldx, ar, ldc, width); break;
-    case 1: weighted_rows_block<1>(wr, n, x, ldx, ar, ldc, width); break;
-    default: break;
-  }
+// acc (rows x width, stride ldc) += w (rows x n, rows of kKeyTile) @ x (n x width, stride ldx,
+// padded), on isa's copy.
+void add_weighted_rows(VectorIsa isa, const float* w, int64_t rows, int64_t n, const float* x, int64_t ldx,
+                       float* acc, int64_t ldc, int64_t width) {
+  on_vector_isa(isa, [&](auto on) __attribute__((always_inline)) {
+    using Isa = decltype(on);
+    constexpr int R = BlockShape<Isa>::kRows;
+    int64_t r = 0;
+    for (; r + R <= rows; r += R) weighted_rows<Isa, R>(w + r * kKeyTile, n, x, ldx, acc + r * ldc, ldc, width);
+    weighted_rest<Isa, R - 1>(rows - r, w + r * kKeyTile, n, x, ldx, acc + r * ldc, ldc, width);
+  });
 }
 
 // acc (cols x width, stride ldc, padded) += w^T @ x: w (n x cols, rows of kKeyTile), x (n x width,
-// stride ldx, padded); width a whole number of Lanes.
-PT_VECTOR_CLONES void add_transposed_weighted(const float* w, int64_t n, int64_t cols, const float* x, int64_t ldx,
-                                              float* acc, int64_t ldc, int64_t width) {
-  int64_t j = 0;
-  for (; j + 4 <= cols; j += 4) transposed_rows_block<4>(w + j, n, x, ldx, acc + j * ldc, ldc, width);
-  switch (cols - j) {
-    case 3: transposed_rows_block<3>(w + j, n, x, ldx, acc + j * ldc, ldc, width); break;
-    case 2: transposed_rows_block<2>(w + j, n, x, ldx, acc + j * ldc, ldc, width); break;
-    case 1: transposed_rows_block<1>(w + j, n, x, ldx, acc + j * ldc, ldc, width); break;
-    default: break;
-  }
+// stride ldx, padded); width a whole number of Lanes; on isa's copy.
+void add_transposed_weighted(VectorIsa isa, const float* w, int64_t n, int64_t cols, const float* x, int64_t ldx,
+                             float* acc, int64_t ldc, int64_t width) {
+  on_vector_isa(isa, [&](auto on) __attribute__((always_inline)) {
+    using Isa = decltype(on);
+    constexpr int R = BlockShape<Isa>::kRows;
+    int64_t j = 0;
+    for (; j + R <= cols; j += R) transposed_rows<Isa, R>(w + j, n, x, ldx, acc + j * ldc, ldc, width);
+    transposed_rest<Isa, R - 1>(cols - j, w + j, n, x, ldx, acc + j * ldc, ldc, width);
+  });
 }
 
 // Rows [i0, i0 + nq) of one (b, h)'s scores against the key tile at j0 (`tile` keys), their dot
@@ -318,31 +368,47 @@ Heads heads_at(const Geometry& g, const float* q, const float* k, const float* v
   return {q + (b * g.heads + h) * g.queries * g.dim, k + kvh * g.keys * g.dim, v + kvh * g.keys * g.vdim};
 }
 
+// sum_j row[j] over a tile of kKeyTile: 16 lanes (lane k: row[k] + row[k + 16] + ...) added in
+// lane order, the order the AVX-512 copy's OpenMP simd reduction took before each copy had a lane
+// type of its own: its bits stay, and every copy now has them.
+template <class L>
+[[gnu::always_inline]] inline float tile_sum(const float* row) {
+  L lanes = {}, v;
+  for (int64_t j = 0; j < kKeyTile; j += kLanes) {
+    load16(v, row + j);
+    lanes += v;
+  }
+  float t[kLanes];
+  store16(t, lanes);
+  float sum = 0.f;
+  for (float x : t) sum += x;
+  return sum;
+}
+
 // The online softmax's step for rows [0, nq) of a block over one key tile: s holds the scores and
 // becomes exp(s - m_new); y's rows (stride vdim) are rescaled to the new max, m and l updated.
-PT_VECTOR_CLONES void online_softmax(const Geometry& g, int64_t nq, float* s, float* m, float* l, float* y) {
-  for (int64_t r = 0; r < nq; ++r) {
-    float* row = s + r * kKeyTile;
-    // lane_math's max, which starts from -inf: an OpenMP max reduction starts its lanes from the
-    // float's lowest finite value under clang, so a masked row came out -FLT_MAX, not -inf.
-    const float tile_max = row_max(row, kKeyTile);
-    const float m_new = std::max(m[r], tile_max);
-    if (m_new == kNegInf) {  // every key so far masked: nothing added
-      std::fill(row, row + kKeyTile, 0.f);
-      continue;
+void online_softmax(const Geometry& g, int64_t nq, float* s, float* m, float* l, float* y) {
+  on_vector_isa(g.isa, [&](auto on) __attribute__((always_inline)) {
+    for (int64_t r = 0; r < nq; ++r) {
+      float* row = s + r * kKeyTile;
+      // lane_math's max, which starts from -inf: an OpenMP max reduction starts its lanes from the
+      // float's lowest finite value under clang, so a masked row came out -FLT_MAX, not -inf.
+      const float tile_max = row_max<typename decltype(on)::Lanes>(row, kKeyTile);
+      const float m_new = std::max(m[r], tile_max);
+      if (m_new == kNegInf) {  // every key so far masked: nothing added
+        std::fill(row, row + kKeyTile, 0.f);
+        continue;
+      }
+      const float rescale = exp_or_zero(m[r] - m_new);
+      float* acc = y + r * g.vdim;
+#pragma omp simd
+      for (int64_t c = 0; c < g.vdim; ++c) acc[c] *= rescale;
+#pragma omp simd
+      for (int64_t j = 0; j < kKeyTile; ++j) row[j] = exp_or_zero(row[j] - m_new);
+      l[r] = l[r] * rescale + tile_sum<typename decltype(on)::Lanes>(row);
+      m[r] = m_new;
     }
-    const float rescale = exp_or_zero(m[r] - m_new);
-    float* acc = y + r * g.vdim;
-#pragma omp simd
-    for (int64_t c = 0; c < g.vdim; ++c) acc[c] *= rescale;
-#pragma omp simd
-    for (int64_t j = 0; j < kKeyTile; ++j) row[j] = exp_or_zero(row[j] - m_new);
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < kKeyTile; ++j) sum += row[j];
-    l[r] = l[r] * rescale + sum;
-    m[r] = m_new;
-  }
+  });
 }
 
 // One work item of the forward: query rows [i0, i1) of head h in batch b (up to kForwardRows),
@@ -366,10 +432,10 @@ void forward_rows(const Geometry& g, const float* q, const float* k, const float
     for (int64_t r0 = 0; r0 < nq; r0 += kQueryTile) {
       const int64_t rows = std::min(kQueryTile, nq - r0);
       if (g.causal && j0 >= i0 + r0 + rows) continue;  // this block sees no key of the tile
-      rows_times_tile(hd.q + (i0 + r0) * g.dim, g.dim, rows, w.kt, g.dim, w.s);
+      rows_times_tile(g.isa, hd.q + (i0 + r0) * g.dim, g.dim, rows, w.kt, g.dim, w.s);
       finish_scores(g, mask, b, h, i0 + r0, rows, j0, tile, w.s);
       online_softmax(g, rows, w.s, w.m + r0, w.l + r0, yb + r0 * g.vdim);
-      add_weighted_rows(w.s, rows, tile, w.vp, g.dvp(), yb + r0 * g.vdim, g.vdim, g.vdim);
+      add_weighted_rows(g.isa, w.s, rows, tile, w.vp, g.dvp(), yb + r0 * g.vdim, g.vdim, g.vdim);
     }
   }
   for (int64_t r = 0; r < nq; ++r) {
@@ -413,9 +479,9 @@ struct GradInputs {
 PT_VECTOR_CLONES void block_gradients(const Geometry& g, const GradInputs& in, int64_t b, int64_t h, int64_t i0,
                                       int64_t nq, int64_t j0, int64_t tile, const Scratch& w) {
   const int64_t row0 = (b * g.heads + h) * g.queries + i0;
-  rows_times_tile(in.q + row0 * g.dim, g.dim, nq, w.kt, g.dim, w.s);
+  rows_times_tile(g.isa, in.q + row0 * g.dim, g.dim, nq, w.kt, g.dim, w.s);
   finish_scores(g, in.mask, b, h, i0, nq, j0, tile, w.s);
-  rows_times_tile(in.dy + row0 * g.vdim, g.vdim, nq, w.vt, g.vdim, w.ds);
+  rows_times_tile(g.isa, in.dy + row0 * g.vdim, g.vdim, nq, w.vt, g.vdim, w.ds);
   for (int64_t r = 0; r < nq; ++r) {
     float *p = w.s + r * kKeyTile, *ds = w.ds + r * kKeyTile;
     const float lse = in.lse[row0 + r], delta = in.delta[row0 + r];
@@ -462,12 +528,12 @@ void key_tile_pass(const Geometry& g, const GradInputs& in, float* dq, float* dk
     for (int64_t i0 = g.causal ? j0 / kQueryTile * kQueryTile : 0; i0 < g.queries; i0 += kQueryTile) {
       const int64_t nq = std::min(kQueryTile, g.queries - i0);
       block_gradients(g, in, b, h, i0, nq, j0, tile, w);
-      if (dq) add_weighted_rows(w.ds, nq, tile, w.kp, g.dp(), dq + (row0 + i0) * g.dim, g.dim, g.dim);
+      if (dq) add_weighted_rows(g.isa, w.ds, nq, tile, w.kp, g.dp(), dq + (row0 + i0) * g.dim, g.dim, g.dim);
       if (!dk) continue;
       pad_rows(in.dy + (row0 + i0) * g.vdim, nq, g.vdim, g.dvp(), w.dyp);
       pad_rows(in.q + (row0 + i0) * g.dim, nq, g.dim, g.dp(), w.qp);
-      add_transposed_weighted(w.s, nq, tile, w.dyp, g.dvp(), w.dv, g.dvp(), g.dvp());
-      add_transposed_weighted(w.ds, nq, tile, w.qp, g.dp(), w.dk, g.dp(), g.dp());
+      add_transposed_weighted(g.isa, w.s, nq, tile, w.dyp, g.dvp(), w.dv, g.dvp(), g.dvp());
+      add_transposed_weighted(g.isa, w.ds, nq, tile, w.qp, g.dp(), w.dk, g.dp(), g.dp());
     }
     if (!dk) continue;
     for (int64_t i = 0; i < g.queries; ++i) {
@@ -499,7 +565,7 @@ void query_tile_pass(const Geometry& g, const GradInputs& in, float* dq, int64_t
     const int64_t tile = std::min(kKeyTile, g.keys - j0);
     load_key_tile(g, in, b, h / g.group(), j0, tile, true, w);
     block_gradients(g, in, b, h, i0, nq, j0, tile, w);
-    add_weighted_rows(w.ds, nq, tile, w.kp, g.dp(), dqb, g.dim, g.dim);
+    add_weighted_rows(g.isa, w.ds, nq, tile, w.kp, g.dp(), dqb, g.dim, g.dim);
   }
   for (int64_t x = 0; x < nq * g.dim; ++x) dqb[x] *= g.scale;
 }
@@ -618,6 +684,7 @@ bool make_geometry(const KernelSpec& s, size_t q_at, size_t mask_at, Geometry& g
     return false;
   g.scale = s.node.attr_float("scale", 1.f / std::sqrt(static_cast<float>(g.dim)));
   g.causal = s.node.attr_int("causal", 0) != 0;
+  g.isa = vector_isa();
   if (!s.has_input(mask_at)) return true;
   const TensorType& m = s.inputs[mask_at];
   if (m.dtype == DType::kFloat32) g.mask = Geometry::Mask::kFloat;

@@ -1,7 +1,8 @@
 // exec/cpu/lane_math.h: scalar helpers the CPU kernel loops share, written so that the loops
 // calling them vectorise: a polynomial exp, erf and tanh and the GELUs on them, and float sums
 // kept in 16 interleaved lanes and folded in double (vectorisable, and less rounding than one
-// running sum).
+// running sum); and 16 lanes as one value, in the vector types each ISA's registers hold (Vec16,
+// Vec16x2, Vec16x4), for the loops the compiler does not vectorise alone.
 #pragma once
 
 #include <algorithm>
@@ -93,50 +94,140 @@ inline double lane_sum(const float* p, int64_t n) {
   return total;
 }
 
-// 16 floats as one value (GCC's vector extension: one AVX-512 register in that clone, two or four
-// narrower ones in the others), for loops whose vector form the compiler does not find alone:
-// short rows, where a reduction's end and its tail cost as much as its body.
+// 16 floats as one value (GCC's vector extension), for loops whose vector form the compiler does
+// not find alone: short rows, where a reduction's end and its tail cost as much as its body, and
+// the attention's register blocks. Vec16 is one AVX-512 register. Where registers are narrower,
+// GCC lowers a 64-byte vector badly (a row loop 3.7x slower on AVX2 than on AVX-512, an attention
+// block 44x), so the AVX2 and baseline copies hold the same 16 lanes as two Vec8 or four Vec4
+// (SplitLanes): every lane's arithmetic and every fold's order stay Vec16's, and so do the bits.
 typedef float Vec16 __attribute__((vector_size(64)));
+typedef float Vec8 __attribute__((vector_size(32)));
+typedef float Vec4 __attribute__((vector_size(16)));
 
-// v = 16 floats from p, at any alignment (by reference: a vector argument's ABI differs by ISA).
+// 16 floats as N vectors V of 16 / N: lanes [16 k / N, 16 (k + 1) / N) in part[k].
+template <class V, int N>
+struct SplitLanes {
+  V part[N];
+};
+using Vec16x2 = SplitLanes<Vec8, 2>;  // AVX2: two ymm registers
+using Vec16x4 = SplitLanes<Vec4, 4>;  // baseline x86-64: four xmm registers
+
+// The operators the loops use, part by part (by reference: a vector argument's ABI differs by ISA).
+template <class V, int N>
+[[gnu::always_inline]] inline SplitLanes<V, N>& operator+=(SplitLanes<V, N>& a, const SplitLanes<V, N>& b) {
+  for (int k = 0; k < N; ++k) a.part[k] += b.part[k];
+  return a;
+}
+template <class V, int N>
+[[gnu::always_inline]] inline SplitLanes<V, N> operator+(const SplitLanes<V, N>& a, const SplitLanes<V, N>& b) {
+  SplitLanes<V, N> c;
+  for (int k = 0; k < N; ++k) c.part[k] = a.part[k] + b.part[k];
+  return c;
+}
+template <class V, int N>
+[[gnu::always_inline]] inline SplitLanes<V, N> operator*(const SplitLanes<V, N>& a, const SplitLanes<V, N>& b) {
+  SplitLanes<V, N> c;
+  for (int k = 0; k < N; ++k) c.part[k] = a.part[k] * b.part[k];
+  return c;
+}
+template <class V, int N>
+[[gnu::always_inline]] inline SplitLanes<V, N> operator*(float s, const SplitLanes<V, N>& b) {
+  SplitLanes<V, N> c;
+  for (int k = 0; k < N; ++k) c.part[k] = s * b.part[k];
+  return c;
+}
+
+// The ISAs of the per-ISA copies (vector_clones.h's on_vector_isa), each with its 16-lane type.
+struct IsaAvx512 {
+  using Lanes = Vec16;
+};
+struct IsaAvx2 {
+  using Lanes = Vec16x2;
+};
+struct IsaBaseline {
+  using Lanes = Vec16x4;
+};
+
+// v = 16 floats from p, at any alignment; p[0, 16) = v.
 [[gnu::always_inline]] inline void load16(Vec16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
+[[gnu::always_inline]] inline void store16(float* p, const Vec16& v) { std::memcpy(p, &v, sizeof v); }
+// Part by part: one memcpy of the whole struct went through the stack.
+template <class V, int N>
+[[gnu::always_inline]] inline void load16(SplitLanes<V, N>& v, const float* p) {
+  for (int k = 0; k < N; ++k) std::memcpy(&v.part[k], p + k * (16 / N), sizeof(V));
+}
+template <class V, int N>
+[[gnu::always_inline]] inline void store16(float* p, const SplitLanes<V, N>& v) {
+  for (int k = 0; k < N; ++k) std::memcpy(p + k * (16 / N), &v.part[k], sizeof(V));
+}
 
-// The sum, and the max, of v's 16 lanes by halves: a fixed order, 4 steps deep.
+// v = 16 copies of x.
+template <class L>
+[[gnu::always_inline]] inline void splat16(L& v, float x) {
+  float p[16];
+  std::fill(p, p + 16, x);
+  load16(v, p);
+}
+
+// m = max(m, v) lane by lane, as m < v ? v : m.
+[[gnu::always_inline]] inline void max16(Vec16& m, const Vec16& v) { m = m < v ? v : m; }
+template <class V, int N>
+[[gnu::always_inline]] inline void max16(SplitLanes<V, N>& m, const SplitLanes<V, N>& v) {
+  for (int k = 0; k < N; ++k) m.part[k] = m.part[k] < v.part[k] ? v.part[k] : m.part[k];
+}
+
+// The sum, and the max, of v's 16 lanes by halves: a fixed order, 4 steps deep (lanes k and
+// k + 8, then k and k + 4 of that, then (0 + 2) + (1 + 3)), the same on every lane type.
+[[gnu::always_inline]] inline float fold4_sum(const Vec4& b) { return (b[0] + b[2]) + (b[1] + b[3]); }
+[[gnu::always_inline]] inline float fold4_max(const Vec4& b) {
+  return std::max(std::max(b[0], b[2]), std::max(b[1], b[3]));
+}
+[[gnu::always_inline]] inline Vec4 max4(const Vec4& lo, const Vec4& hi) { return lo < hi ? hi : lo; }
 [[gnu::always_inline]] inline float fold_sum(const Vec16& v) {
-  typedef float Vec8 __attribute__((vector_size(32)));
-  typedef float Vec4 __attribute__((vector_size(16)));
   const Vec8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Vec4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  return (b[0] + b[2]) + (b[1] + b[3]);
+  return fold4_sum(__builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7));
 }
 [[gnu::always_inline]] inline float fold_max(const Vec16& v) {
-  typedef float Vec8 __attribute__((vector_size(32)));
-  typedef float Vec4 __attribute__((vector_size(16)));
   const Vec8 lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
   const Vec8 hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
   const Vec8 a = lo < hi ? hi : lo;
-  const Vec4 blo = __builtin_shufflevector(a, a, 0, 1, 2, 3), bhi = __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  const Vec4 b = blo < bhi ? bhi : blo;
-  return std::max(std::max(b[0], b[2]), std::max(b[1], b[3]));
+  return fold4_max(max4(__builtin_shufflevector(a, a, 0, 1, 2, 3), __builtin_shufflevector(a, a, 4, 5, 6, 7)));
+}
+[[gnu::always_inline]] inline float fold_sum(const Vec16x2& v) {
+  const Vec8 a = v.part[0] + v.part[1];
+  return fold4_sum(__builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7));
+}
+[[gnu::always_inline]] inline float fold_max(const Vec16x2& v) {
+  const Vec8 a = v.part[0] < v.part[1] ? v.part[1] : v.part[0];
+  return fold4_max(max4(__builtin_shufflevector(a, a, 0, 1, 2, 3), __builtin_shufflevector(a, a, 4, 5, 6, 7)));
+}
+[[gnu::always_inline]] inline float fold_sum(const Vec16x4& v) {
+  return fold4_sum((v.part[0] + v.part[2]) + (v.part[1] + v.part[3]));
+}
+[[gnu::always_inline]] inline float fold_max(const Vec16x4& v) {
+  return fold4_max(max4(max4(v.part[0], v.part[2]), max4(v.part[1], v.part[3])));
 }
 
-// max_i p[i] over [0, n) (-inf when empty): 16 lanes, folded by halves, then the tail.
+// max_i p[i] over [0, n) (-inf when empty): 16 lanes of type L, folded by halves, then the tail.
+template <class L = Vec16>
 [[gnu::always_inline]] inline float row_max(const float* p, int64_t n) {
-  Vec16 m = Vec16{} - std::numeric_limits<float>::infinity(), v;
+  L m, v;
+  splat16(m, -std::numeric_limits<float>::infinity());
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     load16(v, p + i);
-    m = m < v ? v : m;
+    max16(m, v);
   }
   float out = fold_max(m);
   for (; i < n; ++i) out = std::max(out, p[i]);
   return out;
 }
 
-// sum_i p[i] over [0, n), and sum_i p[i] q[i]: 16 lanes, folded by halves, then the tail.
+// sum_i p[i] over [0, n), and sum_i p[i] q[i]: 16 lanes of type L, folded by halves, then the tail.
+template <class L = Vec16>
 [[gnu::always_inline]] inline float row_sum(const float* p, int64_t n) {
-  Vec16 s = {}, v;
+  L s = {}, v;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     load16(v, p + i);
@@ -146,8 +237,9 @@ typedef float Vec16 __attribute__((vector_size(64)));
   for (; i < n; ++i) out += p[i];
   return out;
 }
+template <class L = Vec16>
 [[gnu::always_inline]] inline float row_dot(const float* p, const float* q, int64_t n) {
-  Vec16 s = {}, v, w;
+  L s = {}, v, w;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     load16(v, p + i);

@@ -268,23 +268,25 @@ class DepthwiseConvGradWeight final : public Kernel {
 // thread count.
 constexpr int64_t kRowLanes = 16;
 
-// acc[k] += sum over ow < count of dy[ow] * row[ow + k], for the 16 lanes k (lane_math.h's Vec16:
-// one AVX-512 register).
-PT_VECTOR_CLONES void correlate_row(const float* dy, const float* row, int64_t count, float* acc) {
-  Vec16 lanes, r;
-  load16(lanes, acc);
-  for (int64_t ow = 0; ow < count; ++ow) {
-    load16(r, row + ow);
-    lanes += dy[ow] * r;
-  }
-  std::memcpy(acc, &lanes, sizeof lanes);
+// acc[k] += sum over ow < count of dy[ow] * row[ow + k], for the 16 lanes k (lane_math.h's 16-lane
+// type of isa: one AVX-512 register, two AVX2 ones).
+void correlate_row(VectorIsa isa, const float* dy, const float* row, int64_t count, float* acc) {
+  on_vector_isa(isa, [&](auto on) __attribute__((always_inline)) {
+    typename decltype(on)::Lanes lanes, r;
+    load16(lanes, acc);
+    for (int64_t ow = 0; ow < count; ++ow) {
+      load16(r, row + ow);
+      lanes += dy[ow] * r;
+    }
+    store16(acc, lanes);
+  });
 }
 
 class DepthwiseRowsGradWeight final : public Kernel {
  public:
   DepthwiseRowsGradWeight(const ConvGeometry& g, int threads)
       : n_(g.x[0]), c_(g.x[1]), h_(g.x[2]), w_(g.x[3]), oh_(g.y[2]), ow_(g.y[3]), kh_(g.w[2]), kw_(g.w[3]),
-        ph_(g.window.pad_l[0]), pw_(g.window.pad_l[1]), threads_(threads) {}
+        ph_(g.window.pad_l[0]), pw_(g.window.pad_l[1]), threads_(threads), isa_(vector_isa()) {}
 
   // Per thread one padded input plane and the kernel's rows of lanes.
   size_t scratch_bytes() const override {
@@ -306,7 +308,8 @@ class DepthwiseRowsGradWeight final : public Kernel {
           for (int64_t kh = 0; kh < kh_; ++kh) {
             const int64_t ih = oh - ph_ + kh;
             if (ih < 0 || ih >= h_) continue;
-            correlate_row(dy + ((n * c_ + c) * oh_ + oh) * ow_, plane + ih * row_floats(), ow_, acc + kh * kRowLanes);
+            correlate_row(isa_, dy + ((n * c_ + c) * oh_ + oh) * ow_, plane + ih * row_floats(), ow_,
+                          acc + kh * kRowLanes);
           }
       }
       for (int64_t kh = 0; kh < kh_; ++kh)
@@ -327,6 +330,7 @@ class DepthwiseRowsGradWeight final : public Kernel {
 
   int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_;
   int threads_;
+  VectorIsa isa_;
 };
 
 // Whether oneDNN has a JIT kernel for the weight gradient of a depthwise Conv of geometry g.

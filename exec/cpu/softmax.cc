@@ -33,31 +33,34 @@ inline float exp_or_zero(float x) { return x < -87.33f ? 0.f : exp_poly(x); }
 // Rows [r0, r1) of n elements: y = softmax(x') (Log: log-softmax), x' the row after the prologue
 // links (run()'s inputs hold their operands): e^(x' - max) times the reciprocal of its sum (Log:
 // x' - max - log of that sum). Max and sums by lanes folded by halves (lane_math.h row_max,
-// row_sum): in a fixed order, cheap on rows of 64.
+// row_sum, in isa's 16-lane type): in a fixed order, cheap on rows of 64.
 template <bool Log>
-PT_VECTOR_CLONES void softmax_rows(const float* x, float* y, int64_t r0, int64_t r1, int64_t n,
-                                   std::span<const RowLink> links, std::span<const Buffer> inputs) {
+void softmax_rows(VectorIsa isa, const float* x, float* y, int64_t r0, int64_t r1, int64_t n,
+                  std::span<const RowLink> links, std::span<const Buffer> inputs) {
   if (!links.empty()) {
     apply_links(links, inputs, r0, r1, n, x + r0 * n, y + r0 * n);
     x = y;
   }
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* src = x + r * n;
-    float* dst = y + r * n;
-    const float m = row_max(src, n);
+  on_vector_isa(isa, [&](auto on) __attribute__((always_inline)) {
+    using L = typename decltype(on)::Lanes;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* src = x + r * n;
+      float* dst = y + r * n;
+      const float m = row_max<L>(src, n);
 #pragma omp simd
-    for (int64_t k = 0; k < n; ++k) dst[k] = exp_or_zero(src[k] - m);
-    const float sum = row_sum(dst, n);
-    if (Log) {
-      const float log_sum = std::log(sum);
+      for (int64_t k = 0; k < n; ++k) dst[k] = exp_or_zero(src[k] - m);
+      const float sum = row_sum<L>(dst, n);
+      if (Log) {
+        const float log_sum = std::log(sum);
 #pragma omp simd
-      for (int64_t k = 0; k < n; ++k) dst[k] = (src[k] - m) - log_sum;
-    } else {
-      const float inv = 1.f / sum;
+        for (int64_t k = 0; k < n; ++k) dst[k] = (src[k] - m) - log_sum;
+      } else {
+        const float inv = 1.f / sum;
 #pragma omp simd
-      for (int64_t k = 0; k < n; ++k) dst[k] *= inv;
+        for (int64_t k = 0; k < n; ++k) dst[k] *= inv;
+      }
     }
-  }
+  });
 }
 
 // Rows [r0, r1) of n elements: dx = y * (dy - sum(dy * y)) (Log: dy - exp(y) * sum(dy)), the
@@ -65,23 +68,25 @@ PT_VECTOR_CLONES void softmax_rows(const float* x, float* y, int64_t r0, int64_t
 // the links write dx from there, so that a link's operand may be dx itself (a gradient summed
 // into its accumulator in place).
 template <bool Log>
-PT_VECTOR_CLONES void softmax_grad_rows(const float* dy, const float* y, float* dx, int64_t r0, int64_t r1,
-                                        int64_t n, std::span<const RowLink> links, std::span<const Buffer> inputs,
-                                        float* rows) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* d = dy + r * n;
-    const float* p = y + r * n;
-    float* g = links.empty() ? dx + r * n : rows + (r - r0) * n;
-    if (Log) {
-      const float s = row_sum(d, n);
+void softmax_grad_rows(VectorIsa isa, const float* dy, const float* y, float* dx, int64_t r0, int64_t r1, int64_t n,
+                       std::span<const RowLink> links, std::span<const Buffer> inputs, float* rows) {
+  on_vector_isa(isa, [&](auto on) __attribute__((always_inline)) {
+    using L = typename decltype(on)::Lanes;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* d = dy + r * n;
+      const float* p = y + r * n;
+      float* g = links.empty() ? dx + r * n : rows + (r - r0) * n;
+      if (Log) {
+        const float s = row_sum<L>(d, n);
 #pragma omp simd
-      for (int64_t k = 0; k < n; ++k) g[k] = d[k] - exp_poly(p[k]) * s;
-    } else {
-      const float s = row_dot(d, p, n);
+        for (int64_t k = 0; k < n; ++k) g[k] = d[k] - exp_poly(p[k]) * s;
+      } else {
+        const float s = row_dot<L>(d, p, n);
 #pragma omp simd
-      for (int64_t k = 0; k < n; ++k) g[k] = p[k] * (d[k] - s);
+        for (int64_t k = 0; k < n; ++k) g[k] = p[k] * (d[k] - s);
+      }
     }
-  }
+  });
   if (!links.empty()) apply_links(links, inputs, r0, r1, n, rows, dx + r0 * n);
 }
 
@@ -103,13 +108,13 @@ void for_row_blocks(int64_t rows, int64_t n, int threads, Fn fn) {
 class SoftmaxRows final : public Kernel {
  public:
   SoftmaxRows(int64_t rows, int64_t n, bool log, std::vector<RowLink> links, int threads)
-      : rows_(rows), n_(n), log_(log), links_(std::move(links)), threads_(threads) {}
+      : rows_(rows), n_(n), log_(log), links_(std::move(links)), threads_(threads), isa_(vector_isa()) {}
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const float* x = in[0].as<const float>();
     float* y = out[0].as<float>();
     for_row_blocks(rows_, n_, threads_, [&](int64_t r0, int64_t r1) {
-      if (log_) softmax_rows<true>(x, y, r0, r1, n_, links_, in);
-      else softmax_rows<false>(x, y, r0, r1, n_, links_, in);
+      if (log_) softmax_rows<true>(isa_, x, y, r0, r1, n_, links_, in);
+      else softmax_rows<false>(isa_, x, y, r0, r1, n_, links_, in);
     });
   }
 
@@ -118,6 +123,7 @@ class SoftmaxRows final : public Kernel {
   bool log_;
   std::vector<RowLink> links_;
   int threads_;
+  VectorIsa isa_;
 };
 
 // SoftmaxGrad or LogSoftmaxGrad along the last axis, with its epilogue links. oneDNN 2.6 has no
@@ -125,7 +131,7 @@ class SoftmaxRows final : public Kernel {
 class SoftmaxGradRows final : public Kernel {
  public:
   SoftmaxGradRows(int64_t rows, int64_t n, bool log, std::vector<RowLink> links, int threads)
-      : rows_(rows), n_(n), log_(log), links_(std::move(links)), threads_(threads) {}
+      : rows_(rows), n_(n), log_(log), links_(std::move(links)), threads_(threads), isa_(vector_isa()) {}
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     const float* dy = in[0].as<const float>();
     const float* y = in[1].as<const float>();
@@ -135,8 +141,8 @@ class SoftmaxGradRows final : public Kernel {
     for_row_blocks(rows_, n_, threads_, [&](int64_t r0, int64_t r1) {
       // No scratch without links (scratch_bytes() is 0, so `rows` is null and is not offset).
       float* mine = links_.empty() ? nullptr : rows + omp_get_thread_num() * block;
-      if (log_) softmax_grad_rows<true>(dy, y, dx, r0, r1, n_, links_, in, mine);
-      else softmax_grad_rows<false>(dy, y, dx, r0, r1, n_, links_, in, mine);
+      if (log_) softmax_grad_rows<true>(isa_, dy, y, dx, r0, r1, n_, links_, in, mine);
+      else softmax_grad_rows<false>(isa_, dy, y, dx, r0, r1, n_, links_, in, mine);
     });
   }
   // A block of rows per thread where the links apply.
@@ -149,6 +155,7 @@ class SoftmaxGradRows final : public Kernel {
   bool log_;
   std::vector<RowLink> links_;
   int threads_;
+  VectorIsa isa_;
 };
 
 // The node's axis, normalised; -1 when out of range.

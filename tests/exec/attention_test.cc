@@ -4,10 +4,12 @@
 // (dV = P^T dY, dP = dY V^T, dS = P (dP - rowsum(dP P)), dQ = scale dS K, dK = scale dS^T Q).
 // Causal, additive and boolean masks, grouped-query heads, lengths 1 to 1024 (tiles of 32
 // queries and 64 keys, so most lengths end in a partial tile), and bit-identical results on 1,
-// 2 and 3 threads.
+// 2 and 3 threads; on each copy of the vector loops this CPU runs (PT_MAX_CPU_ISA), the AVX2 one
+// giving the AVX-512 one's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -277,6 +279,50 @@ TEST(FusedAttention, BitIdenticalAcrossThreadCounts) {
     for (size_t o = 0; o < 2; ++o) EXPECT_EQ(fw[o].data, fw1[o].data) << "forward output " << o << ", " << threads;
     for (size_t o = 0; o < 3; ++o) EXPECT_EQ(bw[o].data, bw1[o].data) << "gradient " << o << ", " << threads;
   }
+}
+
+// PT_MAX_CPU_ISA as the process started (the isa_avx2 tests set it), and putting it back.
+std::string isa_cap() { return std::getenv("PT_MAX_CPU_ISA") ? std::getenv("PT_MAX_CPU_ISA") : ""; }
+void restore_isa_cap(const std::string& cap) {
+  if (cap.empty()) unsetenv("PT_MAX_CPU_ISA");
+  else setenv("PT_MAX_CPU_ISA", cap.c_str(), 1);
+}
+
+// Each copy of the vector loops this CPU runs (vector_clones.h's on_vector_isa: AVX-512, AVX2,
+// baseline; PT_MAX_CPU_ISA caps the choice) matches the math, and the AVX2 copy, whose register
+// blocks are narrower but whose every sum runs in the same order with the same FMAs, gives the
+// widest copy's bits. Head widths of partial lanes and past 64 columns, a causal additive mask,
+// grouped heads, a partial last tile.
+TEST(FusedAttention, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
+  Case c;
+  c.b = 2;
+  c.h = 4;
+  c.hkv = 2;
+  c.s = c.t = 150;
+  c.d = 40;
+  c.dv = 72;
+  c.causal = true;
+  c.mask = Case::Mask::kFloat;
+  c.mask_shape = {2, 1, 1, 150};
+  const Inputs in = make_inputs(c, 11);
+  const Reference want = reference(c, in);
+  std::vector<Tensor> widest;  // forward outputs, then gradients, of the first copy
+  const std::string cap = isa_cap();  // the isa_avx2 run's, restored after
+  for (const char* isa : {"", "avx2", "sse2"}) {
+    SCOPED_TRACE(*isa ? isa : "the widest copy");
+    setenv("PT_MAX_CPU_ISA", isa, 1);
+    auto outs = forward(c, in, 2);
+    EXPECT_LE(error(outs[0], want.y), 1e-5) << "Y";
+    EXPECT_LE(error(outs[1], want.lse), 1e-5) << "LogSumExp";
+    for (Tensor& g : backward(c, in, outs[0], outs[1], 2)) outs.push_back(std::move(g));
+    EXPECT_LE(error(outs[2], want.dq), 1e-4) << "dQ";
+    EXPECT_LE(error(outs[3], want.dk), 1e-4) << "dK";
+    EXPECT_LE(error(outs[4], want.dv), 1e-5) << "dV";
+    if (widest.empty()) widest = outs;
+    else if (std::string(isa) == "avx2")
+      for (size_t o = 0; o < outs.size(); ++o) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
+  }
+  restore_isa_cap(cap);
 }
 
 // What the unfused Softmax gives a row whose every element is -inf: the same value everywhere

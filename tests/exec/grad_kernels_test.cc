@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -253,6 +254,48 @@ TEST(LogSoftmaxGrad, LongRows) { check_softmax_grad({3, 37}, -1, true); }
 TEST(LogSoftmaxGrad, LastAxis) { check_softmax_grad({2, 3, 7}, -1, true); }
 TEST(LogSoftmaxGrad, MiddleAxis) { check_softmax_grad({2, 5, 4}, 1, true); }
 
+// PT_MAX_CPU_ISA as the process started (the isa_avx2 tests set it), and putting it back.
+std::string isa_cap() { return std::getenv("PT_MAX_CPU_ISA") ? std::getenv("PT_MAX_CPU_ISA") : ""; }
+void restore_isa_cap(const std::string& cap) {
+  if (cap.empty()) unsetenv("PT_MAX_CPU_ISA");
+  else setenv("PT_MAX_CPU_ISA", cap.c_str(), 1);
+}
+
+// The row loops on each copy this CPU runs (PT_MAX_CPU_ISA: softmax.cc's lanes are 16 floats in
+// one AVX-512 register, two AVX2 or four SSE2 ones), the AVX2 copy giving the widest one's bits:
+// Softmax, LogSoftmax and their gradients over rows of 100 (six whole lanes and a tail of 4).
+// SoftmaxGrad's bits are the widest copy's only on whole lanes: GCC vectorises the products of
+// row_dot's tail at each copy's own width (8 on AVX-512, 4 on AVX2), unfused, and fuses the rest,
+// so a tail of 4 is fused on AVX-512 and not on AVX2.
+TEST(SoftmaxRows, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
+  const Dims shape{3, 5, 100};
+  const Tensor x = uniform(shape, 12, -3.f, 3.f), dy = uniform(shape, 13);
+  std::vector<Tensor> widest;
+  const std::string cap = isa_cap();  // the isa_avx2 run's, restored after
+  for (const char* isa : {"", "avx2", "sse2"}) {
+    SCOPED_TRACE(*isa ? isa : "the widest copy");
+    setenv("PT_MAX_CPU_ISA", isa, 1);
+    check_softmax_grad({2, 3, 5, 37}, -1, false);
+    check_softmax_grad({3, 37}, -1, true);
+    std::vector<Tensor> outs;
+    for (const bool log : {false, true}) {
+      const Tensor y = run1(log ? "LogSoftmax" : "Softmax", {fed(x)}, out_f32(shape), {}, true);
+      const Tensor want = softmax_of(x, -1, log);
+      expect_close(y, std::vector<double>(want.as<float>(), want.as<float>() + want.type.numel()), 1e-6, 1e-5);
+      outs.push_back(y);
+      outs.push_back(run1(log ? "LogSoftmaxGrad" : "SoftmaxGrad", {fed(dy), fed(y)}, out_f32(shape), {}));
+    }
+    const Dims whole{3, 5, 96};
+    const Tensor y = softmax_of(uniform(whole, 14, -3.f, 3.f), -1, false);
+    outs.push_back(run1("SoftmaxGrad", {fed(uniform(whole, 15)), fed(y)}, out_f32(whole), {}));
+    if (widest.empty()) widest = outs;
+    else if (std::string(isa) == "avx2")
+      for (size_t o = 0; o < outs.size(); ++o)
+        if (o != 1) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
+  }
+  restore_isa_cap(cap);
+}
+
 // ---------------------------------------------------------------------------------------------
 // LayerNormGrad
 
@@ -449,6 +492,28 @@ TEST(ConvGrad, DepthwiseSmallPlanes) {
 TEST(ConvGrad, DepthwiseRows) {
   check_conv_adjoint({2, 8, 8, 8, {8, 8}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
   check_conv_adjoint({3, 8, 8, 8, {5, 21}, {3, 5}, {1, 1}, {1, 1}, {0, 3, 2, 1}});
+}
+// The row kernel on each copy this CPU runs (PT_MAX_CPU_ISA), the AVX2 one giving the widest
+// one's bits.
+TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
+  const ConvCase p{2, 8, 8, 8, {8, 8}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}};
+  Dims x_shape{p.n, p.c}, w_shape{p.m, p.c / p.group};
+  x_shape.insert(x_shape.end(), p.in.begin(), p.in.end());
+  w_shape.insert(w_shape.end(), p.kernel.begin(), p.kernel.end());
+  const Tensor x = uniform(x_shape, 21), dy = uniform(conv_out(p), 23);
+  auto attrs = conv_attrs(p);
+  attrs["weight_shape"] = w_shape;
+  Tensor widest;
+  const std::string cap = isa_cap();  // the isa_avx2 run's, restored after
+  for (const char* isa : {"", "avx2", "sse2"}) {
+    SCOPED_TRACE(*isa ? isa : "the widest copy");
+    setenv("PT_MAX_CPU_ISA", isa, 1);
+    check_conv_adjoint(p);
+    const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), attrs);
+    if (widest.data.empty()) widest = dw;
+    else if (std::string(isa) == "avx2") EXPECT_EQ(dw.data, widest.data);
+  }
+  restore_isa_cap(cap);
 }
 // 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections),
 // where the direct pointwise kernel runs: 1x1, 4x4, 2x3 and a 1-D plane.

@@ -318,9 +318,11 @@ TEST(FusedAttention, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
     EXPECT_LE(error(outs[2], want.dq), 1e-4) << "dQ";
     EXPECT_LE(error(outs[3], want.dk), 1e-4) << "dK";
     EXPECT_LE(error(outs[4], want.dv), 1e-5) << "dV";
-    if (widest.empty()) widest = outs;
-    else if (std::string(isa) == "avx2")
+    if (widest.empty()) {
+      widest = outs;
+    } else if (std::string(isa) == "avx2") {
       for (size_t o = 0; o < outs.size(); ++o) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
+    }
   }
   restore_isa_cap(cap);
 }

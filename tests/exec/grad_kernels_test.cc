@@ -288,10 +288,12 @@ TEST(SoftmaxRows, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
     const Dims whole{3, 5, 96};
     const Tensor y = softmax_of(uniform(whole, 14, -3.f, 3.f), -1, false);
     outs.push_back(run1("SoftmaxGrad", {fed(uniform(whole, 15)), fed(y)}, out_f32(whole), {}));
-    if (widest.empty()) widest = outs;
-    else if (std::string(isa) == "avx2")
+    if (widest.empty()) {
+      widest = outs;
+    } else if (std::string(isa) == "avx2") {
       for (size_t o = 0; o < outs.size(); ++o)
         if (o != 1) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
+    }
   }
   restore_isa_cap(cap);
 }
@@ -510,8 +512,11 @@ TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
     setenv("PT_MAX_CPU_ISA", isa, 1);
     check_conv_adjoint(p);
     const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), attrs);
-    if (widest.data.empty()) widest = dw;
-    else if (std::string(isa) == "avx2") EXPECT_EQ(dw.data, widest.data);
+    if (widest.data.empty()) {
+      widest = dw;
+    } else if (std::string(isa) == "avx2") {
+      EXPECT_EQ(dw.data, widest.data);
+    }
   }
   restore_isa_cap(cap);
 }

@@ -291,8 +291,9 @@ TEST(SoftmaxRows, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
     if (widest.empty()) {
       widest = outs;
     } else if (std::string(isa) == "avx2") {
-      for (size_t o = 0; o < outs.size(); ++o)
+      for (size_t o = 0; o < outs.size(); ++o) {
         if (o != 1) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
+      }
     }
   }
   restore_isa_cap(cap);

@@ -292,7 +292,8 @@ TEST(SoftmaxRows, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
       widest = outs;
     } else if (std::string(isa) == "avx2") {
       for (size_t o = 0; o < outs.size(); ++o) {
-        if (o != 1) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
+        if (o == 1) continue;  // SoftmaxGrad: its row tails differ (above)
+        EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
       }
     }
   }

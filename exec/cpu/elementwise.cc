@@ -16,6 +16,7 @@
 #include "exec/cpu/dispatch.h"
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
@@ -56,14 +57,13 @@ struct Broadcast : BroadcastGeometry {
     const int64_t chunks = (inner + kChunk - 1) / kChunk;
     const int64_t tasks = numel / inner * chunks;
     const int64_t s0 = strides[0][rank - 1], s1 = strides[1][rank - 1], s2 = strides[2][rank - 1];
-#pragma omp parallel for num_threads(threads) if (numel >= kParallelMin)
-    for (int64_t t = 0; t < tasks; ++t) {
+    parallel_for(tasks, threads, numel >= kParallelMin, [&](int64_t t) {
       const int64_t row = t / chunks, begin = t % chunks * kChunk;
       const int64_t end = std::min(inner, begin + kChunk);
       const std::array<int64_t, 3> off = row_offsets(row);
       for (int64_t j = begin; j < end; ++j)
         f(row * inner + j, off[0] + j * s0, off[1] + j * s1, off[2] + j * s2);
-    }
+    });
   }
 };
 

@@ -314,9 +314,11 @@ bool output_differentiable(const Node& n, size_t k) {
   return !is_non_differentiable(op);
 }
 
-int64_t NodeCost::cost() const {
-  return flops_fwd + flops_bwd() + 3 * kFlopsPerByte * (bytes_read + bytes_written);
+int64_t NodeCost::byte_flops() const {
+  return kFlopsPerByte * (bytes_read + bytes_written - cached_bytes) + kFlopsPerCachedByte * cached_bytes;
 }
+
+int64_t NodeCost::cost() const { return flops_fwd + flops_bwd() + 3 * (byte_flops() + launch); }
 
 std::vector<bool> needs_gradient(const Graph& g, const std::vector<ValueId>& seeds) {
   std::vector<bool> needs(g.values.size(), false);
@@ -368,13 +370,15 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
       if (v != kNoValue && g.value(v).is_parameter()) params.insert(v);
     for (ValueId v : params) c.param_bytes += nbytes(g, v);
     if (ValueId b = kNoValue; fused_into_product(g, n, &b)) {
-      c.bytes_read = nbytes(g, b);
+      // A row bias is read; an accumulator of the product's shape is the output's own lines.
+      if (!(g.value(b).type == g.value(n.outputs[0]).type)) c.bytes_read = nbytes(g, b);
     } else if (!g.moves_no_bytes(n)) {
       c.launch = launch_flops(n);
       for (ValueId v : n.inputs) c.bytes_read += nbytes(g, v);
       for (ValueId v : n.outputs) c.bytes_written += nbytes(g, v);
       add_extra_sweeps(g, n, &c);
     }
+    if (c.bytes_read + c.bytes_written <= kCacheBytes) c.cached_bytes = c.bytes_read + c.bytes_written;
     // Mark what this node's backward reads; it is charged to the producer below.
     bool any_grad = false;
     for (size_t k = 0; k < n.inputs.size(); ++k)
@@ -412,12 +416,19 @@ bool is_product(const Node& n) {
   return n.domain == kPipetrainDomain && (n.op_type == "ConvGradInput" || n.op_type == "ConvGradWeight");
 }
 
+// Kernels priced as a library call (kFlopsPerLibraryCall): oneDNN's layer normalisation and
+// pooling, and the kernels that normalise rows, a reduction per row before it is written.
+static bool runs_like_a_library_call(const Node& n) {
+  static const std::set<std::string> onnx = {"LayerNormalization", "MaxPool", "AveragePool", "Softmax",
+                                             "LogSoftmax", "BatchNormalization"};
+  static const std::set<std::string> own = {"SoftmaxGrad", "LogSoftmaxGrad", "LayerNormGrad", "BatchNormTraining",
+                                            "BatchNormGrad", "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad"};
+  if (n.domain.empty()) return onnx.count(n.op_type) != 0;
+  return n.domain == kPipetrainDomain && own.count(n.op_type) != 0;
+}
+
 int64_t launch_flops(const Node& n) {
-  if (!is_product(n)) {
-    const bool library = n.domain.empty() && (n.op_type == "LayerNormalization" || n.op_type == "MaxPool" ||
-                                              n.op_type == "AveragePool");
-    return library ? kFlopsPerLibraryCall : kFlopsPerKernel;
-  }
+  if (!is_product(n)) return runs_like_a_library_call(n) ? kFlopsPerLibraryCall : kFlopsPerKernel;
   return n.op_type == "MatMul" || n.op_type == "Gemm" ? kFlopsPerProduct : kFlopsPerConvolution;
 }
 
@@ -432,6 +443,7 @@ NodeCost total_cost(const std::vector<NodeCost>& costs) {
     t.param_bytes += c.param_bytes;
     t.saved_bytes += c.saved_bytes;
     t.launch += c.launch;
+    t.cached_bytes += c.cached_bytes;
   }
   return t;
 }

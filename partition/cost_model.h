@@ -15,7 +15,9 @@
 //   data movement              0 FLOPs; bytes only (views such as Reshape move nothing)
 //   Add after a MatMul or Gemm that alone reads the product (a row bias, or a weight gradient
 //                              summed into its accumulator): the product applies it as it
-//                              writes, so it runs no kernel and moves only its other operand
+//                              writes, so it runs no kernel and moves only its other operand;
+//                              an accumulator of the product's shape moves nothing of its own
+//                              (the product's sum reads each output line as its stores write it)
 //   SoftmaxCrossEntropy        per logit: the row max, x - max, an exp, the sum (11); it sweeps the
 //                              logits twice (max, then exp), so they are read twice. Its gradient
 //                              (SoftmaxCrossEntropyGrad) the same plus the scale (12), reading the
@@ -32,6 +34,10 @@
 // A gradient that flows into a trainable parameter is W (weight-gradient) work; one that flows
 // into an activation needing a gradient is B (input-gradient) work; none is counted for inputs
 // that need no gradient (token ids, masks, images).
+//
+// Bytes are priced by where they sit: a kernel whose reads and writes together fit one core's L2
+// (kCacheBytes) moves them at cache bandwidth (kFlopsPerCachedByte, NodeCost::cached_bytes), a
+// bigger one streams them from memory (kFlopsPerByte).
 //
 // saved_bytes: bytes of this node's outputs that some consumer's backward reads (MatMul keeps its
 // activation inputs, Relu and Softmax their outputs, Dropout its mask...): what F leaves for B.
@@ -54,31 +60,49 @@ struct NodeCost {
   int64_t saved_bytes = 0;       // outputs kept for backward, per micro-batch
   int64_t launch = 0;            // FLOP-equivalents of running its kernel whatever its size
                                  // (launch_flops); 0 for a view (Graph::moves_no_bytes)
+  int64_t cached_bytes = 0;      // of bytes_read + bytes_written, those a kernel whose whole
+                                 // working set fits kCacheBytes moves within the cache
 
   int64_t flops_bwd() const { return flops_bwd_input + flops_bwd_weight; }
-  // One number for balancing: FLOPs of F, B and W plus kFlopsPerByte per byte moved (forward
-  // bytes counted three times for F, B and W), so memory-bound ops weigh what they cost in time.
+  // FLOP-equivalents of the bytes moved: kFlopsPerCachedByte per cached byte, kFlopsPerByte per
+  // other byte.
+  int64_t byte_flops() const;
+  // One number for balancing: FLOPs of F, B and W plus byte_flops and the kernel's fixed part
+  // (launch), each counted three times for F, B and W, so memory-bound ops and small kernels
+  // weigh what they cost in time (the ConvNeXt fixture at 4 stages left two stages a few
+  // kernels of ~1 us each when the fixed parts were not counted).
   int64_t cost() const;
 };
 
 // FLOP-equivalents of moving one byte: the balance of a CPU doing ~100 GFLOP/s out of ~25 GB/s.
 constexpr int64_t kFlopsPerByte = 4;
 
+// A kernel's bytes when all it reads and writes fits one core's L2 (AMD Zen 5: 1 MiB; Zen 4 and
+// recent Intel cores 1-2 MiB): its operands were written by the kernels just before it and stay
+// there, so they move at L2's bandwidth, about twice the rate per byte of a stream from memory.
+// Without it a small weight gradient's few KiB (its operands, the transposed operand's blocks,
+// its accumulator) were priced as DRAM traffic: Llama's W at 0.65-0.74 of the measured share.
+constexpr int64_t kCacheBytes = int64_t{1} << 20;
+constexpr int64_t kFlopsPerCachedByte = 2;
+
 // FLOP-equivalents of one exp (exp_poly: a degree-6 polynomial, the range reduction and the
 // exponent placed), as the element-wise table prices Exp.
 constexpr int64_t kFlopsPerExp = 8;
 
 // FLOP-equivalents of running one kernel whatever its size, at the ~200 GFLOP-equivalents/s one
-// CPU core's runs fit. Measured per call on the nodes of a few microseconds in the samples and
-// samples/exports (train --profile, AMD Zen 5, AVX-512; what is left after the size-dependent
-// part at the run's rate): a convolution or a convolution gradient on oneDNN ~2 us (binding its
-// arguments, its jit's blocking of small planes), a matrix product on oneDNN ~0.5 us, oneDNN's
-// pooling and layer normalisation ~0.7 us, a kernel of pipetrain's own ~0.3 us. A small model's
+// CPU core's runs fit. Fitted over the actions of a few microseconds in the samples and
+// samples/exports (bench/chunk_costs.py, AMD Zen 5, AVX-512), once pipetrain's own loops stopped
+// entering an OpenMP region on one thread (~0.4 us each) and small Add, Sub and Mul left oneDNN's
+// binary primitive: a convolution or a convolution gradient on oneDNN ~1.5 us (binding its
+// arguments, its jit's blocking of small planes), a matrix product on oneDNN ~0.3 us; ~0.7 us
+// oneDNN's pooling and layer normalisation and the kernels that normalise rows (softmax, layer
+// and batch normalisation's gradients, the loss: a reduction per row before the row is written,
+// most of them in an OpenMP region still); ~0.05 us a loop of pipetrain's own. A small model's
 // chunks are mostly these (plan/chunk_costs.h work_units counts them).
-constexpr int64_t kFlopsPerConvolution = 400'000;
-constexpr int64_t kFlopsPerProduct = 100'000;
+constexpr int64_t kFlopsPerConvolution = 300'000;
+constexpr int64_t kFlopsPerProduct = 60'000;
 constexpr int64_t kFlopsPerLibraryCall = 140'000;
-constexpr int64_t kFlopsPerKernel = 60'000;
+constexpr int64_t kFlopsPerKernel = 10'000;
 
 // Which values carry a gradient: trainable parameters and every floating-point value computed
 // from one through differentiable ops. Graph inputs (images, token ids) need none.

@@ -11,9 +11,7 @@ ChunkWork chunk_work(const BackwardGraphs& chunk) {
 }
 
 double work_units(const NodeCost& total) {
-  return static_cast<double>(total.flops_fwd + kFlopsPerByte * (total.bytes_read + total.bytes_written) +
-                             total.launch) *
-         1e-9;
+  return static_cast<double>(total.flops_fwd + total.byte_flops() + total.launch) * 1e-9;
 }
 
 double action_units(const NodeCost& total) {

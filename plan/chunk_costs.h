@@ -10,8 +10,9 @@
 // see which input is an initializer, is for balancing cuts, not for this.
 //
 // Time unit: FLOP-equivalents, as NodeCost::cost() and partition/link.h count them: FLOPs plus
-// kFlopsPerByte per byte read or written, plus each kernel run's fixed part (partition/cost_model.h
-// launch_flops), in units of 1e9 (GFLOP-equivalents).
+// the bytes read or written (NodeCost::byte_flops: kFlopsPerCachedByte each for a kernel whose
+// working set fits one core's L2, kFlopsPerByte otherwise), plus each kernel run's fixed part
+// (partition/cost_model.h launch_flops), in units of 1e9 (GFLOP-equivalents).
 #pragma once
 
 #include <string>

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <type_traits>
 
@@ -16,6 +17,7 @@
 #include "exec/cpu/dispatch.h"
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
@@ -56,14 +58,13 @@ struct Broadcast : BroadcastGeometry {
     const int64_t chunks = (inner + kChunk - 1) / kChunk;
     const int64_t tasks = numel / inner * chunks;
     const int64_t s0 = strides[0][rank - 1], s1 = strides[1][rank - 1], s2 = strides[2][rank - 1];
-#pragma omp parallel for num_threads(threads) if (numel >= kParallelMin)
-    for (int64_t t = 0; t < tasks; ++t) {
+    parallel_for(tasks, threads, numel >= kParallelMin, [&](int64_t t) {
       const int64_t row = t / chunks, begin = t % chunks * kChunk;
       const int64_t end = std::min(inner, begin + kChunk);
       const std::array<int64_t, 3> off = row_offsets(row);
       for (int64_t j = begin; j < end; ++j)
         f(row * inner + j, off[0] + j * s0, off[1] + j * s1, off[2] + j * s2);
-    }
+    });
   }
 };
 
@@ -256,6 +257,67 @@ std::unique_ptr<Kernel> make_dnnl_binary(const KernelSpec& s, Arith op) {
   }, threads);
 }
 
+// ---- small fp32 kernels ---------------------------------------------------------------------
+
+// y[i] = Op(a[i % na], b[i % nb]) for i in [0, n), in rows of the shorter operand's length: an
+// operand of the output's shape, or of its trailing dims (a rotary table, a row of biases, one
+// element), repeated. Each row's loop is compiled per ISA (vector_clones.h).
+template <class Op>
+PT_VECTOR_CLONES void arith_rows(const float* a, const float* b, float* y, int64_t n, int64_t na, int64_t nb) {
+  const int64_t row = std::min(na, nb);
+  for (int64_t r = 0; r < n; r += row) {
+    const float* ar = a + (na == n ? r : 0);
+    const float* br = b + (nb == n ? r : 0);
+    float* yr = y + r;
+    if (row == 1) {
+      for (int64_t i = 0; i < n; ++i) y[i] = Op{}(na == 1 ? a[0] : a[i], nb == 1 ? b[0] : b[i]);
+      return;
+    }
+    for (int64_t i = 0; i < row; ++i) yr[i] = Op{}(ar[i], br[i]);
+  }
+}
+
+// An fp32 Add, Sub or Mul below kParallelMin elements whose operands each have the output's shape
+// or its trailing dims (a residual, a gradient summed, x * a rotary table, x * scale): one thread,
+// no OpenMP region. oneDNN's binary primitive costs ~0.8 us a call whatever its size, most of such
+// a kernel's time. Each element is one rounded operation either way: oneDNN's bits.
+template <class Op>
+class SmallArith final : public Kernel {
+ public:
+  SmallArith(int64_t n, int64_t na, int64_t nb) : n_(n), na_(na), nb_(nb) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    arith_rows<Op>(in[0].as<const float>(), in[1].as<const float>(), out[0].as<float>(), n_, na_, nb_);
+  }
+
+ private:
+  int64_t n_, na_, nb_;
+};
+
+// Elements of `in` when it is the output's trailing dims (leading dims of 1 aside), else -1.
+int64_t trailing_numel(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  size_t i = 0;
+  while (i < in.size() && in[i] == 1 && in.size() - i > 0) ++i;  // leading 1s
+  const size_t rank = in.size() - i;
+  if (rank > out.size()) return -1;
+  int64_t n = 1;
+  for (size_t k = 0; k < rank; ++k) {
+    if (in[i + k] != out[out.size() - rank + k]) return -1;
+    n *= in[i + k];
+  }
+  return n;
+}
+
+std::unique_ptr<Kernel> make_small_arith(const KernelSpec& s, Arith op) {
+  const int64_t n = s.outputs[0].numel();
+  if (op == Arith::kDiv || n == 0 || n >= kParallelMin) return nullptr;
+  const int64_t na = trailing_numel(s.inputs[0].shape, s.outputs[0].shape);
+  const int64_t nb = trailing_numel(s.inputs[1].shape, s.outputs[0].shape);
+  if (na <= 0 || nb <= 0 || (na != n && nb != n)) return nullptr;
+  if (op == Arith::kAdd) return std::make_unique<SmallArith<AddOp>>(n, na, nb);
+  if (op == Arith::kSub) return std::make_unique<SmallArith<SubOp>>(n, na, nb);
+  return std::make_unique<SmallArith<MulOp>>(n, na, nb);
+}
+
 // ---- factories ------------------------------------------------------------------------------
 
 template <class A, class B, class Y, class Op>
@@ -270,8 +332,10 @@ std::unique_ptr<Kernel> make_arith(const KernelSpec& s, Arith op) {
   if (s.inputs[1].dtype != t || s.outputs[0].dtype != t) return nullptr;
   const auto bc = make_broadcast(s, 2);
   if (!bc) return nullptr;
-  if (t == DType::kFloat32)
+  if (t == DType::kFloat32) {
+    if (auto k = make_small_arith(s, op)) return k;
     if (auto k = make_dnnl_binary(s, op)) return k;
+  }
   return visit(ArithTypes{}, t, [&]<class T>() -> std::unique_ptr<Kernel> {
     switch (op) {
       case Arith::kAdd: return plain_binary<T, T, T, AddOp>(*bc, s);
@@ -283,40 +347,50 @@ std::unique_ptr<Kernel> make_arith(const KernelSpec& s, Arith op) {
   });
 }
 
-// y = x^2 or x^3 for float x and a constant float exponent of 2 or 3 (GPT-2's GELU cubes, and
-// its gradient squares): x * x and x * x * x, as PyTorch's and onnxruntime's Pow take these
-// exponents. std::pow per element took 7 ns an element, 14 us on GPT-2's 2 x 8 x 128.
+// y = x^2 or x^3 for float x and a float exponent of 2 or 3 (GPT-2's GELU cubes, and its
+// gradient squares): x * x and x * x * x, as PyTorch's and onnxruntime's Pow take these
+// exponents; x^1 is x (a squaring's gradient, autodiff's x^(2 - 1): RMSNorm's in Llama).
+// std::pow per element took 7 ns an element, 14 us on GPT-2's 2 x 8 x 128.
 template <int E>
 PT_VECTOR_CLONES void power_loop(const float* x, float* y, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) y[i] = E == 2 ? x[i] * x[i] : x[i] * x[i] * x[i];
 }
 
+// y = x^e for a one-element float exponent e: the loops above where e is 1, 2 or 3, std::pow per
+// element (PowOp's bits) otherwise. A constant e is read once when the kernel is made, a computed
+// one at each run.
 class SmallPower final : public Kernel {
  public:
-  SmallPower(int exponent, int64_t n, int threads) : exponent_(exponent), n_(n), threads_(threads) {}
+  SmallPower(std::optional<float> exponent, int64_t n, int threads)
+      : exponent_(exponent), n_(n), threads_(threads) {}
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const float* x = in[0].as<const float>();
     float* y = out[0].as<float>();
-    for_blocks(n_, threads_, int64_t{1} << 16, [&](int64_t b, int64_t e) {
-      if (exponent_ == 2) power_loop<2>(x, y, b, e);
-      else power_loop<3>(x, y, b, e);
+    const float e = exponent_ ? *exponent_ : in[1].as<const float>()[0];
+    if (e == 1.f) {
+      if (y != x) std::memcpy(y, x, static_cast<size_t>(n_) * sizeof(float));
+      return;
+    }
+    for_blocks(n_, threads_, int64_t{1} << 16, [&](int64_t b, int64_t end) {
+      if (e == 2.f) power_loop<2>(x, y, b, end);
+      else if (e == 3.f) power_loop<3>(x, y, b, end);
+      else for (int64_t i = b; i < end; ++i) y[i] = PowOp{}(x[i], e);
     });
   }
 
  private:
-  int exponent_;
+  std::optional<float> exponent_;
   int64_t n_;
   int threads_;
 };
 
 std::unique_ptr<Kernel> make_small_power(const KernelSpec& s) {
-  const Tensor* e = s.constant(1);
-  if (s.inputs[0].dtype != DType::kFloat32 || !e || e->type.dtype != DType::kFloat32 || e->type.numel() != 1 ||
+  if (s.inputs[0].dtype != DType::kFloat32 || s.inputs[1].dtype != DType::kFloat32 || s.inputs[1].numel() != 1 ||
       !(s.outputs[0] == s.inputs[0]))
     return nullptr;
-  const float v = e->as<float>()[0];
-  if (v != 2.f && v != 3.f) return nullptr;
-  return std::make_unique<SmallPower>(static_cast<int>(v), s.inputs[0].numel(), s.cpu->threads);
+  std::optional<float> exponent;
+  if (const Tensor* e = s.constant(1)) exponent = e->as<float>()[0];
+  return std::make_unique<SmallPower>(exponent, s.inputs[0].numel(), s.cpu->threads);
 }
 
 }  // namespace

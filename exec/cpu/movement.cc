@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/parallel.h"
 #include "exec/movement_geometry.h"
 
 namespace pt::cpu {
@@ -50,11 +51,10 @@ void parallel_memcpy(void* dst, const void* src, int64_t bytes, int threads) {
   const int64_t chunks = std::clamp<int64_t>(bytes / kParallelBytes, 1, threads);
   auto* d = static_cast<std::byte*>(dst);
   const auto* s = static_cast<const std::byte*>(src);
-#pragma omp parallel for num_threads(threads) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+  parallel_for(chunks, threads, chunks > 1, [&](int64_t c) {
     const int64_t lo = bytes * c / chunks, hi = bytes * (c + 1) / chunks;
     std::memcpy(d + lo, s + lo, static_cast<size_t>(hi - lo));
-  }
+  });
 }
 
 // Copies a strided view (CopyGeometry, exec/movement_geometry.h): for every index i over `shape`,
@@ -215,15 +215,14 @@ template <class T>
 void StridedCopy::run_as(const void* src, void* dst) const {
   const T* s = static_cast<const T*>(src);
   T* d = static_cast<T*>(dst);
-#pragma omp parallel for num_threads(threads_) if (chunks_ > 1)
-  for (int64_t c = 0; c < chunks_; ++c) {
+  parallel_for(chunks_, threads_, chunks_ > 1, [&](int64_t c) {
     const int64_t lo = units_ * c / chunks_, hi = units_ * (c + 1) / chunks_;
     if (tiled_) {
       copy_tiles(lo, hi, s, d);
     } else {
       copy_rows(lo, hi, s, d);
     }
-  }
+  });
 }
 
 void StridedCopy::run(const void* src, void* dst) const {
@@ -346,13 +345,12 @@ class GatherKernel : public Kernel {
     const int64_t rows = outer_ * count_;
     if (rows * row_bytes_ == 0) return;  // an empty output
     const bool parallel = rows > 1 && rows * row_bytes_ >= kParallelBytes && threads_ > 1;
-#pragma omp parallel for num_threads(threads_) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, threads_, parallel, [&](int64_t r) {
       const int64_t o = r / count_, i = r % count_;
       const int64_t k = idx[i] < 0 ? idx[i] + n_ : idx[i];
       std::memcpy(out + r * row_bytes_, data + (o * n_ + k) * row_bytes_,
                   static_cast<size_t>(row_bytes_));
-    }
+    });
   }
 
   std::string node_;

@@ -15,6 +15,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dispatch.h"
 #include "exec/cpu/dnnl_util.h"
+#include "exec/cpu/parallel.h"
 #include "exec/movement_geometry.h"
 
 namespace pt::cpu {
@@ -64,8 +65,7 @@ class GatherGrad final : public Kernel {
                         "check the token ids against the vocabulary size");
     const int64_t units = outer_ * blocks_;
     const bool parallel = units > 1 && outer_ * (n_ + count_) * inner_ >= kParallelMin;
-#pragma omp parallel for num_threads(threads_) if (parallel)
-    for (int64_t u = 0; u < units; ++u) {
+    parallel_for(units, threads_, parallel, [&](int64_t u) {
       const int64_t o = u / blocks_, j0 = u % blocks_ * block_;
       const int64_t len = std::min(block_, inner_ - j0);
       float* base = dd + o * n_ * inner_ + j0;
@@ -77,7 +77,7 @@ class GatherGrad final : public Kernel {
         const float* from = src + i * inner_;
         for (int64_t j = 0; j < len; ++j) row[j] += from[j];
       }
-    }
+    });
   }
 
   std::string node_;
@@ -114,20 +114,19 @@ class PadKernel final : public Kernel {
     const T* x = in[0].as<const T>();
     T* y = out[0].as<T>();
     const int64_t w = out_.back();
-#pragma omp parallel for num_threads(threads_) if (rows_ > 1 && rows_ * w >= kParallelMin)
-    for (int64_t r = 0; r < rows_; ++r) {
+    parallel_for(rows_, threads_, rows_ > 1 && rows_ * w >= kParallelMin, [&](int64_t r) {
       T* row = y + r * w;
       const int64_t from = input_row(r);
       if (from < 0) {
         std::fill(row, row + w, v);
-        continue;
+        return;
       }
       std::fill(row, row + lo_, v);
       if (hi_ > lo_)
         std::memcpy(row + lo_, x + from + (lo_ - begin_.back()),
                     static_cast<size_t>(hi_ - lo_) * sizeof(T));
       std::fill(row + hi_, row + w, v);
-    }
+    });
   }
 
  private:

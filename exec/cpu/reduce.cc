@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dispatch.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/vector_clones.h"
 #include "exec/kernel_geometry.h"
 
@@ -78,8 +79,7 @@ class BlockReduce : public Kernel {
       if (m_ * n_ > 0) std::memcpy(y, x, static_cast<size_t>(m_ * n_) * sizeof(float));
       return;
     }
-#pragma omp parallel for num_threads(threads_) if (parallel_)
-    for (int64_t u = 0; u < units_; ++u) {
+    parallel_for(units_, threads_, parallel_, [&](int64_t u) {
       const int64_t m = u / col_blocks_, b = u % col_blocks_;
       if (n_ == 1) {
         y[m] = scale_ * sum_contiguous(x + m * k_, k_);
@@ -87,7 +87,7 @@ class BlockReduce : public Kernel {
         add_rows(x + m * k_ * n_, y + m * n_, k_, n_, n_ * b / col_blocks_, n_ * (b + 1) / col_blocks_,
                  scale_);
       }
-    }
+    });
   }
 
  private:

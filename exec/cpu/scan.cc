@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/parallel.h"
 #include "exec/kernel_geometry.h"
 
 namespace pt::cpu {
@@ -19,8 +20,7 @@ class CumSumKernel final : public Kernel {
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const T* x = in[0].as<const T>();
     T* y = out[0].as<T>();
-#pragma omp parallel for num_threads(threads_) if (outer_ * inner_ >= 64)
-    for (int64_t line = 0; line < outer_ * inner_; ++line) {
+    parallel_for(outer_ * inner_, threads_, outer_ * inner_ >= 64, [&](int64_t line) {
       const int64_t base = (line / inner_) * n_ * inner_ + line % inner_;
       T sum = 0;
       for (int64_t step = 0; step < n_; ++step) {
@@ -30,7 +30,7 @@ class CumSumKernel final : public Kernel {
         sum += v;
         if (!exclusive_) y[at] = sum;
       }
-    }
+    });
   }
 
  private:

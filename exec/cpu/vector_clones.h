@@ -20,6 +20,8 @@
 
 #include "exec/cpu/lane_math.h"
 
+#include "exec/cpu/parallel.h"
+
 // PT_NO_VECTOR_CLONES (a build for one ISA, e.g. -march=x86-64-v3 to measure the AVX2 path on an
 // AVX-512 machine) leaves one copy, compiled for the build's target.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__) && \
@@ -97,12 +99,13 @@ inline constexpr int64_t kVectorBlock = 4096;
 
 // fn(begin, end) over [0, n) in blocks of kVectorBlock, the blocks split between `threads`
 // threads when n reaches parallel_min (each thread a run of whole blocks, so a block's
-// elements are done by one clone call whatever the thread count).
+// elements are done by one clone call whatever the thread count); below it no OpenMP region
+// is entered (parallel_for).
 template <class Fn>
 void for_blocks(int64_t n, int threads, int64_t parallel_min, Fn fn) {
   const int64_t blocks = (n + kVectorBlock - 1) / kVectorBlock;
-#pragma omp parallel for schedule(static) num_threads(threads) if (n >= parallel_min)
-  for (int64_t b = 0; b < blocks; ++b) fn(b * kVectorBlock, std::min(n, (b + 1) * kVectorBlock));
+  parallel_for(blocks, threads, n >= parallel_min,
+               [&](int64_t b) { fn(b * kVectorBlock, std::min(n, (b + 1) * kVectorBlock)); });
 }
 
 }  // namespace pt::cpu

@@ -36,11 +36,13 @@ TEST(Cli, InspectReportsOpsParamsFlops) {
 // scatter-add and the accumulation, in every form the exporters write a linear layer: nn.Linear
 // as MatMul against Transpose(weight) (export_model.py's recipe: bert_noopt, llama_noopt; the
 // per-node estimate gave these W 0.04-0.09x the products), a pre-transposed copy (the exporter's
-// optimizer), MatMul or Gemm against an [in, out] weight (Conv1D, legacy, the samples).
+// optimizer), MatMul or Gemm against an [in, out] weight (Conv1D, legacy, the samples), and
+// nanoGPT's export.
 TEST(Cli, InspectCountsWeightGradientsOnTheDerivedGraphs) {
   for (const char* model : {"samples/gpt/gpt.onnx", "samples/charlm/charlm.onnx", "samples/exports/gpt2_noopt.onnx",
                             "samples/exports/gpt2.onnx", "samples/exports/gpt2_legacy.onnx",
-                            "samples/exports/bert_noopt.onnx", "samples/exports/llama_noopt.onnx"}) {
+                            "samples/exports/bert_noopt.onnx", "samples/exports/llama_noopt.onnx",
+                            "samples/exports/nanogpt.onnx"}) {
     SCOPED_TRACE(model);
     Result r = run(std::string("inspect ") + model + " -b 2 --json");
     ASSERT_EQ(r.code, 0) << r.err;

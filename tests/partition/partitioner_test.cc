@@ -58,6 +58,61 @@ TEST(CostModel, MatMulFlopsFollowTheFormula) {
   EXPECT_GE(checked, 8);
 }
 
+// A product whose operands and output together fit one core's L2 moves them at cache bandwidth
+// (kFlopsPerCachedByte), one past it streams them from memory (kFlopsPerByte): the same product
+// priced per byte below a bigger one's. A weight gradient summed into an accumulator of its shape
+// moves nothing for it (the product's sum reads the lines its stores write), a row bias is read.
+TEST(CostModel, BytesThatFitACoresL2ArePricedAtCacheBandwidth) {
+  const auto product = [](int64_t rows, int64_t in, int64_t out, bool accumulate) {
+    Graph g;
+    const ValueId x = g.add_value("x", TensorType{DType::kFloat32, {rows, in}});
+    const ValueId w = g.add_initializer("w", Tensor{TensorType{DType::kFloat32, {in, out}},
+                                                    std::vector<std::byte>(static_cast<size_t>(in * out) * 4)});
+    const ValueId acc = g.add_value("acc", TensorType{DType::kFloat32, {rows, out}});
+    const ValueId p = g.add_value("p", TensorType{DType::kFloat32, {rows, out}});
+    const ValueId y = g.add_value("y", TensorType{DType::kFloat32, {rows, out}});
+    g.add_node(Node{"mm", "MatMul", "", {x, w}, {p}, {}});
+    g.add_node(Node{"sum", "Add", "", {acc, p}, {y}, {}});
+    g.inputs = {x, acc};
+    g.outputs = {y};
+    g.rebuild_uses();
+    std::vector<NodeCost> c = estimate_costs(g);
+    if (!accumulate) c.pop_back();
+    return total_cost(c);
+  };
+  const NodeCost small = product(16, 64, 64, false), big = product(1024, 512, 512, false);
+  const int64_t small_bytes = (16 * 64 + 64 * 64 + 16 * 64) * 4, big_bytes = (1024 * 512 * 2 + 512 * 512) * 4;
+  EXPECT_EQ(small.bytes_read + small.bytes_written, small_bytes);
+  EXPECT_EQ(small.cached_bytes, small_bytes);
+  EXPECT_EQ(small.byte_flops(), kFlopsPerCachedByte * small_bytes);
+  EXPECT_EQ(big.cached_bytes, 0);
+  EXPECT_EQ(big.byte_flops(), kFlopsPerByte * big_bytes);
+  EXPECT_LT(kFlopsPerCachedByte, kFlopsPerByte);
+  EXPECT_LT(static_cast<double>(small.byte_flops()) / static_cast<double>(small_bytes),
+            static_cast<double>(big.byte_flops()) / static_cast<double>(big_bytes));
+  // The accumulator: no bytes of its own, no kernel.
+  const NodeCost summed = product(16, 64, 64, true);
+  EXPECT_EQ(summed.bytes_read + summed.bytes_written, small_bytes);
+  EXPECT_EQ(summed.launch, small.launch);
+}
+
+// Each kernel's fixed part by what runs it: a product, a convolution, a row-normalising kernel or
+// one of oneDNN's priced as a library call, a plain loop of pipetrain's own at the least.
+TEST(CostModel, KernelsFixedCostsByWhatRunsThem) {
+  const auto node = [](const char* op, const char* domain) { return Node{"n", op, domain, {}, {}, {}}; };
+  EXPECT_EQ(launch_flops(node("MatMul", "")), kFlopsPerProduct);
+  EXPECT_EQ(launch_flops(node("Conv", "")), kFlopsPerConvolution);
+  EXPECT_EQ(launch_flops(node("ConvGradWeight", "pipetrain")), kFlopsPerConvolution);
+  for (const char* op : {"LayerNormalization", "Softmax", "MaxPool"})
+    EXPECT_EQ(launch_flops(node(op, "")), kFlopsPerLibraryCall) << op;
+  for (const char* op :
+       {"SoftmaxGrad", "LayerNormGrad", "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "BatchNormGrad"})
+    EXPECT_EQ(launch_flops(node(op, "pipetrain")), kFlopsPerLibraryCall) << op;
+  for (const char* op : {"Add", "Transpose", "ReduceSum", "Gelu"})
+    EXPECT_EQ(launch_flops(node(op, "")), kFlopsPerKernel) << op;
+  EXPECT_LT(kFlopsPerKernel, kFlopsPerProduct);
+}
+
 TEST(CostModel, TokenIdsNeedNoGradient) {
   Loaded l = load("gpt", 2);
   const std::vector<bool> needs = needs_gradient(l.g);

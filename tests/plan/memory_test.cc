@@ -46,6 +46,16 @@ TEST(PlanMemory, ClosedFormPerDeviceAndProcess) {
   EXPECT_EQ(memory_needs(loads, MemoryOptions{}).devices[0].total(), 4 * P + A);
 }
 
+// g on 2 stages of 4 micro-batches under `schedule`.
+PipelinePlan two_stages(const Graph& g, const std::string& schedule) {
+  PipelineRequest r;
+  r.config.stages = 2;
+  r.config.micro_batches = 4;
+  r.config.schedule = schedule;
+  r.where = [](const std::string& key) { return key; };
+  return plan_pipeline(g, r);
+}
+
 // The mlp (64 -> 128 -> 128 -> 64 -> 10, four Gemms with bias) on 2 stages under GPipe, M
 // micro-batches: each device holds its Gemms' weights and biases (4 bytes per element), and its
 // activations peak when every micro-batch's forward has run: M x what its chunk keeps per
@@ -54,12 +64,7 @@ TEST(PlanMemory, TrainPlanOfTheMlpIsItsParametersAndActivations) {
   ImportOptions io;
   io.batch = 4;
   Graph g = training_form(import_model("samples/mlp/mlp.onnx", io), {}, true);
-  PipelineRequest r;
-  r.config.stages = 2;
-  r.config.micro_batches = 4;
-  r.config.schedule = "gpipe";
-  r.where = [](const std::string& key) { return key; };
-  const PipelinePlan p = plan_pipeline(g, r);
+  const PipelinePlan p = two_stages(g, "gpipe");
   const std::vector<DeviceLoad> loads = device_loads(p.chunks, p.lowered, p.planned);
   ASSERT_EQ(loads.size(), 2u);
   int64_t all = 0;
@@ -97,12 +102,7 @@ TEST(PlanMemory, ATiedParameterCountsOncePerProcessWithAnAccumulatorPerSite) {
   int64_t all = 0;  // every parameter's bytes once (the sites' copies share the parameter's data)
   for (ValueId v : g.initializers)
     if (g.value(v).is_parameter() && g.value(v).name.find("@site") == std::string::npos) all += g.value(v).type.bytes();
-  PipelineRequest r;
-  r.config.stages = 2;
-  r.config.micro_batches = 4;
-  r.config.schedule = "1f1b";
-  r.where = [](const std::string& key) { return key; };
-  const PipelinePlan p = plan_pipeline(g, r);
+  const PipelinePlan p = two_stages(g, "1f1b");
   const auto sum = [](const std::vector<DeviceLoad>& loads, int64_t DeviceLoad::*field) {
     int64_t total = 0;
     for (const DeviceLoad& l : loads) total += l.*field;

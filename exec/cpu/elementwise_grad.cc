@@ -1,7 +1,7 @@
 // exec/cpu/elementwise_grad.cc: the backward half of the element-wise family, pipetrain-domain
-// ops (core/pipetrain_ops.h has their math): ReluGrad and ClipGrad on oneDNN's eltwise backward,
-// ErfGrad, GeluGrad (and ClipGrad with a bound known only at run time) as loops (softmax.cc has
-// SoftmaxGrad and LogSoftmaxGrad). dY, the saved tensor (X or Y) and dX share one float32 shape.
+// ops (core/pipetrain_ops.h has their math): ReluGrad and ClipGrad on oneDNN's eltwise backward
+// (small ones on a loop of its bits), ErfGrad, GeluGrad (and ClipGrad with a bound known only at
+// run time) as loops (softmax.cc has SoftmaxGrad and LogSoftmaxGrad). dY, the saved tensor (X or Y) and dX share one float32 shape.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
@@ -125,22 +125,52 @@ std::optional<ClipGradBound> clip_grad_bound(const KernelSpec& s, size_t k, floa
   return c ? ClipGradBound{c->as<float>()[0]} : ClipGradBound{0.f, static_cast<int>(k)};
 }
 
+// dx[i] = dy[i] * d[i], d 1 or 0 as oneDNN's eltwise backward takes them: Relu's (from Y, alpha 0)
+// 1 unless y <= 0 (a NaN y passes dY), clip_v2's (from X) 1 where lo < x < hi. A product, not a
+// select: dY * 0 keeps the sign of dY and makes a NaN or an infinite dY NaN, as oneDNN's does.
+template <bool kRelu>
+PT_VECTOR_CLONES void mask_grad_loop(const float* dy, const float* s, float* dx, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) {
+    const bool pass = kRelu ? !(s[i] <= 0.f) : lo < s[i] && s[i] < hi;
+    dx[i] = dy[i] * (pass ? 1.f : 0.f);
+  }
+}
+
+// ReluGrad, or ClipGrad with constant bounds, below kParallelMin elements: one thread, no oneDNN
+// call (~0.8 us a call whatever its size), the eltwise backward's bits.
+template <bool kRelu>
+class SmallMaskGrad final : public Kernel {
+ public:
+  SmallMaskGrad(int64_t n, float lo, float hi) : n_(n), lo_(lo), hi_(hi) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    mask_grad_loop<kRelu>(in[0].as<const float>(), in[1].as<const float>(), out[0].as<float>(), n_, lo_, hi_);
+  }
+
+ private:
+  int64_t n_;
+  float lo_, hi_;
+};
+
 }  // namespace
 
 // ReluGrad(dY, Y): dX = dY where Y > 0, else 0 (relu's backward from its dst, alpha 0).
 std::unique_ptr<Kernel> make_relu_grad(const KernelSpec& s) {
   if (s.inputs.size() != 2 || !same_float_shapes(s)) return nullptr;
+  const int64_t n = s.inputs[0].numel();
+  if (n < kParallelMin) return std::make_unique<SmallMaskGrad<true>>(n, 0.f, 0.f);
   return make_eltwise_grad(s, dnnl::algorithm::eltwise_relu_use_dst_for_bwd, DNNL_ARG_DST);
 }
 
 // ClipGrad(dY, X, min?, max?): dX = dY where min < X < max, else 0. Constant (or omitted) bounds
-// run as oneDNN's clip_v2 backward, whose mask is the same strict one; a bound fed at run time
-// as a loop.
+// run as oneDNN's clip_v2 backward, whose mask is the same strict one (below kParallelMin
+// elements a loop of its bits); a bound fed at run time as a loop.
 std::unique_ptr<Kernel> make_clip_grad(const KernelSpec& s) {
   if (s.inputs.size() < 2 || s.inputs.size() > 4 || !same_float_shapes(s)) return nullptr;
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const auto lo = clip_grad_bound(s, 2, -kInf), hi = clip_grad_bound(s, 3, kInf);
   if (!lo || !hi) return nullptr;
+  if (lo->input < 0 && hi->input < 0 && s.inputs[0].numel() < kParallelMin)
+    return std::make_unique<SmallMaskGrad<false>>(s.inputs[0].numel(), lo->value, hi->value);
   if (lo->input < 0 && hi->input < 0)
     return make_eltwise_grad(s, dnnl::algorithm::eltwise_clip_v2, DNNL_ARG_SRC, lo->value,
                              hi->value);

@@ -1,6 +1,7 @@
 // exec/cpu/elementwise_ops.cc: the unary half of the element-wise family (see cpu_kernels.h):
 // activations, Erf, Neg, Clip, Cast and Dropout, input and output of one shape. fp32 activations
-// run on oneDNN's eltwise primitive; the rest are plain loops. The broadcasting half is in
+// run on oneDNN's eltwise primitive (small Relus and Clips on a loop of its bits); the rest are
+// plain loops. The broadcasting half is in
 // elementwise.cc.
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -175,7 +176,33 @@ class DropoutKernel final : public Kernel {
   int threads_;
 };
 
+// y[i] = min(max(x[i], lo), hi) as x86's maxps and minps take them, oneDNN's eltwise relu (alpha
+// 0: lo 0, hi inf) and clip_v2 do: max(x, lo) is x > lo ? x : lo, so a NaN x gives lo and a zero
+// of either sign against lo 0 gives +0.
+PT_VECTOR_CLONES void clamp_loop(const float* x, float* y, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float m = x[i] > lo ? x[i] : lo;
+    y[i] = m < hi ? m : hi;
+  }
+}
+
+// An fp32 Relu or constant-bound Clip below kParallelMin elements: one thread, no oneDNN call
+// (its eltwise primitive costs ~0.8 us a call whatever its size, an MLP's Relu most of it), the
+// primitive's bits.
+class SmallClamp final : public Kernel {
+ public:
+  SmallClamp(int64_t n, float lo, float hi) : n_(n), lo_(lo), hi_(hi) {}
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
+    clamp_loop(in[0].as<const float>(), out[0].as<float>(), n_, lo_, hi_);
+  }
+
+ private:
+  int64_t n_;
+  float lo_, hi_;
+};
+
 // ---- factory helpers ------------------------------------------------------------------------
+
 
 // fp32 y = alg(x; alpha, beta) for input 0 -> output 0 (same type), or nullptr.
 std::unique_ptr<Kernel> make_dnnl_eltwise(const KernelSpec& s, dnnl::algorithm alg,
@@ -203,6 +230,16 @@ std::optional<double> dropout_ratio(const KernelSpec& s) {
   return constant_scalar<double>(s, 1);
 }
 
+// dnnl_activation's op (Relu, or Clip with constant bounds lo <= hi) as a SmallClamp when its
+// input is below kParallelMin elements, else on oneDNN's eltwise primitive.
+std::unique_ptr<Kernel> make_activation(const KernelSpec& s, const EltwiseOp& op) {
+  const int64_t n = s.inputs[0].numel();
+  if (n >= kParallelMin) return make_dnnl_eltwise(s, op.alg, op.alpha, op.beta);
+  if (op.alg == dnnl::algorithm::eltwise_relu)
+    return std::make_unique<SmallClamp>(n, 0.f, std::numeric_limits<float>::infinity());
+  return std::make_unique<SmallClamp>(n, op.alpha, op.beta);
+}
+
 }  // namespace
 
 std::optional<EltwiseOp> dnnl_activation(const KernelSpec& s) {
@@ -222,7 +259,7 @@ std::unique_ptr<Kernel> make_sqrt(const KernelSpec& s) {
 }
 std::unique_ptr<Kernel> make_relu(const KernelSpec& s) {
   const std::optional<EltwiseOp> op = dnnl_activation(s);
-  return op ? make_dnnl_eltwise(s, op->alg) : nullptr;
+  return op ? make_activation(s, *op) : nullptr;
 }
 std::unique_ptr<Kernel> make_tanh(const KernelSpec& s) {
   return make_dnnl_eltwise(s, dnnl::algorithm::eltwise_tanh);
@@ -336,7 +373,8 @@ std::unique_ptr<Kernel> make_logical_not(const KernelSpec& s) {
 }
 
 // Clip(x, min?, max?) on ClipTypes; min and max are scalars, constant or read in run(). fp32
-// with constant bounds lo <= hi runs as oneDNN clip_v2 (y = max(lo, min(hi, x))).
+// with constant bounds lo <= hi runs as oneDNN's clip_v2 (y = min(max(x, lo), hi)), or below
+// kParallelMin elements a loop of the same bits (SmallClamp).
 std::unique_ptr<Kernel> make_clip(const KernelSpec& s) {
   if (!has_io(s, 1) || !(s.outputs[0] == s.inputs[0])) return nullptr;
   return visit(ClipTypes{}, s.inputs[0].dtype, [&]<class T>() -> std::unique_ptr<Kernel> {
@@ -345,7 +383,7 @@ std::unique_ptr<Kernel> make_clip(const KernelSpec& s) {
     const T highest = Limits::has_infinity ? Limits::infinity() : Limits::max();
     if constexpr (std::is_same_v<T, float>) {
       if (const std::optional<EltwiseOp> op = dnnl_activation(s))
-        return make_dnnl_eltwise(s, op->alg, op->alpha, op->beta);
+        return make_activation(s, *op);
     }
     const auto lo = clip_bound<T>(s, 1, lowest), hi = clip_bound<T>(s, 2, highest);
     if (!lo || !hi) return nullptr;

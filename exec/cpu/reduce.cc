@@ -31,7 +31,7 @@ namespace {
 
 // Sum of n contiguous floats in 8 independent lanes (so the compiler can vectorise it; the
 // lanes fix the order of the additions, so every clone gives the same bits).
-PT_VECTOR_CLONES float sum_contiguous(const float* x, int64_t n) {
+__attribute__((always_inline)) inline float sum_lanes(const float* x, int64_t n) {
   float lane[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -40,6 +40,16 @@ PT_VECTOR_CLONES float sum_contiguous(const float* x, int64_t n) {
   for (; i < n; ++i) tail += x[i];
   return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7])) +
          tail;
+}
+
+PT_VECTOR_CLONES float sum_contiguous(const float* x, int64_t n) { return sum_lanes(x, n); }
+
+// y[m] += sum_lanes(row (k, m)) for k in [0, k1), m in [0, mid), rows of k2 floats: [K1, M, K2]
+// reduced to [M] (a convolution's bias gradient, [N, C, H, W] -> [C]) in LoopReduce's order, in
+// one call per ISA rather than one per row (MobileNetV2's 8 x 144 x 2 x 2: 1,152 rows of 4).
+PT_VECTOR_CLONES void add_row_sums(const float* x, float* y, int64_t k1, int64_t mid, int64_t k2) {
+  for (int64_t k = 0; k < k1; ++k)
+    for (int64_t m = 0; m < mid; ++m) y[m] += sum_lanes(x + (k * mid + m) * k2, k2);
 }
 
 // y[c] = scale * sum_k x[k * n + c] for c in [c0, c1), k in [0, rows): additions in k order,
@@ -151,6 +161,17 @@ class LoopReduce : public Kernel {
     float* y = outputs[0].as<float>();
     std::fill(y, y + out_numel_, 0.f);
     std::fill(idx_.begin(), idx_.end(), 0);
+    if (dims_.size() == 2 && dims_[0].reduced && inner_.reduced) {  // [K1, M, K2]
+      add_row_sums(x, y, dims_[0].size, dims_[1].size, inner_.size);
+    } else {
+      walk_rows(x, y);
+    }
+    if (scale_ != 1.f)
+      for (int64_t j = 0; j < out_numel_; ++j) y[j] *= scale_;
+  }
+
+ private:
+  void walk_rows(const float* x, float* y) {
     int64_t o = 0;
     for (int64_t i = 0; i < numel_; i += inner_.size) {
       if (inner_.reduced) {
@@ -165,11 +186,8 @@ class LoopReduce : public Kernel {
         idx_[d] = 0;
       }
     }
-    if (scale_ != 1.f)
-      for (int64_t j = 0; j < out_numel_; ++j) y[j] *= scale_;
   }
 
- private:
   struct Dim {
     int64_t size;
     bool reduced;

@@ -5,9 +5,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "exec/cpu/cpu_kernels.h"
@@ -385,6 +388,84 @@ TEST(Declines, MismatchedTypesAndShapes) {
                   operand(kF32, {}, std::vector<float>{1})},
                  {{kF32, {1, 1, 1, 1, 1, 1, 2}}});
   EXPECT_FALSE(rank7.run(cpu::make_add));
+}
+
+// ---- small Relu and Clip against oneDNN's eltwise ----------------------------------------------
+
+constexpr int64_t kLarge = 1 << 15;  // oneDNN's eltwise primitive from here on
+constexpr int64_t kSmall = 1001;     // a loop of pipetrain's own, with a tail past 16 lanes
+
+// Every pair of edge values (NaN of either sign, zeros of either sign, infinities, the bounds
+// below and values next to them) as (a[i], b[i]) over the first 13 x 13 elements, then ramps.
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kEdges[] = {kNaN, -kNaN, 0.f, -0.f, kInf, -kInf, -1.f, 6.f, 1e-30f, -1e-30f, 5.999f, -2.5f, 3.f};
+constexpr int64_t kEdgeCount = sizeof(kEdges) / sizeof(kEdges[0]);
+
+std::vector<float> edge_values(int64_t n, bool major) {
+  std::vector<float> v = ramp(n, major ? 0.125f : -0.0625f, major ? -4.f : 2.f);
+  for (int64_t i = 0; i < kEdgeCount * kEdgeCount && i < n; ++i)
+    v[static_cast<size_t>(i)] = kEdges[major ? i / kEdgeCount : i % kEdgeCount];
+  return v;
+}
+
+// The first kSmall elements of `large` (oneDNN's) and `small` (the loop's) bit for bit.
+void expect_same_bits(const std::vector<float>& small, const std::vector<float>& large, const std::string& what) {
+  ASSERT_EQ(small.size(), static_cast<size_t>(kSmall)) << what;
+  ASSERT_EQ(large.size(), static_cast<size_t>(kLarge)) << what;
+  for (size_t i = 0; i < small.size(); ++i) {
+    uint32_t a = 0, b = 0;
+    std::memcpy(&a, &small[i], 4);
+    std::memcpy(&b, &large[i], 4);
+    if (a != b) {
+      ADD_FAILURE() << what << " element " << i << ": loop " << small[i] << " (0x" << std::hex << a
+                    << "), oneDNN " << large[i] << " (0x" << b << ")" << std::dec;
+      return;
+    }
+  }
+}
+
+// Output 0 of `op` over x (and dY first when `grad`) of n elements, with Clip's bounds as
+// constants (an omitted one when nullopt).
+std::vector<float> run_eltwise(const std::string& op, KernelFactory factory, int64_t n, bool grad,
+                               std::optional<float> lo = std::nullopt, std::optional<float> hi = std::nullopt,
+                               bool bounds = false) {
+  std::vector<Operand> in;
+  if (grad) in.push_back(operand(kF32, {n}, edge_values(n, true)));
+  in.push_back(operand(kF32, {n}, edge_values(n, !grad)));
+  if (bounds) {
+    in.push_back(lo ? operand(kF32, {}, std::vector<float>{*lo}, true) : Operand{});
+    if (hi) in.push_back(operand(kF32, {}, std::vector<float>{*hi}, true));
+  }
+  HandNode node(op, std::move(in), {{kF32, {n}}});
+  return run_output<float>(node, factory);
+}
+
+// Small fp32 Relus and Clips with constant bounds, and their gradients, run a loop of their own
+// (elementwise_ops.cc, elementwise_grad.cc); large ones oneDNN's eltwise primitive. The bits are
+// the same on NaNs, signed zeros, infinities and values on the bounds.
+TEST(SmallEltwise, ReluAndClipGiveOneDnnsBits) {
+  expect_same_bits(run_eltwise("Relu", cpu::make_relu, kSmall, false),
+                   run_eltwise("Relu", cpu::make_relu, kLarge, false), "Relu");
+  const std::vector<std::pair<std::optional<float>, std::optional<float>>> bounds = {
+      {-1.f, 6.f}, {0.f, std::nullopt}, {std::nullopt, 6.f}, {3.f, 3.f}};
+  for (const auto& [lo, hi] : bounds) {
+    const std::string what = "Clip(" + (lo ? std::to_string(*lo) : "-") + ", " + (hi ? std::to_string(*hi) : "-") + ")";
+    expect_same_bits(run_eltwise("Clip", cpu::make_clip, kSmall, false, lo, hi, true),
+                     run_eltwise("Clip", cpu::make_clip, kLarge, false, lo, hi, true), what);
+  }
+}
+
+TEST(SmallEltwise, ReluGradAndClipGradGiveOneDnnsBits) {
+  expect_same_bits(run_eltwise("ReluGrad", cpu::make_relu_grad, kSmall, true),
+                   run_eltwise("ReluGrad", cpu::make_relu_grad, kLarge, true), "ReluGrad");
+  const std::vector<std::pair<std::optional<float>, std::optional<float>>> bounds = {
+      {-1.f, 6.f}, {0.f, std::nullopt}, {std::nullopt, 6.f}};
+  for (const auto& [lo, hi] : bounds) {
+    const std::string what = "ClipGrad(" + (lo ? std::to_string(*lo) : "-") + ", " + (hi ? std::to_string(*hi) : "-") + ")";
+    expect_same_bits(run_eltwise("ClipGrad", cpu::make_clip_grad, kSmall, true, lo, hi, true),
+                     run_eltwise("ClipGrad", cpu::make_clip_grad, kLarge, true, lo, hi, true), what);
+  }
 }
 
 // Empty tensors are valid ONNX: the kernels accept them and write nothing.

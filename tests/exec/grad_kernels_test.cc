@@ -490,6 +490,42 @@ TEST(ConvGrad, DepthwiseSmallPlanes) {
   check_conv_adjoint({2, 16, 16, 16, {2, 3}, {3, 3}, {2, 1}, {1, 2}, {1, 2, 0, 1}});
   check_conv_adjoint({2, 8, 8, 8, {3}, {5}, {1}, {1}, {2, 2}});
 }
+// The direct depthwise kernel's bits: per channel and tap, the products summed over images, then
+// the tap's pixel pairs in row-major output order, each product and sum rounded apart, at 1 and 2
+// threads (its channels split in blocks at 2, on the larger cases).
+TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
+  for (const ConvCase& p : {ConvCase{8, 144, 144, 144, {2, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+                            ConvCase{8, 240, 240, 240, {1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+                            ConvCase{3, 40, 40, 40, {3, 2}, {3, 3}, {2, 1}, {1, 2}, {1, 2, 0, 1}}}) {
+    const Dims y_shape = conv_out(p);
+    const Dims x_shape{p.n, p.c, p.in[0], p.in[1]}, w_shape{p.c, 1, p.kernel[0], p.kernel[1]};
+    const Tensor x = uniform(x_shape, 31), dy = uniform(y_shape, 32);
+    auto attrs = conv_attrs(p);
+    attrs["weight_shape"] = w_shape;
+    const int64_t oh = y_shape[2], ow = y_shape[3], ih = p.in[0], iw = p.in[1];
+    std::vector<float> want(static_cast<size_t>(numel(w_shape)));
+    for (int64_t c = 0; c < p.c; ++c)
+      for (int64_t kh = 0; kh < p.kernel[0]; ++kh)
+        for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
+          float acc = 0.f;
+          for (int64_t n = 0; n < p.n; ++n)
+            for (int64_t o = 0; o < oh * ow; ++o) {
+              const int64_t h = (o / ow) * p.strides[0] - p.pads[0] + kh * p.dilations[0];
+              const int64_t w = (o % ow) * p.strides[1] - p.pads[1] + kw * p.dilations[1];
+              if (h < 0 || h >= ih || w < 0 || w >= iw) continue;
+              const float prod = dy.as<float>()[(n * p.c + c) * oh * ow + o] * x.as<float>()[((n * p.c + c) * ih + h) * iw + w];
+              acc += prod;
+            }
+          want[static_cast<size_t>((c * p.kernel[0] + kh) * p.kernel[1] + kw)] = acc;
+        }
+    for (const int threads : {1, 2}) {
+      const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), attrs, false, threads);
+      ASSERT_EQ(dw.type.numel(), static_cast<int64_t>(want.size()));
+      EXPECT_EQ(std::memcmp(dw.as<float>(), want.data(), want.size() * sizeof(float)), 0)
+          << p.c << " channels of " << ih << "x" << iw << ", " << threads << " threads";
+    }
+  }
+}
 // 2-D, stride 1, no dilation, where oneDNN has no JIT weight gradient (8 channels): the row
 // kernel (DepthwiseRowsGradWeight). ConvNeXt's 7x7 over 8x8 maps, and rows wider than its 16
 // lanes under asymmetric pads.

@@ -7,10 +7,7 @@
 // K, the bias added to the finished sums (as the Add would), on one thread.
 #include <algorithm>
 #include <cstdint>
-#include <cctype>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -19,6 +16,7 @@
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dnnl_kernel.h"
+#include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
 namespace {
@@ -95,15 +93,16 @@ void rows_baseline(const float* a, const float* b, const float* bias, float* y, 
   all_rows<V4, 8>(a, b, bias, y, m, k, n, padded, lo, hi);
 }
 
-// The widest copy this CPU runs, or a narrower one where PT_MAX_CPU_ISA says (avx2, sse2: the
-// isa_avx2 tests run the AVX2 copy on an AVX-512 machine, as ONEDNN_MAX_CPU_ISA caps oneDNN's).
+// The copy vector_isa() picks: the widest this CPU runs, or a narrower one where PT_MAX_CPU_ISA
+// says (the isa_avx2 tests run the AVX2 copy on an AVX-512 machine, as ONEDNN_MAX_CPU_ISA caps
+// oneDNN's).
 ProductFn product_for_this_cpu() {
-  std::string cap = std::getenv("PT_MAX_CPU_ISA") ? std::getenv("PT_MAX_CPU_ISA") : "";
-  std::transform(cap.begin(), cap.end(), cap.begin(), [](unsigned char c) { return std::tolower(c); });
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-  __builtin_cpu_init();
-  if ((cap.empty() || cap.rfind("avx512", 0) == 0) && __builtin_cpu_supports("x86-64-v4")) return rows_avx512;
-  if (cap != "sse2" && __builtin_cpu_supports("x86-64-v3")) return rows_avx2;
+  switch (vector_isa()) {
+    case VectorIsa::kAvx512: return rows_avx512;
+    case VectorIsa::kAvx2: return rows_avx2;
+    case VectorIsa::kBaseline: break;
+  }
 #endif
   return rows_baseline;
 }

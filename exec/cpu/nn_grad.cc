@@ -230,11 +230,18 @@ class MaxPoolGrad final : public Kernel {
 // are transposed into scratch, pixel-major with a block's channels contiguous, and each (tap,
 // output, input) triple adds its products into the taps' sums for every channel of the block at
 // once: a loop along channels that the compiler vectorises, each channel's sum in the same order.
-// The loops are the baseline's (no target clones) so that a product and its sum round apart, as
-// before.
+// The loops are the baseline's (no target clones), so that a product and its sum round apart on
+// every machine.
 void add_pair_products(const float* d, const float* xs, float* acc, int64_t width) {
 #pragma omp simd
   for (int64_t c = 0; c < width; ++c) acc[c] += d[c] * xs[c];
+}
+
+// t[p * ld + c] = planes[c * size + p] for `channels` planes of `size` pixels: pixel-major, the
+// channels of a pixel contiguous (rows of ld floats).
+void transpose_planes(const float* planes, int64_t size, int64_t channels, int64_t ld, float* t) {
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t p = 0; p < size; ++p) t[p * ld + c] = planes[c * size + p];
 }
 
 class DepthwiseConvGradWeight final : public Kernel {
@@ -267,8 +274,8 @@ class DepthwiseConvGradWeight final : public Kernel {
       float* xt = dt + out_size_ * width_;
       std::fill(acc, acc + taps_ * width_, 0.f);
       for (int64_t n = 0; n < batch_; ++n) {
-        transpose_planes(dy + (n * channels_ + c0) * out_size_, out_size_, w, dt);
-        transpose_planes(x + (n * channels_ + c0) * in_size_, in_size_, w, xt);
+        transpose_planes(dy + (n * channels_ + c0) * out_size_, out_size_, w, width_, dt);
+        transpose_planes(x + (n * channels_ + c0) * in_size_, in_size_, w, width_, xt);
         for (const Triple& p : triples_)
           add_pair_products(dt + p.out * width_, xt + p.in * width_, acc + p.tap * width_, w);
       }
@@ -282,11 +289,6 @@ class DepthwiseConvGradWeight final : public Kernel {
     int32_t tap, out, in;
   };
   int64_t per_block() const { return (taps_ + out_size_ + in_size_) * width_; }
-  // t[p * width_ + c] = planes[c * size + p] for `channels` planes of `size` pixels.
-  void transpose_planes(const float* planes, int64_t size, int64_t channels, float* t) const {
-    for (int64_t c = 0; c < channels; ++c)
-      for (int64_t p = 0; p < size; ++p) t[p * width_ + c] = planes[c * size + p];
-  }
 
   int64_t batch_, channels_, in_size_, out_size_, taps_;
   std::vector<Triple> triples_;  // taps in row-major order (kd, kh, kw), each's pairs in order
@@ -455,9 +457,7 @@ class PointwiseConvGradWeight final : public Kernel {
     auto* xt = static_cast<float*>(scratch);     // (HW, C): X[n] transposed
     std::fill(dw, dw + m_ * c_, 0.f);
     for (int64_t n = 0; n < batch_; ++n) {
-      const float* xn = x + n * c_ * hw_;
-      for (int64_t c = 0; c < c_; ++c)
-        for (int64_t p = 0; p < hw_; ++p) xt[p * c_ + c] = xn[c * hw_ + p];
+      transpose_planes(x + n * c_ * hw_, hw_, c_, c_, xt);
       add_image_products(dy + n * m_ * hw_, xt, dw, m_, c_, hw_);
     }
   }

@@ -5,8 +5,8 @@
 // log-sum-exp (FlashAttention-2's algorithm). A (block of 32 query rows, tile of 64 keys) pair is
 // the unit: its products (scores, dY V^T, P V, dS K, P^T dY, dS^T Q) run as register-blocked
 // small products, a few rows by up to 64 columns of sums held in registers (lane_math.h's 16-lane
-// types: one copy per ISA, each with a block its registers hold). Work is split over (batch, head, 128 query
-// rows) for Y; the backward runs whole kv heads per thread where there are at least two per
+// types: one copy per ISA, each with a block its registers hold). Work is split over (batch, head,
+// 128 query rows) for Y; the backward runs whole kv heads per thread where there are at least two per
 // thread (each pair visited once for dQ, dK and dV), else dQ per (batch, head, query tile) and
 // dK, dV per (batch, kv head, key tile). Every sum is taken in one fixed order within one work
 // item, so the bits do not depend on the thread count or on the split. Causal programs skip the
@@ -369,8 +369,8 @@ Heads heads_at(const Geometry& g, const float* q, const float* k, const float* v
 }
 
 // sum_j row[j] over a tile of kKeyTile: 16 lanes (lane k: row[k] + row[k + 16] + ...) added in
-// lane order, the order the AVX-512 copy's OpenMP simd reduction took before each copy had a lane
-// type of its own: its bits stay, and every copy now has them.
+// lane order, the same on every ISA's copy (the order of an OpenMP simd reduction in 64-byte
+// registers, so the AVX-512 bits are those of such a reduction).
 template <class L>
 [[gnu::always_inline]] inline float tile_sum(const float* row) {
   L lanes = {}, v;

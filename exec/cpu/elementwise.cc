@@ -265,14 +265,14 @@ std::unique_ptr<Kernel> make_dnnl_binary(const KernelSpec& s, Arith op) {
 template <class Op>
 PT_VECTOR_CLONES void arith_rows(const float* a, const float* b, float* y, int64_t n, int64_t na, int64_t nb) {
   const int64_t row = std::min(na, nb);
+  if (row == 1) {  // one operand a single element
+    for (int64_t i = 0; i < n; ++i) y[i] = Op{}(na == 1 ? a[0] : a[i], nb == 1 ? b[0] : b[i]);
+    return;
+  }
   for (int64_t r = 0; r < n; r += row) {
     const float* ar = a + (na == n ? r : 0);
     const float* br = b + (nb == n ? r : 0);
     float* yr = y + r;
-    if (row == 1) {
-      for (int64_t i = 0; i < n; ++i) y[i] = Op{}(na == 1 ? a[0] : a[i], nb == 1 ? b[0] : b[i]);
-      return;
-    }
     for (int64_t i = 0; i < row; ++i) yr[i] = Op{}(ar[i], br[i]);
   }
 }
@@ -296,7 +296,7 @@ class SmallArith final : public Kernel {
 // Elements of `in` when it is the output's trailing dims (leading dims of 1 aside), else -1.
 int64_t trailing_numel(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
   size_t i = 0;
-  while (i < in.size() && in[i] == 1 && in.size() - i > 0) ++i;  // leading 1s
+  while (i < in.size() && in[i] == 1) ++i;  // leading 1s
   const size_t rank = in.size() - i;
   if (rank > out.size()) return -1;
   int64_t n = 1;

@@ -1,7 +1,8 @@
 // exec/cpu/elementwise_grad.cc: the backward half of the element-wise family, pipetrain-domain
 // ops (core/pipetrain_ops.h has their math): ReluGrad and ClipGrad on oneDNN's eltwise backward
 // (small ones on a loop of its bits), ErfGrad, GeluGrad (and ClipGrad with a bound known only at
-// run time) as loops (softmax.cc has SoftmaxGrad and LogSoftmaxGrad). dY, the saved tensor (X or Y) and dX share one float32 shape.
+// run time) as loops (softmax.cc has SoftmaxGrad and LogSoftmaxGrad). dY, the saved tensor (X or
+// Y) and dX share one float32 shape.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
@@ -169,11 +170,12 @@ std::unique_ptr<Kernel> make_clip_grad(const KernelSpec& s) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const auto lo = clip_grad_bound(s, 2, -kInf), hi = clip_grad_bound(s, 3, kInf);
   if (!lo || !hi) return nullptr;
-  if (lo->input < 0 && hi->input < 0 && s.inputs[0].numel() < kParallelMin)
-    return std::make_unique<SmallMaskGrad<false>>(s.inputs[0].numel(), lo->value, hi->value);
-  if (lo->input < 0 && hi->input < 0)
+  if (lo->input < 0 && hi->input < 0) {
+    if (s.inputs[0].numel() < kParallelMin)
+      return std::make_unique<SmallMaskGrad<false>>(s.inputs[0].numel(), lo->value, hi->value);
     return make_eltwise_grad(s, dnnl::algorithm::eltwise_clip_v2, DNNL_ARG_SRC, lo->value,
                              hi->value);
+  }
   return std::make_unique<ClipGradLoop>(*lo, *hi, s.inputs[0].numel(), s.cpu->threads);
 }
 

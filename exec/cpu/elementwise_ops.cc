@@ -1,8 +1,7 @@
 // exec/cpu/elementwise_ops.cc: the unary half of the element-wise family (see cpu_kernels.h):
 // activations, Erf, Neg, Clip, Cast and Dropout, input and output of one shape. fp32 activations
 // run on oneDNN's eltwise primitive (small Relus and Clips on a loop of its bits); the rest are
-// plain loops. The broadcasting half is in
-// elementwise.cc.
+// plain loops. The broadcasting half is in elementwise.cc.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -202,7 +201,6 @@ class SmallClamp final : public Kernel {
 };
 
 // ---- factory helpers ------------------------------------------------------------------------
-
 
 // fp32 y = alg(x; alpha, beta) for input 0 -> output 0 (same type), or nullptr.
 std::unique_ptr<Kernel> make_dnnl_eltwise(const KernelSpec& s, dnnl::algorithm alg,

@@ -67,9 +67,17 @@ class FileInitializers {
   std::optional<onnx::ModelProto> model_;
 };
 
+// A stored tensor's bytes in a copy of it, which the caller drops: the tensor stays in its file.
+Tensor loaded_copy(const Tensor& t) {
+  Tensor copy = t;
+  copy.load();
+  return copy;
+}
+
 // The entries' bytes, made when the writer asks: a trained tensor through the fetch (as it is,
 // or transposed back into `derived`), a start tensor completed by a trained one (into
-// `completed`), a file's initializer read into `derived`. Each scratch holds one tensor at a time.
+// `completed`), a file's initializer or a start tensor read into `derived`. Each scratch holds one
+// tensor at a time.
 struct Makers {
   TensorFetch fetch;
   std::shared_ptr<Tensor> derived = std::make_shared<Tensor>(), completed = std::make_shared<Tensor>();
@@ -100,8 +108,8 @@ struct Makers {
               return *into;
             }};
   }
-  // A file's initializer as the file holds it, or widened to float32 where it is a half and
-  // every tensor is written in float32.
+  // A stored tensor (a file's initializer, a start tensor) as its file holds it, or widened to
+  // float32 where it is a half and every tensor is written in float32.
   StateTensor file(const std::string& key, const Tensor* lazy, bool transposed) const {
     const TensorType& t = lazy->type;
     PT_CHECK(!transposed || t.shape.size() == 2, "transpose of " + t.str());
@@ -110,8 +118,7 @@ struct Makers {
     const TensorType type = transposed ? TensorType{dtype, {t.shape[1], t.shape[0]}} : TensorType{dtype, t.shape};
     return {key, type, [lazy, transposed, widen, into = derived]() -> const Tensor& {
               *into = Tensor();
-              Tensor read = *lazy;  // the copy reads the bytes; the file's tensor stays in the file
-              read.load();
+              Tensor read = loaded_copy(*lazy);
               if (widen) read = widened(read);
               *into = transposed ? transpose_2d(read) : std::move(read);
               return *into;
@@ -122,8 +129,7 @@ struct Makers {
     return {key, start->type, [start, bytes = trained.bytes, into = completed]() -> const Tensor& {
               *into = Tensor();
               const Tensor& t = bytes();
-              Tensor whole = *start;
-              whole.load();
+              Tensor whole = loaded_copy(*start);
               std::memcpy(whole.data.data(), t.data.data(), t.data.size());
               *into = std::move(whole);
               return *into;
@@ -131,15 +137,6 @@ struct Makers {
   }
   static StateTensor held(const std::string& key, const Tensor* t) {
     return {key, t->type, [t]() -> const Tensor& { return *t; }};
-  }
-  // A start tensor, read from its file into `derived` when the writer comes to it.
-  StateTensor from_start(const std::string& key, const Tensor* t) const {
-    return {key, t->type, [t, into = derived]() -> const Tensor& {
-              *into = Tensor();
-              *into = *t;  // the copy reads the bytes; the start tensor stays in its file
-              into->load();
-              return *into;
-            }};
   }
 };
 
@@ -154,20 +151,14 @@ std::vector<StateTensor> by_module_name(const TrainedState& trained, const Maker
   return tensors;
 }
 
-// A start tensor's bytes in a copy of it, which the caller drops: the start stays in its file.
-Tensor read_start(const Tensor& t) {
-  Tensor copy = t;
-  copy.load();
-  return copy;
-}
-
 size_t hash_of(const Tensor& t) {
   return std::hash<std::string_view>{}({reinterpret_cast<const char*>(t.data.data()), t.data.size()});
 }
 
 // The trained tensors by module name, completed to the state_dict at the start (see the header).
 // The start tensors stay in their file: each is read when the writer comes to it, and where a
-// tied twin is looked for, one at a time, known by the hash of its bytes.
+// tied twin is looked for, one at a time, known by the hash of its bytes; only a trained key's
+// start of a type some untrained start tensor has can be one, so only those are hashed.
 std::vector<StateTensor> complete_from_start(const std::string& path, std::vector<std::pair<std::string, Tensor>> start_file,
                                              const std::vector<StateTensor>& trained, const Makers& make, StateDict* w) {
   std::deque<Tensor>* owned = &w->owned;
@@ -175,10 +166,14 @@ std::vector<StateTensor> complete_from_start(const std::string& path, std::vecto
   for (const StateTensor& t : trained) by_name[t.key] = &t;
   std::vector<std::pair<std::string, const Tensor*>> start;  // kept in *owned, for the writer
   for (auto& [key, t] : start_file) start.emplace_back(key, &owned->emplace_back(std::move(t)));
+  std::set<std::string> untrained_types;
+  for (const auto& [key, t] : start)
+    if (!by_name.count(key)) untrained_types.insert(t->type.str());
   // Hash of the start bytes -> the trained keys with those bytes at the start, in file order.
   std::multimap<size_t, std::pair<std::string, const Tensor*>> trained_by_start;
   for (const auto& [key, t] : start)
-    if (by_name.count(key)) trained_by_start.emplace(hash_of(read_start(*t)), std::make_pair(key, t));
+    if (by_name.count(key) && untrained_types.count(t->type.str()))
+      trained_by_start.emplace(hash_of(loaded_copy(*t)), std::make_pair(key, t));
   std::vector<StateTensor> out;
   std::set<std::string> named;
   for (const auto& [key, sp] : start) {
@@ -204,7 +199,7 @@ std::vector<StateTensor> complete_from_start(const std::string& path, std::vecto
     // A tied twin: the bytes of a trained key's start, bit for bit, and not one value throughout.
     const StateTensor* twin = nullptr;
     {
-      const Tensor bytes = read_start(s);
+      const Tensor bytes = loaded_copy(s);
       bool one_value = true;
       const size_t e = dtype_size(s.type.dtype);
       for (size_t i = e; i < bytes.data.size() && one_value; i += e)
@@ -212,7 +207,7 @@ std::vector<StateTensor> complete_from_start(const std::string& path, std::vecto
       const auto [from, to] = trained_by_start.equal_range(hash_of(bytes));
       for (auto c = from; c != to && !one_value && !twin; ++c) {
         const StateTensor* candidate = by_name.at(c->second.first);
-        if (candidate->type == s.type && read_start(*c->second.second).data == bytes.data) twin = candidate;
+        if (candidate->type == s.type && loaded_copy(*c->second.second).data == bytes.data) twin = candidate;
       }
     }
     if (twin) {
@@ -220,7 +215,7 @@ std::vector<StateTensor> complete_from_start(const std::string& path, std::vecto
       as_twin.key = key;
       out.push_back(std::move(as_twin));
     } else {
-      out.push_back(make.from_start(key, sp));
+      out.push_back(make.file(key, sp, false));
     }
   }
   for (const StateTensor& t : trained)
@@ -241,13 +236,10 @@ StateDict trained_state_dict(const std::string& model_path, const std::optional<
   const Makers make(trained);
   if (!module) {
     tensors = by_module_name(trained, make);
-    if (trained.float32)  // widened as each is read
+    if (trained.float32)  // widened as each is read from its file (open_safetensors)
       for (auto& [key, t] : start)
         if (is_half(t.type.dtype)) {
-          if (!t.stored) {
-            t = widened(t);
-            continue;
-          }
+          PT_CHECK(t.stored != nullptr, "start tensor '" + key + "' is not left in its file");
           StoredBytes at = *t.stored;
           at.file_dtype = t.type.dtype;
           t.type.dtype = DType::kFloat32;

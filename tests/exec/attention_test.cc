@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/exec/isa_cap.h"
 #include "tests/exec/one_node.h"
 
 namespace pt {
@@ -281,13 +282,6 @@ TEST(FusedAttention, BitIdenticalAcrossThreadCounts) {
   }
 }
 
-// PT_MAX_CPU_ISA as the process started (the isa_avx2 tests set it), and putting it back.
-std::string isa_cap() { return std::getenv("PT_MAX_CPU_ISA") ? std::getenv("PT_MAX_CPU_ISA") : ""; }
-void restore_isa_cap(const std::string& cap) {
-  if (cap.empty()) unsetenv("PT_MAX_CPU_ISA");
-  else setenv("PT_MAX_CPU_ISA", cap.c_str(), 1);
-}
-
 // Each copy of the vector loops this CPU runs (vector_clones.h's on_vector_isa: AVX-512, AVX2,
 // baseline; PT_MAX_CPU_ISA caps the choice) matches the math, and the AVX2 copy, whose register
 // blocks are narrower but whose every sum runs in the same order with the same FMAs, gives the
@@ -307,10 +301,10 @@ TEST(FusedAttention, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
   const Inputs in = make_inputs(c, 11);
   const Reference want = reference(c, in);
   std::vector<Tensor> widest;  // forward outputs, then gradients, of the first copy
-  const std::string cap = isa_cap();  // the isa_avx2 run's, restored after
+  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
   for (const char* isa : {"", "avx2", "sse2"}) {
     SCOPED_TRACE(*isa ? isa : "the widest copy");
-    setenv("PT_MAX_CPU_ISA", isa, 1);
+    cap.set(isa);
     auto outs = forward(c, in, 2);
     EXPECT_LE(error(outs[0], want.y), 1e-5) << "Y";
     EXPECT_LE(error(outs[1], want.lse), 1e-5) << "LogSumExp";
@@ -324,7 +318,6 @@ TEST(FusedAttention, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
       for (size_t o = 0; o < outs.size(); ++o) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
     }
   }
-  restore_isa_cap(cap);
 }
 
 // What the unfused Softmax gives a row whose every element is -inf: the same value everywhere

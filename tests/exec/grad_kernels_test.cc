@@ -21,6 +21,7 @@
 #include "core/pipetrain_ops.h"
 #include "exec/cpu/cpu_backend.h"
 #include "exec/stage_program.h"
+#include "tests/exec/isa_cap.h"
 #include "tests/exec/one_node.h"
 
 namespace pt {
@@ -254,13 +255,6 @@ TEST(LogSoftmaxGrad, LongRows) { check_softmax_grad({3, 37}, -1, true); }
 TEST(LogSoftmaxGrad, LastAxis) { check_softmax_grad({2, 3, 7}, -1, true); }
 TEST(LogSoftmaxGrad, MiddleAxis) { check_softmax_grad({2, 5, 4}, 1, true); }
 
-// PT_MAX_CPU_ISA as the process started (the isa_avx2 tests set it), and putting it back.
-std::string isa_cap() { return std::getenv("PT_MAX_CPU_ISA") ? std::getenv("PT_MAX_CPU_ISA") : ""; }
-void restore_isa_cap(const std::string& cap) {
-  if (cap.empty()) unsetenv("PT_MAX_CPU_ISA");
-  else setenv("PT_MAX_CPU_ISA", cap.c_str(), 1);
-}
-
 // The row loops on each copy this CPU runs (PT_MAX_CPU_ISA: softmax.cc's lanes are 16 floats in
 // one AVX-512 register, two AVX2 or four SSE2 ones), the AVX2 copy giving the widest one's bits:
 // Softmax, LogSoftmax and their gradients over rows of 100 (six whole lanes and a tail of 4).
@@ -271,10 +265,10 @@ TEST(SoftmaxRows, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
   const Dims shape{3, 5, 100};
   const Tensor x = uniform(shape, 12, -3.f, 3.f), dy = uniform(shape, 13);
   std::vector<Tensor> widest;
-  const std::string cap = isa_cap();  // the isa_avx2 run's, restored after
+  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
   for (const char* isa : {"", "avx2", "sse2"}) {
     SCOPED_TRACE(*isa ? isa : "the widest copy");
-    setenv("PT_MAX_CPU_ISA", isa, 1);
+    cap.set(isa);
     check_softmax_grad({2, 3, 5, 37}, -1, false);
     check_softmax_grad({3, 37}, -1, true);
     std::vector<Tensor> outs;
@@ -297,7 +291,6 @@ TEST(SoftmaxRows, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
       }
     }
   }
-  restore_isa_cap(cap);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -544,10 +537,10 @@ TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
   auto attrs = conv_attrs(p);
   attrs["weight_shape"] = w_shape;
   Tensor widest;
-  const std::string cap = isa_cap();  // the isa_avx2 run's, restored after
+  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
   for (const char* isa : {"", "avx2", "sse2"}) {
     SCOPED_TRACE(*isa ? isa : "the widest copy");
-    setenv("PT_MAX_CPU_ISA", isa, 1);
+    cap.set(isa);
     check_conv_adjoint(p);
     const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), attrs);
     if (widest.data.empty()) {
@@ -556,7 +549,6 @@ TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
       EXPECT_EQ(dw.data, widest.data);
     }
   }
-  restore_isa_cap(cap);
 }
 // 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections),
 // where the direct pointwise kernel runs: 1x1, 4x4, 2x3 and a 1-D plane.

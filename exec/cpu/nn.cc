@@ -26,11 +26,14 @@ namespace {
 // Conv
 
 // A dense 1x1 conv of stride 1 without pads whose X and Y are stored channels-last, or hold one
-// pixel per image (then the plain layout is the same bytes), in a program whose weights are fixed:
-// the product of X's (N x pixels, C) rows by W^T (C, M), on oneDNN's matmul primitive with W laid
-// out once, B as its bias and the epilogue as its post-op. At 1 or 2 pixels per image oneDNN's 1x1
-// conv kernel takes up to 4x the product's time (MobileNetV2's last conv, 8 x 80 -> 1280 at 1x1,
-// two threads: 16-20 us against 5), at 4 x 4 and more the two are within a few percent.
+// pixel per image (then the plain layout is the same bytes): the product of X's (N x pixels, C)
+// rows by W^T (C, M), on oneDNN's matmul primitive, B as its bias and the epilogue as its post-op.
+// W is laid out once where the program's weights are fixed (`run`), else read in place as W^T
+// (training, where the weights are inputs). At 1 or 2 pixels per image oneDNN's 1x1 conv kernel
+// takes up to 4x the product's time (MobileNetV2's last conv, 8 x 80 -> 1280 at 1x1, two threads:
+// 16-20 us against 5), at 4 x 4 and more the two are within a few percent; on plain tensors its
+// kernel is a product per image, which at one pixel reads all of W once per image (that conv in
+// training, one thread: 93 us against 14).
 std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w, int64_t group) {
   const Dims& x = s.inputs[0].shape;
   const Tensor* fixed_w = s.constants_fixed ? s.constant(1) : nullptr;
@@ -39,7 +42,7 @@ std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w
   };
   const int64_t pixels = product(x, 2, x.size());
   const bool last = s.input_channels_last(0) && s.output_channels_last(0);
-  if (!fixed_w || group != 1 || !all(w.kernel, 1) || !all(w.strides, 1) || !all(w.pad_l, 0) ||
+  if (group != 1 || !all(w.kernel, 1) || !all(w.strides, 1) || !all(w.pad_l, 0) ||
       !all(w.pad_r, 0) || (!last && pixels != 1))
     return nullptr;
   const int64_t rows = x[0] * pixels, c = x[1], m = s.outputs[0].shape[1];
@@ -52,11 +55,13 @@ std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w
   const memory::desc x_md = plain_desc(DType::kFloat32, {rows, c}), y_md = plain_desc(DType::kFloat32, {rows, m});
   const memory::desc w_md({c, m}, memory::data_type::f32, memory::format_tag::ba);  // W (M, C) read as W^T
   const memory::desc b_md = s.has_input(2) ? plain_desc(DType::kFloat32, {1, m}) : memory::desc();
-  const dnnl::matmul::desc d = s.has_input(2) ? dnnl::matmul::desc(x_md, any_layout({c, m}), b_md, y_md)
-                                              : dnnl::matmul::desc(x_md, any_layout({c, m}), y_md);
+  const memory::desc w_want = fixed_w ? any_layout({c, m}) : w_md;
+  const dnnl::matmul::desc d = s.has_input(2) ? dnnl::matmul::desc(x_md, w_want, b_md, y_md)
+                                              : dnnl::matmul::desc(x_md, w_want, y_md);
   const dnnl::matmul::primitive_desc pd(d, attr, k->engine());
   if (!implementation_is(pd, "brg")) return nullptr;  // else the conv's kernels
-  const Place wp = k->held({Place::kInput, 1}, fixed_w->as<std::byte>(), w_md, pd.weights_desc());
+  const Place wp = fixed_w ? k->held({Place::kInput, 1}, fixed_w->as<std::byte>(), w_md, pd.weights_desc())
+                           : Place{Place::kInput, 1};
   std::vector<std::tuple<int, memory::desc, Place>> args = {
       {DNNL_ARG_SRC, x_md, {Place::kInput, 0}},
       {DNNL_ARG_WEIGHTS, pd.weights_desc(), wp},
@@ -102,7 +107,14 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
                           std::all_of(w.kernel.begin(), w.kernel.end(), [](int64_t k) { return k == 1; });
   const bool image = !x_last && group == 1 && x[1] <= kFewChannels;
   // A plain side next to a channels-last one is left to oneDNN (reordered once at the chain's end).
+  // A 2-D depthwise conv between plain tensors takes its sides in 16-channel blocks (nChw16c),
+  // the layout of oneDNN's jit depthwise kernel and of the backward passes (nn_grad.cc). Left to
+  // choose, it takes nhwc for its brdgmm kernel, and the reorder of X from nchw to nhwc, a
+  // transpose of each image's (C, H x W) planes, cost 2-4x the convolution (MobileNetV2's 48
+  // channels of 16x16 at stride 2, in training: 50-59 us a call, now 24).
+  const bool depthwise_blocked = group > 1 && group == x[1] && wd.size() == 5 && x.size() == 4;
   const auto side = [&](const memory::desc& md, bool last, const Dims& dims) {
+    if (depthwise_blocked && !last) return memory::desc(dims, memory::data_type::f32, memory::format_tag::nChw16c);
     return last || plain_gemm ? md : any_layout(dims);
   };
   dnnl::primitive_attr attr;
@@ -119,7 +131,7 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
       primitive(image ? x_md : side(x_md, x_last, x), plain_gemm ? w_md : any_layout(wd), side(y_md, y_last, y));
   // Where oneDNN has no fast kernel for a channels-last side (3 input channels, say), the layouts
   // it picks itself, with reorders from and to the stored ones, beat its reference kernel.
-  if ((x_last || y_last || image) && implementation_is(pd, "ref"))
+  if ((x_last || y_last || image || depthwise_blocked) && implementation_is(pd, "ref"))
     pd = primitive(any_layout(x), any_layout(wd), any_layout(y));
   // An epilogue is worth taking only on a fast kernel: else the node runs on its own.
   if (s.epilogue && implementation_is(pd, "ref")) return nullptr;

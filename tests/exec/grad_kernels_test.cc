@@ -551,9 +551,11 @@ TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
   }
 }
 // 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections),
-// where the direct pointwise kernel runs: 1x1, 4x4, 2x3 and a 1-D plane.
+// where the direct pointwise kernel runs: 1x1, 4x4, 2x3 and a 1-D plane. On one pixel the input
+// gradient is one matrix product (build_pixel_grad_input): MobileNetV2's last conv, 1280 -> 80.
 TEST(ConvGrad, PointwiseSmallPlanes) {
   check_conv_adjoint({8, 40, 24, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
+  check_conv_adjoint({8, 80, 1280, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
   check_conv_adjoint({3, 16, 24, 1, {4, 4}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
   check_conv_adjoint({2, 5, 7, 1, {2, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
   check_conv_adjoint({2, 6, 3, 1, {5}, {1}, {1}, {1}, {0, 0}});

@@ -166,6 +166,14 @@ void check_conv(const ConvCase& p) {
 
 TEST(Conv, GroupedMatchesLoop) { check_conv({2, 8, 9, 9, 12, 4, 3, 1, 1, 1}); }
 TEST(Conv, DepthwiseStridedMatchesLoop) { check_conv({2, 16, 10, 10, 16, 16, 3, 2, 1, 1}); }
+// 24 channels: the 16-channel blocks of a depthwise conv's layout (build_conv) end half full.
+TEST(Conv, DepthwiseOnPartialChannelBlocksMatchesLoop) { check_conv({3, 24, 9, 9, 24, 24, 3, 2, 1, 1}); }
+// A 1x1 conv on one pixel per image with W an input, as in training: one matrix product
+// (build_pixel_product), here at MobileNetV2's last conv's shape, and on a 1x1 map at stride 2.
+TEST(Conv, PointwiseOnOnePixelMatchesLoop) {
+  check_conv({8, 80, 1, 1, 1280, 1, 1, 1, 1, 0});
+  check_conv({3, 7, 1, 1, 5, 1, 1, 2, 1, 0});
+}
 TEST(Conv, DilatedMatchesLoop) { check_conv({1, 3, 11, 11, 5, 1, 3, 1, 2, 2}); }
 TEST(Conv, WideChannelsMatchLoop) { check_conv({2, 32, 7, 7, 64, 1, 3, 1, 1, 1}); }
 // Images (at most 4 channels) are read in their plain layout (build_conv's kFewChannels): a

@@ -357,6 +357,25 @@ std::vector<bool> gradient_reaches(const Graph& g) {
   return reached;
 }
 
+// A Conv or ConvGradInput the CPU runs as one matrix product (exec/cpu/nn.cc
+// build_pixel_product, nn_grad.cc build_pixel_grad_input): ungrouped, a 1x1 kernel, no pads and
+// one pixel per image on both sides (MobileNetV2's late 1x1 convolutions; a 1x1 kernel on one
+// pixel has no pads under any auto_pad).
+static bool convolution_as_product(const Graph& g, const Node& n) {
+  const bool conv = n.domain.empty() && n.op_type == "Conv";
+  if (!(conv || (n.domain == kPipetrainDomain && n.op_type == "ConvGradInput")) || n.inputs.size() < 2 ||
+      n.outputs.empty() || n.attr_int("group", 1) != 1)
+    return false;
+  const auto one_pixel = [](const std::vector<int64_t>& d, int64_t from) {
+    return d.size() > static_cast<size_t>(from) &&
+           std::all_of(d.begin() + from, d.end(), [](int64_t e) { return e == 1; });
+  };
+  const std::vector<int64_t> pads = n.attr_ints("pads");
+  return one_pixel(g.value(n.inputs[1]).type.shape, 2) && one_pixel(g.value(n.inputs[0]).type.shape, 2) &&
+         one_pixel(g.value(n.outputs[0]).type.shape, 2) &&
+         std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; });
+}
+
 std::vector<NodeCost> estimate_costs(const Graph& g) {
   const std::vector<bool> needs = needs_gradient(g);
   std::vector<NodeCost> costs(g.nodes.size());
@@ -373,7 +392,7 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
       // A row bias is read; an accumulator of the product's shape is the output's own lines.
       if (!(g.value(b).type == g.value(n.outputs[0]).type)) c.bytes_read = nbytes(g, b);
     } else if (!g.moves_no_bytes(n)) {
-      c.launch = launch_flops(n);
+      c.launch = convolution_as_product(g, n) ? kFlopsPerProduct : launch_flops(n);
       for (ValueId v : n.inputs) c.bytes_read += nbytes(g, v);
       for (ValueId v : n.outputs) c.bytes_written += nbytes(g, v);
       add_extra_sweeps(g, n, &c);

@@ -113,6 +113,28 @@ TEST(CostModel, KernelsFixedCostsByWhatRunsThem) {
   EXPECT_LT(kFlopsPerKernel, kFlopsPerProduct);
 }
 
+// A 1x1 Conv and its input gradient on one pixel per image run as one matrix product on the CPU
+// (exec/cpu/nn.cc, nn_grad.cc), and are priced so; on 2x2 maps they stay convolutions.
+TEST(CostModel, PointwiseConvolutionsOnOnePixelArePricedAsProducts) {
+  const auto launch = [](const char* op, const char* domain, int64_t pixels_side) {
+    Graph g;
+    const std::vector<int64_t> x_shape{8, 80, pixels_side, pixels_side}, y_shape{8, 1280, pixels_side, pixels_side};
+    const bool conv = std::string(op) == "Conv";
+    const ValueId in = g.add_value("in", TensorType{DType::kFloat32, conv ? x_shape : y_shape});
+    const ValueId w = g.add_value("w", TensorType{DType::kFloat32, {1280, 80, 1, 1}});
+    const ValueId out = g.add_value("out", TensorType{DType::kFloat32, conv ? y_shape : x_shape});
+    g.add_node(Node{"n", op, domain, {in, w}, {out}, {{"pads", std::vector<int64_t>{0, 0, 0, 0}}}});
+    g.inputs = {in, w};
+    g.outputs = {out};
+    g.rebuild_uses();
+    return estimate_costs(g)[0].launch;
+  };
+  EXPECT_EQ(launch("Conv", "", 1), kFlopsPerProduct);
+  EXPECT_EQ(launch("ConvGradInput", "pipetrain", 1), kFlopsPerProduct);
+  EXPECT_EQ(launch("Conv", "", 2), kFlopsPerConvolution);
+  EXPECT_EQ(launch("ConvGradInput", "pipetrain", 2), kFlopsPerConvolution);
+}
+
 TEST(CostModel, TokenIdsNeedNoGradient) {
   Loaded l = load("gpt", 2);
   const std::vector<bool> needs = needs_gradient(l.g);

@@ -47,9 +47,35 @@ PT_VECTOR_CLONES float sum_contiguous(const float* x, int64_t n) { return sum_la
 // y[m] += sum_lanes(row (k, m)) for k in [0, k1), m in [0, mid), rows of k2 floats: [K1, M, K2]
 // reduced to [M] (a convolution's bias gradient, [N, C, H, W] -> [C]) in LoopReduce's order, in
 // one call per ISA rather than one per row (MobileNetV2's 8 x 144 x 2 x 2: 1,152 rows of 4).
-PT_VECTOR_CLONES void add_row_sums(const float* x, float* y, int64_t k1, int64_t mid, int64_t k2) {
+// Rows shorter than sum_lanes' 8 lanes (planes of 2x2 or 1x3 pixels) are summed for a block of
+// rows at once, column after column, the row length a constant so that the compiler vectorises
+// the strided reads: each row's sum is still 0 + its elements in order, what sum_lanes gives it
+// (its lanes add up to +0 before the tail), but the block's sums run side by side instead of one
+// chain after another (MobileNetV2's 8 x 96 x 2 x 2: 1.0 us a call before).
+template <int64_t K2>
+__attribute__((always_inline)) inline void add_short_row_sums(const float* x, float* y, int64_t k1, int64_t mid) {
+  constexpr int64_t kBlock = 64;
   for (int64_t k = 0; k < k1; ++k)
-    for (int64_t m = 0; m < mid; ++m) y[m] += sum_lanes(x + (k * mid + m) * k2, k2);
+    for (int64_t m0 = 0; m0 < mid; m0 += kBlock) {
+      const int64_t rows = std::min(kBlock, mid - m0);
+      const float* block = x + (k * mid + m0) * K2;
+      float sum[kBlock];
+      for (int64_t m = 0; m < rows; ++m) sum[m] = 0.f;
+      for (int64_t j = 0; j < K2; ++j)
+        for (int64_t m = 0; m < rows; ++m) sum[m] += block[m * K2 + j];
+      for (int64_t m = 0; m < rows; ++m) y[m0 + m] += sum[m];
+    }
+}
+
+PT_VECTOR_CLONES void add_row_sums(const float* x, float* y, int64_t k1, int64_t mid, int64_t k2) {
+  switch (k2) {
+    case 2: return add_short_row_sums<2>(x, y, k1, mid);
+    case 3: return add_short_row_sums<3>(x, y, k1, mid);
+    case 4: return add_short_row_sums<4>(x, y, k1, mid);
+    default:
+      for (int64_t k = 0; k < k1; ++k)
+        for (int64_t m = 0; m < mid; ++m) y[m] += sum_lanes(x + (k * mid + m) * k2, k2);
+  }
 }
 
 // y[c] = scale * sum_k x[k * n + c] for c in [c0, c1), k in [0, rows): additions in k order,

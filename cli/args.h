@@ -31,6 +31,10 @@ struct ModelArgs {
 // --device-rate; `train` as pipeline.link, bandwidth, latency and device_rate.
 void add_link_args(CLI::App* cmd, LinkArgs* l);  // commands.cc
 
+// --fuse-attention-from: the keys from which an attention runs as one CPU kernel
+// (onnx_import/attention_fusion.h); `train` takes it as fuse_attention_from.
+void add_fuse_attention_option(CLI::App* cmd, int64_t* from);  // commands.cc
+
 // The pipeline keys of a plan written by `plan --write` (a train config), for `partition --plan`
 // and `schedule --plan`; UserError naming `flag` when the user also gave one of them.
 struct PlanFile {

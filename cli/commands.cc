@@ -26,12 +26,6 @@ void add_backward_args(CLI::App* cmd, BackwardArgs* b) {
       ->delimiter(',');
 }
 
-void add_fuse_attention_option(CLI::App* cmd, int64_t* from) {
-  cmd->add_option("--fuse-attention-from", *from,
-                  "fuses an attention over at least this many keys into one CPU kernel (default 256; 1: every one)")
-      ->check(at_least_one());
-}
-
 void add_model_args(CLI::App* cmd, ModelArgs* m, bool required = true) {
   CLI::Option* model = cmd->add_option("model", m->model, "ONNX model file");
   if (required) model->required();
@@ -46,6 +40,12 @@ void add_model_args(CLI::App* cmd, ModelArgs* m, bool required = true) {
 }
 
 }  // namespace
+
+void add_fuse_attention_option(CLI::App* cmd, int64_t* from) {
+  cmd->add_option("--fuse-attention-from", *from,
+                  "fuses an attention over at least this many keys into one CPU kernel (default 256; 1: every one)")
+      ->check(at_least_one());
+}
 
 void add_link_args(CLI::App* cmd, LinkArgs* l) {
   cmd->add_option("--link", l->preset,

@@ -189,7 +189,8 @@ void read_relative_to(Reader& r, const YAML::Node& root, TrainConfig* c) {
 void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
   r.check_keys(root, "", {"model", "dims", "loss", "data", "optimizer", "pipeline", "parameters",
                           "device", "threads", "seed", "steps", "eval_every", "checkpoint",
-                          "output", "dropout", "precision", "parallel", "relative_to", "memory"});
+                          "output", "dropout", "precision", "parallel", "relative_to", "memory",
+                          "fuse_attention_from"});
   read_path(r, root, "", "model", &c->model, "a model file");
   if (c->model.empty())
     throw UserError(r.where(root, "model"), "is missing", "name the ONNX model to train");
@@ -225,6 +226,8 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
                     "set device: cuda, or precision: fp32");
   r.read(root, "", "threads", &c->threads, "a whole number");
   r.positive(root, "", "threads", c->threads, 1);
+  r.read(root, "", "fuse_attention_from", &c->fuse_attention_from, "a whole number of keys");
+  r.positive(root, "", "fuse_attention_from", c->fuse_attention_from, 1);
   r.read(root, "", "seed", &c->seed, "a whole number");
   r.read(root, "", "dropout", &c->dropout, "on or off");
   r.read(root, "", "steps", &c->steps, "a whole number");

@@ -123,6 +123,8 @@ struct TrainConfig {
     int zero = 0;  // 1: ZeRO-1, each replica keeps and steps the optimizer state of a shard
   } parallel;
   int threads = 1;                  // per stage
+  int64_t fuse_attention_from = kFusedAttentionMinKeys;  // keys from which an attention runs as one
+                                                         // kernel (device cpu; 1: every one)
   uint64_t seed = 0;
   bool dropout = true;              // training-mode Dropout and Bernoulli draws, seeded
   int64_t steps = 1;

@@ -36,6 +36,7 @@ void add_plan_options(CLI::App* c, PlanArgs* a) {
   c->add_option("--loss-output", a->loss_output, "model output the loss reads (default: first)");
   c->add_option("--frozen", a->frozen, "parameters (names or globs) that get no gradient")->delimiter(',');
   add_link_args(c, &a->link);
+  add_fuse_attention_option(c, &a->model.fuse_attention_from);
   c->add_option("--write", a->write, "write the plan as a train config (YAML) that `pipetrain train` runs as is");
   c->add_flag("--json", a->json, "print one JSON object");
 }
@@ -106,6 +107,8 @@ void write_plan(const PlanArgs& a, const PlanRequest& r, const PlanSearch& s) {
   std::filesystem::path trained = a.write;
   trained.replace_filename(trained.stem().string() + "_trained.onnx");
   y << "output: {model: " << yaml_quote(from_folder(folder, trained.string())) << "}\n";
+  if (a.model.fuse_attention_from != kFusedAttentionMinKeys)
+    y << "fuse_attention_from: " << a.model.fuse_attention_from << "\n";
   if (!a.frozen.empty()) {
     y << "parameters: {frozen: [";
     for (size_t i = 0; i < a.frozen.size(); ++i) y << (i ? ", " : "") << yaml_quote(a.frozen[i]);

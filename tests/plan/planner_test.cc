@@ -227,6 +227,26 @@ TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
 // `plan --write` names the model, the schedule CSV and the trained model from the config's own
 // folder (relative_to: config), so `train` runs it from any folder and writes beside it; a path
 // given with --set is from the folder train runs in.
+// A plan made with --fuse-attention-from writes that bound into its config, so that train runs the
+// attention the plan priced (here fused, over the gpt sample's 32 keys); the default writes nothing.
+TEST(Planner, AWrittenPlanKeepsItsAttentionFusionBound) {
+  const fs::path dir = fresh_dir("pt_plan_fuse");
+  const std::string binary = fs::absolute(PT_BINARY).string();
+  const auto written = [&](const std::string& flag) {
+    const Result p = run_command(binary + " plan samples/gpt/gpt.onnx --devices 2 --memory 1GiB -b 2 --frozen mask " + flag +
+                                 " --write " + (dir / "p.yaml").string());
+    EXPECT_EQ(p.code, 0) << p.err;
+    std::ifstream in(dir / "p.yaml");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(written("").find("fuse_attention_from"), std::string::npos);
+  const std::string text = written("--fuse-attention-from 1");
+  EXPECT_NE(text.find("\nfuse_attention_from: 1\n"), std::string::npos) << text;
+  const Result t = run_command(binary + " train " + (dir / "p.yaml").string() + " -q --set steps=1 --profile");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("FusedAttention"), std::string::npos) << t.out;
+}
+
 TEST(Planner, AWrittenPlanTrainsFromAnotherFolder) {
   const fs::path dir = fresh_dir("pt_plan_where");
   fs::create_directories(dir / "models");

@@ -111,7 +111,10 @@ int run_partition(const PartitionArgs& given) {
                     "add --backward, or leave --recompute out");
   const PartitionOptions options = partition_options(a, flag_name);
   Graph g = import_model(a.model.model, import_options(a.model));
-  if (!a.plan.empty()) g = training_form(std::move(g), a.bwd.frozen, read_plan_file(a.plan).dropout);  // the graph train trains, whose cuts the plan runs
+  if (!a.plan.empty()) {  // the graph train trains, whose cuts the plan runs
+    const PlanFile p = read_plan_file(a.plan);
+    g = graph_train_runs(std::move(g), a.bwd.frozen, p.dropout, p.fuse_attention_from);
+  }
   std::vector<NodeCost> costs = estimate_costs(g);
   PartitionPlan plan = plan_partition(g, costs, options);
   if (!a.plan.empty()) {  // the devices as the plan's schedule places the chunks

@@ -137,7 +137,14 @@ PlanFile read_plan_file(const std::string& path) {
   if (p.link.preset.empty()) p.link.preset = c.default_link();
   p.frozen = c.frozen;
   p.dropout = c.dropout;
+  p.fuse_attention_from = c.device == "cpu" ? c.fuse_attention_from : 0;
   return p;
+}
+
+Graph graph_train_runs(Graph g, const std::vector<std::string>& frozen, bool dropout, int64_t fuse_attention_from) {
+  g = training_form(std::move(g), frozen, dropout);
+  if (fuse_attention_from > 0) fuse_attention(g, fuse_attention_from);
+  return g;
 }
 
 int run_plan(const PlanArgs& a) {
@@ -165,8 +172,7 @@ int run_plan(const PlanArgs& a) {
   Graph g = import_model(a.model.model, io);
   if (!loss.output.empty() && g.find(loss.output) == kNoValue)
     throw UserError("--loss-output " + loss.output, "the model has no such output", "name one of the model's outputs");
-  g = training_form(std::move(g), a.frozen, true);
-  fuse_attention(g, a.model.fuse_attention_from);  // as train on the CPU runs it
+  g = graph_train_runs(std::move(g), a.frozen, true, a.model.fuse_attention_from);
   r.backward.frozen = a.frozen;
   const PlanSearch s = search_plans(g, estimate_costs(g), r);
 

@@ -22,6 +22,7 @@ struct ScheduleArgs {
   std::string model;                // costs from this model's cost model and partition
   int64_t micro_batch = 1;          // --model: binds the batch dimension
   std::vector<std::string> dims;    // --model: NAME=VALUE
+  int64_t fuse_attention_from = kFusedAttentionMinKeys;  // --model: attention as one kernel from these keys
   std::string memory_limit;         // micro-batches of a stage; bytes ("8GiB") with --model
   std::string csv;                  // write the schedule here
   std::string from_csv;             // read, check and simulate this schedule

@@ -57,6 +57,7 @@ void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
   c->add_option("--micro-batch,-b", a->micro_batch, "--model: binds the batch dimension")
       ->check(at_least_one());
   c->add_option("--dim", a->dims, "--model: binds a named symbolic dimension: NAME=VALUE");
+  add_fuse_attention_option(c, &a->fuse_attention_from);
   c->add_option("--memory-limit", a->memory_limit,
                 "per device: micro-batches of a stage's activations, or bytes with --model");
   c->add_option("--csv", a->csv, "write the schedule as CSV");
@@ -72,13 +73,14 @@ void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
 namespace {
 
 // Per-chunk costs from the model, chunk by chunk of the partition into stages x chunks: the
-// model in the form train trains (no dropout, nothing frozen), each chunk's F, B and W graphs
-// derived (no loss, no recompute) and counted (plan/chunk_costs.h), kept activations in bytes.
+// model in the form train trains on the CPU (no dropout, nothing frozen, attention fused from
+// --fuse-attention-from keys), each chunk's F, B and W graphs derived (no loss, no recompute) and
+// counted (plan/chunk_costs.h), kept activations in bytes.
 Costs model_costs(const ScheduleArgs& a, int v) {
   ImportOptions io;
   io.batch = a.micro_batch;
   io.dims = model_dims(a.model, a.dims);
-  const Graph g = training_form(import_model(a.model, io), {}, false);
+  const Graph g = graph_train_runs(import_model(a.model, io), {}, false, a.fuse_attention_from);
   PartitionArgs pa;
   pa.stages = a.stages;
   pa.chunks_per_stage = v;
@@ -209,6 +211,7 @@ ScheduleArgs with_plan(const ScheduleArgs& given) {
   a.micro_batch = p.micro_batch;
   a.dims = p.dims;
   a.link = p.link;
+  a.fuse_attention_from = p.fuse_attention_from;
   return a;
 }
 

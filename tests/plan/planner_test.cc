@@ -229,20 +229,41 @@ TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
 // given with --set is from the folder train runs in.
 // A plan made with --fuse-attention-from writes that bound into its config, so that train runs the
 // attention the plan priced (here fused, over the gpt sample's 32 keys); the default writes nothing.
+// `schedule --plan` simulates the plan's step from the same graph as `plan`, fused or not (its
+// makespan, in work units, over the plan's step in seconds is the link's device rate either way),
+// and `partition --plan` cuts that graph.
 TEST(Planner, AWrittenPlanKeepsItsAttentionFusionBound) {
   const fs::path dir = fresh_dir("pt_plan_fuse");
   const std::string binary = fs::absolute(PT_BINARY).string();
-  const auto written = [&](const std::string& flag) {
-    const Result p = run_command(binary + " plan samples/gpt/gpt.onnx --devices 2 --memory 1GiB -b 2 --frozen mask " + flag +
-                                 " --write " + (dir / "p.yaml").string());
-    EXPECT_EQ(p.code, 0) << p.err;
-    std::ifstream in(dir / "p.yaml");
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string plan_file = (dir / "p.yaml").string();
+  struct Written {
+    std::string text;
+    double plan_step_s = 0, schedule_makespan = 0, partition_cost = 0;
   };
-  EXPECT_EQ(written("").find("fuse_attention_from"), std::string::npos);
-  const std::string text = written("--fuse-attention-from 1");
-  EXPECT_NE(text.find("\nfuse_attention_from: 1\n"), std::string::npos) << text;
-  const Result t = run_command(binary + " train " + (dir / "p.yaml").string() + " -q --set steps=1 --profile");
+  const auto written = [&](const std::string& flag) {
+    Written w;
+    const Result p = run_command(binary + " plan samples/gpt/gpt.onnx --devices 2 --memory 1GiB -b 2 --frozen mask " +
+                                 flag + " --json --write " + plan_file);
+    EXPECT_EQ(p.code, 0) << p.err;
+    w.plan_step_s = nlohmann::json::parse(p.out)["best"]["step_s"].get<double>();
+    std::ifstream in(plan_file);
+    w.text = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const Result s = run_command(binary + " schedule --plan " + plan_file + " --json");
+    EXPECT_EQ(s.code, 0) << s.err;
+    w.schedule_makespan = nlohmann::json::parse(s.out)["makespan"].get<double>();
+    const Result c = run_command(binary + " partition --plan " + plan_file + " --json");
+    EXPECT_EQ(c.code, 0) << c.err;
+    w.partition_cost = nlohmann::json::parse(c.out)["total_cost"].get<double>();
+    return w;
+  };
+  const Written plain = written(""), fused = written("--fuse-attention-from 1");
+  EXPECT_EQ(plain.text.find("fuse_attention_from"), std::string::npos);
+  EXPECT_NE(fused.text.find("\nfuse_attention_from: 1\n"), std::string::npos) << fused.text;
+  EXPECT_NE(fused.plan_step_s, plain.plan_step_s);
+  EXPECT_NEAR(fused.schedule_makespan / fused.plan_step_s, plain.schedule_makespan / plain.plan_step_s,
+              1e-9 * plain.schedule_makespan / plain.plan_step_s);
+  EXPECT_NE(fused.partition_cost, plain.partition_cost);
+  const Result t = run_command(binary + " train " + plan_file + " -q --set steps=1 --profile");
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("FusedAttention"), std::string::npos) << t.out;
 }

@@ -164,7 +164,7 @@ int run_cli(int argc, char** argv) {
          c->add_flag("--quiet,-q", train.quiet, "no progress lines");
          c->add_flag("--profile", train.profile,
                      "time every kernel from the second step on (slower steps) and print where the "
-                     "step's time goes, per pass and op type");
+                     "step's time goes, per pass and op type, and its ten slowest nodes");
        },
        [&] { return run_train(train); }},
       {"schedule", "build or read a pipeline schedule; check, simulate and draw it",

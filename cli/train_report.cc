@@ -21,6 +21,14 @@ std::string first_keys(const std::vector<std::string>& keys) {
   return s + (keys.size() > 5 ? " ..." : "");
 }
 
+// measured / model to two places, "-" where the model counts nothing.
+std::string ratio_text(double ms, double model) {
+  if (model <= 0) return "-";
+  std::ostringstream r;
+  r << std::fixed << std::setprecision(2) << ms / model;
+  return r.str();
+}
+
 }  // namespace
 
 void print_weights_written(std::ostream& os, const WeightsWritten& w, bool weight_decay) {
@@ -159,11 +167,19 @@ void TrainPrinter::print_profile(const Trainer& t) const {
     const double ms = r.seconds / steps * 1e3, model = work_units(r.cost) * micro_batches * ms_per_unit;
     std::cout << "  " << std::left << std::setw(6) << r.pass << std::setw(28) << r.op << std::right << std::setw(5)
               << r.nodes << std::setw(10) << std::setprecision(3) << ms << std::setw(6) << std::setprecision(1)
-              << 100 * r.seconds / total << "%" << std::setw(10) << std::setprecision(3) << model << std::setw(7);
-    if (model > 0)
-      std::cout << std::setprecision(2) << ms / model << "\n";
-    else
-      std::cout << "-" << "\n";
+              << 100 * r.seconds / total << "%" << std::setw(10) << std::setprecision(3) << model << std::setw(7)
+              << ratio_text(ms, model) << "\n";
+  }
+  // The nodes behind the rows: the slowest ten, each with its shape, the way to a slow kernel.
+  const std::vector<PipelineExecutor::NodeTime> nodes = t.node_profile();
+  std::cout << "slowest nodes, ms per step:\n"
+            << "  chunk  pass  op                              ms  model ms  ratio  node [output shape]\n";
+  for (size_t i = 0; i < nodes.size() && i < 10; ++i) {
+    const auto& n = nodes[i];
+    const double ms = n.seconds / steps * 1e3, model = work_units(n.cost) * micro_batches * ms_per_unit;
+    std::cout << "  " << std::setw(5) << n.chunk << "  " << std::left << std::setw(6) << n.pass << std::setw(24)
+              << n.op << std::right << std::setw(10) << std::setprecision(3) << ms << std::setw(10) << model
+              << std::setw(7) << ratio_text(ms, model) << "  " << n.node << " " << shape_str(n.shape) << "\n";
   }
 }
 

@@ -376,8 +376,8 @@ void PipelineExecutor::profile_ops() {
   }
 }
 
-std::vector<PipelineExecutor::OpTime> PipelineExecutor::op_profile() const {
-  std::map<std::pair<std::string, std::string>, OpTime> by;
+std::vector<PipelineExecutor::NodeTime> PipelineExecutor::node_profile() const {
+  std::vector<NodeTime> out;
   for (const auto& c : chunks_) {
     if (!c->local) continue;
     const StageProgram* programs[3] = {&*c->f, &*c->b, &*c->w};
@@ -385,14 +385,26 @@ std::vector<PipelineExecutor::OpTime> PipelineExecutor::op_profile() const {
       const Graph& g = programs[k]->graph();
       const std::vector<NodeCost> costs = estimate_costs(g);
       for (size_t i = 0; i < c->profile[k].size() && i < g.nodes.size(); ++i) {
-        OpTime& t = by[{std::string(1, "FBW"[k]), g.nodes[i].op_type}];
-        t.pass = std::string(1, "FBW"[k]);
-        t.op = g.nodes[i].op_type;
-        t.seconds += c->profile[k][i];
-        ++t.nodes;
-        t.cost = total_cost({t.cost, costs[i]});
+        const Node& n = g.nodes[i];
+        const std::vector<int64_t> shape =
+            n.outputs.empty() || n.outputs[0] == kNoValue ? std::vector<int64_t>{} : g.value(n.outputs[0]).type.shape;
+        out.push_back({c->index, std::string(1, "FBW"[k]), n.name, n.op_type, shape, c->profile[k][i], costs[i]});
       }
     }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+std::vector<PipelineExecutor::OpTime> PipelineExecutor::op_profile() const {
+  std::map<std::pair<std::string, std::string>, OpTime> by;
+  for (const NodeTime& n : node_profile()) {
+    OpTime& t = by[{n.pass, n.op}];
+    t.pass = n.pass;
+    t.op = n.op;
+    t.seconds += n.seconds;
+    ++t.nodes;
+    t.cost = total_cost({t.cost, n.cost});
   }
   std::vector<OpTime> out;
   for (auto& [key, t] : by) out.push_back(std::move(t));

@@ -134,10 +134,18 @@ class PipelineExecutor {
   void time_cpu(bool on);
 
   // From the next step on, every kernel of every chunk is timed on its own (the backend
-  // synchronised after each, which slows the step): op_profile() sums the times per pass
-  // (F, B, W) and op type over the profiled steps, largest first, each beside what the cost
-  // model (partition/cost_model.h) counts for the same nodes.
+  // synchronised after each, which slows the step): node_profile() gives each node's time over
+  // the profiled steps, op_profile() sums them per pass (F, B, W) and op type; both largest
+  // first, each beside what the cost model (partition/cost_model.h) counts for the same nodes.
   void profile_ops();
+  struct NodeTime {
+    int chunk = 0;
+    std::string pass, node, op;
+    std::vector<int64_t> shape;  // its first output's
+    double seconds = 0;  // over the profiled steps
+    NodeCost cost;       // one run of its chunk's program
+  };
+  std::vector<NodeTime> node_profile() const;
   struct OpTime {
     std::string pass, op;
     double seconds = 0;

@@ -179,6 +179,7 @@ class Trainer {
   int64_t optimizer_state_bytes() const;  // held by this rank
   // --profile: kernel time per pass and op since profiled_from() (-1: not profiled).
   std::vector<PipelineExecutor::OpTime> op_profile() const { return executor_->op_profile(); }
+  std::vector<PipelineExecutor::NodeTime> node_profile() const { return executor_->node_profile(); }
   int64_t profiled_from() const { return profiled_from_; }
 
  private:

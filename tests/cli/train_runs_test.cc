@@ -302,12 +302,30 @@ TEST(TrainRuns, ProfileSaysWhereTheStepsTimeGoes) {
   EXPECT_NEAR(share, 100, 1.0) << r.out;
   EXPECT_EQ(passes, (std::set<std::string>{"F", "B", "W"})) << r.out;
   EXPECT_TRUE(ops.count("Gemm") || ops.count("MatMul")) << r.out;
+  // Then the ten slowest nodes, slowest first, each named with its chunk, pass, op and shape.
+  EXPECT_EQ(line, "slowest nodes, ms per step:") << r.out;
+  std::getline(rows, line);
+  EXPECT_EQ(line, "  chunk  pass  op                              ms  model ms  ratio  node [output shape]");
+  int shown = 0;
+  double last = 1e30;
+  while (std::getline(rows, line) && line.rfind("  ", 0) == 0) {
+    std::istringstream f(line);
+    int chunk = -1;
+    std::string pass, op, ratio, node, shape;
+    double ms = -1, model = -1;
+    f >> chunk >> pass >> op >> ms >> model >> ratio >> node >> shape;
+    EXPECT_TRUE(chunk >= 0 && chunk < 4) << line;  // 2 stages x 2 chunks
+    EXPECT_TRUE(pass == "F" || pass == "B" || pass == "W") << line;
+    EXPECT_TRUE(ops.count(op)) << line;
+    EXPECT_LE(ms, last) << line;
+    EXPECT_FALSE(node.empty()) << line;
+    EXPECT_EQ(shape.front(), '[') << line;
+    last = ms;
+    ++shown;
+  }
+  EXPECT_EQ(shown, 10) << r.out;
 }
 
-// Issue 42: a plan needing more host memory than the machine has stops before loading, with one
-// line giving both figures and what would fit, and writes nothing; memory.check: off runs it
-// anyway. PT_MEMAVAILABLE pretends the small machine (tests only). A run prints its plan per
-// device and its peak RSS beside the planned host memory.
 // fuse_attention_from: the keys from which train runs an attention as one kernel. The gpt sample's
 // attention over 32 keys stays the unfused products by default and is one FusedAttention per layer
 // at 1; both train to the same losses (the fused program's gradients are within 1.1e-6 of the
@@ -340,6 +358,10 @@ TEST(TrainRuns, FuseAttentionFromChoosesWhichAttentionRunsAsOneKernel) {
                                  "--set fuse_attention_from: must be at least 1, got 0");
 }
 
+// Issue 42: a plan needing more host memory than the machine has stops before loading, with one
+// line giving both figures and what would fit, and writes nothing; memory.check: off runs it
+// anyway. PT_MEMAVAILABLE pretends the small machine (tests only). A run prints its plan per
+// device and its peak RSS beside the planned host memory.
 TEST(TrainRuns, APlanLargerThanTheHostStopsBeforeLoading) {
   const fs::path d = scratch("memory");
   const fs::path cfg = mlp_config(d, 2, 1);

@@ -25,8 +25,9 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Conv
 
-// A dense 1x1 conv of stride 1 without pads whose X and Y are stored channels-last, or hold one
-// pixel per image (then the plain layout is the same bytes): the product of X's (N x pixels, C)
+// A dense 1x1 conv without pads that keeps every pixel (stride 1, or a map of one pixel) whose X
+// and Y are stored channels-last, or hold one pixel per image (then the plain layout is the same
+// bytes): the product of X's (N x pixels, C)
 // rows by W^T (C, M), on oneDNN's matmul primitive, B as its bias and the epilogue as its post-op.
 // W is laid out once where the program's weights are fixed (`run`), else read in place as W^T
 // (training, where the weights are inputs). At 1 or 2 pixels per image oneDNN's 1x1 conv kernel
@@ -42,7 +43,9 @@ std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w
   };
   const int64_t pixels = product(x, 2, x.size());
   const bool last = s.input_channels_last(0) && s.output_channels_last(0);
-  if (group != 1 || !all(w.kernel, 1) || !all(w.strides, 1) || !all(w.pad_l, 0) ||
+  // Strides other than 1 keep every pixel only on a map of one pixel (MobileNetV2's stride-2
+  // convolutions reaching 1x1).
+  if (group != 1 || !all(w.kernel, 1) || product(s.outputs[0].shape, 2, x.size()) != pixels || !all(w.pad_l, 0) ||
       !all(w.pad_r, 0) || (!last && pixels != 1))
     return nullptr;
   const int64_t rows = x[0] * pixels, c = x[1], m = s.outputs[0].shape[1];

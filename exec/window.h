@@ -23,6 +23,11 @@ struct Window {
   bool ceil_padded = false;  // pad_r grew past the given pads so that the last window fits
 };
 
+// Whether every entry of d is v: a 1x1 kernel (all_are(w.kernel, 1)), unit strides, no pads.
+inline bool all_are(const Dims& d, int64_t v) {
+  return std::all_of(d.begin(), d.end(), [v](int64_t e) { return e == v; });
+}
+
 // Attribute `key`, or `count` copies of `fallback` when it is absent.
 inline Dims window_ints(const Node& n, const char* key, size_t count, int64_t fallback) {
   Dims v = n.attr_ints(key);

@@ -38,15 +38,12 @@ namespace {
 std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w, int64_t group) {
   const Dims& x = s.inputs[0].shape;
   const Tensor* fixed_w = s.constants_fixed ? s.constant(1) : nullptr;
-  const auto all = [](const Dims& d, int64_t v) {
-    return std::all_of(d.begin(), d.end(), [v](int64_t e) { return e == v; });
-  };
   const int64_t pixels = product(x, 2, x.size());
   const bool last = s.input_channels_last(0) && s.output_channels_last(0);
   // Strides other than 1 keep every pixel only on a map of one pixel (MobileNetV2's stride-2
   // convolutions reaching 1x1).
-  if (group != 1 || !all(w.kernel, 1) || product(s.outputs[0].shape, 2, x.size()) != pixels || !all(w.pad_l, 0) ||
-      !all(w.pad_r, 0) || (!last && pixels != 1))
+  if (group != 1 || !all_are(w.kernel, 1) || product(s.outputs[0].shape, 2, x.size()) != pixels ||
+      !all_are(w.pad_l, 0) || !all_are(w.pad_r, 0) || (!last && pixels != 1))
     return nullptr;
   const int64_t rows = x[0] * pixels, c = x[1], m = s.outputs[0].shape[1];
   auto k = std::make_unique<DnnlKernel>(*s.cpu);
@@ -106,8 +103,7 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   const memory::desc x_md = stored(s.inputs[0], x_last), y_md = stored(s.outputs[0], y_last);
   const memory::desc w_md = plain_desc(DType::kFloat32, wd);
   const memory::desc b_md = s.has_input(2) ? plain_desc(s.inputs[2]) : memory::desc();
-  const bool plain_gemm = !x_last && !y_last && group == 1 &&
-                          std::all_of(w.kernel.begin(), w.kernel.end(), [](int64_t k) { return k == 1; });
+  const bool plain_gemm = !x_last && !y_last && group == 1 && all_are(w.kernel, 1);
   const bool image = !x_last && group == 1 && x[1] <= kFewChannels;
   // A plain side next to a channels-last one is left to oneDNN (reordered once at the chain's end).
   // A 2-D depthwise conv between plain tensors takes its sides in 16-channel blocks (nChw16c),

@@ -52,8 +52,7 @@ std::optional<ConvGeometry> conv_geometry(const Node& n, const Dims& x, const Di
     g.w_grouped[0] /= g.group;
     g.w_grouped.insert(g.w_grouped.begin(), g.group);
   }
-  g.pointwise = g.group == 1 && std::all_of(kernel.begin(), kernel.end(),
-                                            [](int64_t k) { return k == 1; });
+  g.pointwise = g.group == 1 && all_are(kernel, 1);
   return g;
 }
 
@@ -390,10 +389,9 @@ std::unique_ptr<Kernel> make_depthwise_grad_weight(const KernelSpec& s, const Co
   if (g.group == 1 || g.group != channels || g.w[0] != channels || g.w[1] != 1 || g.x.size() > 5)
     return nullptr;
   if (dnnl_depthwise_weights_jit(s, g)) return nullptr;
-  const auto all = [](const Dims& d, int64_t v) { return std::all_of(d.begin(), d.end(), [v](int64_t x) { return x == v; }); };
   // By rows where an output row's products fill a vector's lanes at least (not MobileNetV2's late
   // 3x3s on 4x4 to 1x1 maps: a row call per kernel row costs more than their few pairs).
-  if (g.x.size() == 4 && all(g.window.strides, 1) && all(g.window.dilation, 0) && g.w[3] <= kRowLanes &&
+  if (g.x.size() == 4 && all_are(g.window.strides, 1) && all_are(g.window.dilation, 0) && g.w[3] <= kRowLanes &&
       g.y[3] * g.w[3] >= kRowLanes)
     return std::make_unique<DepthwiseRowsGradWeight>(g, s.cpu->threads);
   const size_t r = g.x.size() - 2, lead = 3 - r;
@@ -470,8 +468,7 @@ class PointwiseConvGradWeight final : public Kernel {
 std::unique_ptr<Kernel> make_pointwise_grad_weight(const ConvGeometry& g) {
   if (!g.pointwise) return nullptr;
   const Window& w = g.window;
-  const auto all = [](const Dims& d, int64_t v) { return std::all_of(d.begin(), d.end(), [v](int64_t x) { return x == v; }); };
-  if (!all(w.strides, 1) || !all(w.pad_l, 0) || !all(w.pad_r, 0) || !all(w.dilation, 0)) return nullptr;
+  if (!all_are(w.strides, 1) || !all_are(w.pad_l, 0) || !all_are(w.pad_r, 0) || !all_are(w.dilation, 0)) return nullptr;
   int64_t hw = 1;
   for (size_t i = 2; i < g.x.size(); ++i) hw *= g.x[i];
   if (hw > kSmallPlane || g.y[1] != g.w[0] || g.x[1] != g.w[1]) return nullptr;
@@ -486,9 +483,8 @@ std::unique_ptr<Kernel> make_pointwise_grad_weight(const ConvGeometry& g) {
 // of W once per image (MobileNetV2's last conv, 8 x 1280 -> 80 at 1x1, one thread: 33-58 us in
 // training against 9). The forward's Conv takes the same path (build_pixel_product, nn.cc).
 std::unique_ptr<Kernel> build_pixel_grad_input(const KernelSpec& s, const ConvGeometry& g) {
-  const auto zero = [](const Dims& d) { return std::all_of(d.begin(), d.end(), [](int64_t e) { return e == 0; }); };
   if (!g.pointwise || product(g.x, 2, g.x.size()) != 1 || product(g.y, 2, g.y.size()) != 1 ||
-      !zero(g.window.pad_l) || !zero(g.window.pad_r))
+      !all_are(g.window.pad_l, 0) || !all_are(g.window.pad_r, 0))
     return nullptr;
   const int64_t n = g.x[0], c = g.x[1], m = g.y[1];
   auto k = std::make_unique<DnnlKernel>(*s.cpu);

@@ -144,7 +144,8 @@ void TrainPrinter::summary(const Trainer& t, const TrainSummary& s, const TrainM
 // same nodes (plan/chunk_costs.h work units), in ms at the one rate that makes the two totals
 // equal, and the ratio: a row far from 1 is an op the model misprices (or a slow kernel).
 void TrainPrinter::print_profile(const Trainer& t) const {
-  const std::vector<PipelineExecutor::OpTime> rows = t.op_profile();
+  const std::vector<PipelineExecutor::NodeTime> nodes = t.node_profile();
+  const std::vector<PipelineExecutor::OpTime> rows = PipelineExecutor::by_op(nodes);
   const double steps = static_cast<double>(cfg_.steps - t.profiled_from());
   double total = 0, units = 0;
   for (const auto& r : rows) {
@@ -171,7 +172,6 @@ void TrainPrinter::print_profile(const Trainer& t) const {
               << ratio_text(ms, model) << "\n";
   }
   // The nodes behind the rows: the slowest ten, each with its shape, the way to a slow kernel.
-  const std::vector<PipelineExecutor::NodeTime> nodes = t.node_profile();
   std::cout << "slowest nodes, ms per step:\n"
             << "  chunk  pass  op                              ms  model ms  ratio  node [output shape]\n";
   for (size_t i = 0; i < nodes.size() && i < 10; ++i) {

@@ -396,9 +396,9 @@ std::vector<PipelineExecutor::NodeTime> PipelineExecutor::node_profile() const {
   return out;
 }
 
-std::vector<PipelineExecutor::OpTime> PipelineExecutor::op_profile() const {
+std::vector<PipelineExecutor::OpTime> PipelineExecutor::by_op(const std::vector<NodeTime>& nodes) {
   std::map<std::pair<std::string, std::string>, OpTime> by;
-  for (const NodeTime& n : node_profile()) {
+  for (const NodeTime& n : nodes) {
     OpTime& t = by[{n.pass, n.op}];
     t.pass = n.pass;
     t.op = n.op;

@@ -135,7 +135,7 @@ class PipelineExecutor {
 
   // From the next step on, every kernel of every chunk is timed on its own (the backend
   // synchronised after each, which slows the step): node_profile() gives each node's time over
-  // the profiled steps, op_profile() sums them per pass (F, B, W) and op type; both largest
+  // the profiled steps, by_op() sums such times per pass (F, B, W) and op type; both largest
   // first, each beside what the cost model (partition/cost_model.h) counts for the same nodes.
   void profile_ops();
   struct NodeTime {
@@ -152,7 +152,7 @@ class PipelineExecutor {
     int64_t nodes = 0;  // nodes of this op type in the pass, over every chunk
     NodeCost cost;      // their costs summed, one run of each chunk's program
   };
-  std::vector<OpTime> op_profile() const;
+  static std::vector<OpTime> by_op(const std::vector<NodeTime>& nodes);
 
  private:
   struct Accumulator;

@@ -78,7 +78,7 @@ struct TrainerOptions {
   bool zero1 = false;          // shard the optimizer state over the replicas (train/zero.h)
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t checkpoint_every = 0;
-  bool profile = false;        // time every kernel from the second step on (Trainer::op_profile)
+  bool profile = false;        // time every kernel from the second step on (Trainer::node_profile)
   // Where a config key sits, for errors ("train.yaml:7: data"); empty: the key itself.
   std::function<std::string(const std::string& key)> where;
 };
@@ -145,7 +145,7 @@ class Trainer {
   // that gives each trained tensor's bytes by name (trained_tensors()) as write asks for them:
   // rank 0's own, or another rank's brought from the rank that updates it, one at a time (the
   // fetch's last alone is held). The other ranks of replica 0 serve them until write returns.
-  // No rank holds the whole model. op_profile() is gone from here on.
+  // No rank holds the whole model. node_profile() is gone from here on.
   void write_trained(const std::function<void(const TensorFetch& fetch)>& write);
 
   // The trained parameters and the BatchNorm running statistics, by name (across processes the
@@ -177,8 +177,8 @@ class Trainer {
   // last: what gathering the model (for evaluation, for the outputs) would show.
   int64_t foreign_tensor_bytes() const;
   int64_t optimizer_state_bytes() const;  // held by this rank
-  // --profile: kernel time per pass and op since profiled_from() (-1: not profiled).
-  std::vector<PipelineExecutor::OpTime> op_profile() const { return executor_->op_profile(); }
+  // --profile: kernel time per node since profiled_from() (-1: not profiled); PipelineExecutor::by_op
+  // sums it per pass and op.
   std::vector<PipelineExecutor::NodeTime> node_profile() const { return executor_->node_profile(); }
   int64_t profiled_from() const { return profiled_from_; }
 

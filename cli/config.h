@@ -156,6 +156,9 @@ struct TrainConfig {
   }
   // The link preset that prices transfers where pipeline.link names none (plan/pipeline.h).
   std::string default_link() const { return device == "cuda" ? "nvlink" : "cpu"; }
+  // The keys from which train fuses an attention: fuse_attention_from on the CPU, 0 (none) on
+  // CUDA, whose backend has no FusedAttention kernel.
+  int64_t attention_fused_from() const { return device == "cpu" ? fuse_attention_from : 0; }
   // Where a relative path at `key` was read from, for the errors of a file that is not there.
   std::string path_rule(const std::string& key) const {
     return relative_to == "config" && where(key).rfind("--set ", 0) != 0

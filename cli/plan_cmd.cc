@@ -137,7 +137,7 @@ PlanFile read_plan_file(const std::string& path) {
   if (p.link.preset.empty()) p.link.preset = c.default_link();
   p.frozen = c.frozen;
   p.dropout = c.dropout;
-  p.fuse_attention_from = c.device == "cpu" ? c.fuse_attention_from : 0;
+  p.fuse_attention_from = c.attention_fused_from();
   return p;
 }
 

@@ -4,12 +4,11 @@
 // statistics they compute the same way, so that the gradient sees the forward's moments.
 #pragma once
 
-#include <omp.h>
-
 #include <cstdint>
 #include <vector>
 
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/parallel.h"
 #include "exec/kernel.h"
 
 namespace pt::cpu {
@@ -34,8 +33,7 @@ constexpr int64_t kChannelParallelMin = int64_t{1} << 15;
 // large: every channel's result is the same whatever the thread count.
 template <class F>
 void for_each_channel(const ChannelDims& d, int threads, F f) {
-#pragma omp parallel for num_threads(threads) if (d.numel() >= kChannelParallelMin)
-  for (int64_t c = 0; c < d.c; ++c) f(c);
+  parallel_for(d.c, threads, d.numel() >= kChannelParallelMin, f);
 }
 
 // y = (x - mean) * a + b over channel c of x: batch normalisation with a = scale / sqrt(var + eps).

@@ -17,6 +17,7 @@
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
@@ -107,8 +108,7 @@ class ClipGradLoop final : public Kernel {
     const float* dy = in[0].as<const float>();
     const float* x = in[1].as<const float>();
     float* dx = out[0].as<float>();
-#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
-    for (int64_t i = 0; i < n_; ++i) dx[i] = lo < x[i] && x[i] < hi ? dy[i] : 0.f;
+    parallel_for(n_, threads_, n_ >= kParallelMin, [&](int64_t i) { dx[i] = lo < x[i] && x[i] < hi ? dy[i] : 0.f; });
   }
 
  private:

@@ -16,6 +16,7 @@
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/vector_clones.h"
 
 namespace pt::cpu {
@@ -115,8 +116,7 @@ class ClipKernel final : public Kernel {
     const T lo = lo_.get(in, 1), hi = hi_.get(in, 2);
     const T* x = in[0].as<const T>();
     T* y = out[0].as<T>();
-#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
-    for (int64_t i = 0; i < n_; ++i) y[i] = std::min(std::max(x[i], lo), hi);
+    parallel_for(n_, threads_, n_ >= kParallelMin, [&](int64_t i) { y[i] = std::min(std::max(x[i], lo), hi); });
   }
 
  private:
@@ -142,8 +142,7 @@ class CastKernel final : public Kernel {
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const From* x = in[0].as<const From>();
     To* y = out[0].as<To>();
-#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
-    for (int64_t i = 0; i < n_; ++i) y[i] = static_cast<To>(x[i]);
+    parallel_for(n_, threads_, n_ >= kParallelMin, [&](int64_t i) { y[i] = static_cast<To>(x[i]); });
   }
 
  private:
@@ -160,10 +159,9 @@ class DropoutKernel final : public Kernel {
     auto* y = out[0].as<std::byte>();
     const int64_t blocks = (bytes_ + kBlock - 1) / kBlock;
     if (x != y) {
-#pragma omp parallel for num_threads(threads_) if (bytes_ >= kParallelMin * 4)
-      for (int64_t b = 0; b < blocks; ++b)
-        std::memcpy(y + b * kBlock, x + b * kBlock,
-                    static_cast<size_t>(std::min(kBlock, bytes_ - b * kBlock)));
+      parallel_for(blocks, threads_, bytes_ >= kParallelMin * 4, [&](int64_t b) {
+        std::memcpy(y + b * kBlock, x + b * kBlock, static_cast<size_t>(std::min(kBlock, bytes_ - b * kBlock)));
+      });
     }
     if (out.size() > 1 && out[1].present())
       std::memset(out[1].data, 1, static_cast<size_t>(out[1].numel()));
@@ -319,11 +317,10 @@ class HardSigmoidKernel final : public Kernel {
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void*) override {
     const float* x = in[0].as<const float>();
     float* y = out[0].as<float>();
-#pragma omp parallel for num_threads(threads_) if (n_ >= kParallelMin)
-    for (int64_t i = 0; i < n_; ++i) {
+    parallel_for(n_, threads_, n_ >= kParallelMin, [&](int64_t i) {
       const float h = std::max(0.f, std::min(1.f, alpha_ * x[i] + beta_));
       y[i] = swish_ ? x[i] * h : h;
-    }
+    });
   }
 
  private:

@@ -2,7 +2,6 @@
 // (N, C, spatial...) data per channel. They are plain loops, parallel over channels: oneDNN 2.6
 // has no vectorised implementation for this layout (its ncsp batch norm and 1-D pooling ran 3 to
 // 5 times slower than onnxruntime), and reordering to a blocked layout costs more than the op.
-#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -11,6 +10,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/channel_stats.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/parallel.h"
 #include "exec/kernel_geometry.h"
 
 namespace pt::cpu {
@@ -28,9 +28,8 @@ class GlobalAveragePool final : public Kernel {
     const float* x = in[0].as<const float>();
     float* y = out[0].as<float>();
     const int64_t rows = d_.n * d_.c, s = d_.s;
-#pragma omp parallel for num_threads(threads_) if (d_.numel() >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r)
-      y[r] = static_cast<float>(lane_sum(x + r * s, s) / double(s));
+    parallel_for(rows, threads_, d_.numel() >= kParallelMin,
+                 [&](int64_t r) { y[r] = static_cast<float>(lane_sum(x + r * s, s) / double(s)); });
   }
 
  private:

@@ -168,9 +168,8 @@ class MaxPoolGrad final : public Kernel {
     const float* x = in[1].as<const float>();
     float* dx = out[0].as<float>();
     const bool parallel = planes_ > 1 && planes_ * (in_size + out_size) >= (1 << 15);
-#pragma omp parallel for num_threads(threads_) if (parallel)
-    for (int64_t p = 0; p < planes_; ++p)
-      plane(dy + p * out_size, x + p * in_size, dx + p * in_size, in_size);
+    parallel_for(planes_, threads_, parallel,
+                 [&](int64_t p) { plane(dy + p * out_size, x + p * in_size, dx + p * in_size, in_size); });
   }
 
  private:

@@ -3,7 +3,6 @@
 // the variance, which LayerNormalization does not output (InvStdDev would have to be inverted
 // back), and its batch normalization on plain NCHW is the slow reference path (see
 // nn_channel.cc). dScale and dBias are optional outputs.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +14,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dnnl_util.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/parallel.h"
 
 namespace pt::cpu {
 namespace {
@@ -59,13 +59,12 @@ class LayerNormGrad final : public Kernel {
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     float* partial = static_cast<float*>(scratch);  // per chunk: dScale row, then dBias row
-#pragma omp parallel for num_threads(threads_) if (chunks_ > 1)
-    for (int64_t c = 0; c < chunks_; ++c) {
+    parallel_for(chunks_, threads_, chunks_ > 1, [&](int64_t c) {
       float* ps = partial + 2 * c * inner_;
       std::fill(ps, ps + 2 * inner_, 0.f);
       for (int64_t r = outer_ * c / chunks_; r < outer_ * (c + 1) / chunks_; ++r)
         row(in, present(out, 0) ? out[0].as<float>() : nullptr, r, ps, ps + inner_);
-    }
+    });
     fold(partial, out, 1, 0);
     fold(partial, out, 2, inner_);
   }

@@ -19,6 +19,7 @@
 #include "exec/cpu/dnnl_kernel.h"
 #include "exec/cpu/dnnl_util.h"
 #include "exec/cpu/lane_math.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/row_chain.h"
 #include "exec/cpu/vector_clones.h"
 
@@ -99,8 +100,8 @@ template <class Fn>
 void for_row_blocks(int64_t rows, int64_t n, int threads, Fn fn) {
   const int64_t block = rows_per_block(n);
   const int64_t blocks = (rows + block - 1) / block;
-#pragma omp parallel for num_threads(threads) if (rows * n >= kParallelMin)
-  for (int64_t b = 0; b < blocks; ++b) fn(b * block, std::min(rows, (b + 1) * block));
+  parallel_for(blocks, threads, rows * n >= kParallelMin,
+               [&](int64_t b) { fn(b * block, std::min(rows, (b + 1) * block)); });
 }
 
 // Softmax or LogSoftmax along the last axis, with its prologue links: input 0 is the tensor the

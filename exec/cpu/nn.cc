@@ -77,8 +77,8 @@ std::unique_ptr<Kernel> build_pixel_product(const KernelSpec& s, const Window& w
 // Otherwise oneDNN picks the layouts (blocked for speed); X and W are reordered into scratch
 // before (W once, when the kernel is made, where the program's constants are fixed), Y out of
 // it after, unless the chosen layout puts every element where the plain one does (nhwc with
-// H = W = 1). A dense 1x1 conv between plain tensors is a GEMM on the plain layouts, faster
-// there than the reorders it would need (about 3x on 48->8 channels at 16x16). A plain X of at
+// H = W = 1). A dense 1x1 conv between plain tensors is a GEMM on the plain layouts but on small
+// planes (pointwise_on_plain_layouts, dnnl_util.h). A plain X of at
 // most kFewChannels channels (an image, the stem's input) stays plain: oneDNN's jit kernel reads
 // it so (its first-convolution path, vectorised along the output's width), where on the layout
 // it picks itself (nhwc, for brgconv) each tap reduces over 3 channels only and the convolution
@@ -103,7 +103,7 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   const memory::desc x_md = stored(s.inputs[0], x_last), y_md = stored(s.outputs[0], y_last);
   const memory::desc w_md = plain_desc(DType::kFloat32, wd);
   const memory::desc b_md = s.has_input(2) ? plain_desc(s.inputs[2]) : memory::desc();
-  const bool plain_gemm = !x_last && !y_last && group == 1 && all_are(w.kernel, 1);
+  const bool plain_gemm = !x_last && !y_last && group == 1 && all_are(w.kernel, 1) && pointwise_on_plain_layouts(x);
   const bool image = !x_last && group == 1 && x[1] <= kFewChannels;
   // A plain side next to a channels-last one is left to oneDNN (reordered once at the chain's end).
   // A 2-D depthwise conv between plain tensors takes its sides in 16-channel blocks (nChw16c),

@@ -56,9 +56,11 @@ std::optional<ConvGeometry> conv_geometry(const Node& n, const Dims& x, const Di
   return g;
 }
 
-// The layout a conv primitive is asked for: plain for a pointwise conv, else its choice.
+// The layout a conv primitive is asked for: plain for a pointwise conv but on small planes
+// (pointwise_on_plain_layouts, dnnl_util.h), else its choice.
 memory::desc conv_layout(const ConvGeometry& g, const Dims& dims) {
-  return g.pointwise ? plain_desc(DType::kFloat32, dims) : any_layout(dims);
+  const bool plain = g.pointwise && pointwise_on_plain_layouts(g.x);
+  return plain ? plain_desc(DType::kFloat32, dims) : any_layout(dims);
 }
 
 // The forward primitive_desc oneDNN takes as the hint for a backward one.
@@ -295,28 +297,37 @@ class DepthwiseConvGradWeight final : public Kernel {
 };
 
 // The same for a 2-D depthwise Conv of stride 1, no dilation and a kernel at most 16 wide whose
-// output rows times kernel width fill 16 lanes (a ConvNeXt's 7x7 on 8x8 maps): per channel c, image n, output row oh and kernel row kh (input row ih =
-// oh - pad + kh, when inside; the plane copied once per image into rows of OW + 15 values with
-// its padding's zeros), each dY value of the output row scales 16 of them at once into the
-// kernel row's 16 lanes: lane kw gathers dY[n, c, oh, ow] * X[n, c, ih, ow - pad + kw], the lanes
-// past the kernel's width unused. The pair-by-pair kernel above ran such a layer at ~2 cycles a
-// pair (samples/exports' convnext, 8 channels of 8x8: 17 us, 6x what a convolution of its FLOPs
-// costs). Per channel one thread, images then rows in order: the bits do not depend on the
-// thread count.
+// output rows times kernel width fill 16 lanes (a ConvNeXt's 7x7 on 8x8 maps): per channel c and
+// image n the plane is copied once into rows of OW + 15 values, its padding's zeros around it
+// (above and below too, so that every kernel row meets a row), and each dY value scales 16 of
+// them at once into a kernel row's 16 lanes: lane kw of kernel row kh gathers
+// dY[n, c, oh, ow] * X[n, c, oh - pad + kh, ow - pad + kw], the lanes past the kernel's width
+// unused. Each lane's sum runs over images, output rows and columns in that order. The pair-by-pair
+// kernel above ran such a layer at ~2 cycles a pair (samples/exports' convnext, 8 channels of 8x8:
+// 17 us, 6x what a convolution of its FLOPs costs); one kernel row at a time, its lanes a chain of
+// dependent FMAs, took 4.5x the forward's time at 96 channels of 28x28. Here kRowsAtOnce kernel
+// rows share each dY value, their lanes independent chains. Per channel one thread: the bits do
+// not depend on the thread count.
 constexpr int64_t kRowLanes = 16;
+constexpr int64_t kRowsAtOnce = 4;
 
-// acc[k] += sum over ow < count of dy[ow] * row[ow + k], for the 16 lanes k (lane_math.h's 16-lane
-// type of isa: one AVX-512 register, two AVX2 ones).
-void correlate_row(VectorIsa isa, const float* dy, const float* row, int64_t count, float* acc) {
-  on_vector_isa(isa, [&](auto on) __attribute__((always_inline)) {
-    typename decltype(on)::Lanes lanes, r;
-    load16(lanes, acc);
-    for (int64_t ow = 0; ow < count; ++ow) {
-      load16(r, row + ow);
-      lanes += dy[ow] * r;
-    }
-    store16(acc, lanes);
-  });
+// acc[j * 16 + k] += sum over output rows y < oh, then columns x < ow, of
+// dy[y * ow + x] * plane[(y + j) * ld + x + k], for R kernel rows j and the 16 lanes k.
+template <int R, class L>
+[[gnu::always_inline]] inline void correlate_rows(const float* dy, const float* plane, int64_t ld, int64_t oh,
+                                                  int64_t ow, float* acc) {
+  L lanes[R], r;
+  for (int j = 0; j < R; ++j) load16(lanes[j], acc + j * kRowLanes);
+  for (int64_t y = 0; y < oh; ++y) {
+    const float* d = dy + y * ow;
+    const float* row = plane + y * ld;
+    for (int64_t x = 0; x < ow; ++x)
+      for (int j = 0; j < R; ++j) {
+        load16(r, row + j * ld + x);
+        lanes[j] += d[x] * r;
+      }
+  }
+  for (int j = 0; j < R; ++j) store16(acc + j * kRowLanes, lanes[j]);
 }
 
 class DepthwiseRowsGradWeight final : public Kernel {
@@ -337,17 +348,24 @@ class DepthwiseRowsGradWeight final : public Kernel {
     const bool parallel = c_ > 1 && n_ * c_ * oh_ * ow_ * kh_ * kw_ >= (1 << 15);
     parallel_for(c_, threads_, parallel, [&](int64_t c) {
       float* plane = static_cast<float*>(scratch) + omp_get_thread_num() * per_thread();
-      float* acc = plane + h_ * row_floats();
+      float* acc = plane + rows() * row_floats();
       std::fill(acc, acc + kh_ * kRowLanes, 0.f);
       for (int64_t n = 0; n < n_; ++n) {
         pad_plane(x + (n * c_ + c) * h_ * w_, plane);
-        for (int64_t oh = 0; oh < oh_; ++oh)
-          for (int64_t kh = 0; kh < kh_; ++kh) {
-            const int64_t ih = oh - ph_ + kh;
-            if (ih < 0 || ih >= h_) continue;
-            correlate_row(isa_, dy + ((n * c_ + c) * oh_ + oh) * ow_, plane + ih * row_floats(), ow_,
-                          acc + kh * kRowLanes);
+        const float* d = dy + (n * c_ + c) * oh_ * ow_;
+        on_vector_isa(isa_, [&](auto on) __attribute__((always_inline)) {
+          using L = typename decltype(on)::Lanes;
+          for (int64_t k = 0; k < kh_; k += kRowsAtOnce) {
+            const float* p = plane + k * row_floats();
+            float* a = acc + k * kRowLanes;
+            switch (std::min(kRowsAtOnce, kh_ - k)) {
+              case 1: correlate_rows<1, L>(d, p, row_floats(), oh_, ow_, a); break;
+              case 2: correlate_rows<2, L>(d, p, row_floats(), oh_, ow_, a); break;
+              case 3: correlate_rows<3, L>(d, p, row_floats(), oh_, ow_, a); break;
+              default: correlate_rows<4, L>(d, p, row_floats(), oh_, ow_, a); break;
+            }
           }
+        });
       }
       for (int64_t kh = 0; kh < kh_; ++kh)
         std::copy(acc + kh * kRowLanes, acc + kh * kRowLanes + kw_, dw + (c * kh_ + kh) * kw_);
@@ -356,13 +374,14 @@ class DepthwiseRowsGradWeight final : public Kernel {
 
  private:
   int64_t row_floats() const { return ow_ + kRowLanes - 1; }
-  int64_t per_thread() const { return h_ * row_floats() + kh_ * kRowLanes; }
-  // Each input row j of the plane as row[pw + i] = x[j, i], zeros around it.
+  int64_t rows() const { return oh_ + kh_ - 1; }  // padded row r holds input row r - ph
+  int64_t per_thread() const { return rows() * row_floats() + kh_ * kRowLanes; }
+  // Each input row j of the plane as row[pw + i] = x[j, i] in padded row j + ph, zeros around it.
   void pad_plane(const float* x, float* plane) const {
-    std::fill(plane, plane + h_ * row_floats(), 0.f);
+    std::fill(plane, plane + rows() * row_floats(), 0.f);
     const int64_t from = std::max<int64_t>(0, -pw_), to = std::min(w_, row_floats() - pw_);
-    for (int64_t j = 0; j < h_ && to > from; ++j)
-      std::copy(x + j * w_ + from, x + j * w_ + to, plane + j * row_floats() + pw_ + from);
+    for (int64_t j = std::max<int64_t>(0, -ph_); j < h_ && j + ph_ < rows() && to > from; ++j)
+      std::copy(x + j * w_ + from, x + j * w_ + to, plane + (j + ph_) * row_floats() + pw_ + from);
   }
 
   int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_;
@@ -419,12 +438,14 @@ std::unique_ptr<Kernel> make_depthwise_grad_weight(const KernelSpec& s, const Co
 }
 
 // dW = ConvGradWeight(dY, X) of a pointwise Conv (1x1 kernel, stride 1, no padding, group 1) on
-// planes of at most kSmallPlane pixels (MobileNetV2's late 1x1 convolutions on 4x4 to 1x1 maps):
-// dW[m, c] = sum over n, then pixels p, of dY[n, m, p] * X[n, c, p]. oneDNN runs these on its
-// im2col GEMM path, 20-50 us a call for 0.1-1.6 MFLOP (2-30 GFLOP/s). Here per image X[n] is
-// transposed into scratch (HW x C) and each dY value scales a row of it into dW's row: the inner
-// loop runs along C, contiguous. One thread; images in order, so the bits do not depend on it.
-constexpr int64_t kSmallPlane = 16;
+// planes of at most kSmallPlane pixels (dnnl_util.h; MobileNetV2's late 1x1 convolutions on 4x4 to
+// 1x1 maps) and at least kLongRow input channels: dW[m, c] = sum over n, then pixels p, of
+// dY[n, m, p] * X[n, c, p]. oneDNN's plain GEMM path took 20-50 us a call for 0.1-1.6 MFLOP
+// (2-30 GFLOP/s). Here per image X[n] is transposed into scratch (HW x C) and each dY value scales
+// a row of it into dW's row: the inner loop runs along C, contiguous. One thread; images in
+// order, so the bits do not depend on it. On fewer input channels a row is too short for the loop
+// (8 channels: 12 us a call against 2.5 on oneDNN's blocked kernel, which such planes take).
+constexpr int64_t kLongRow = 32;
 
 // dW += dY[n] X[n]^T for one image: dw[m, :] += dy[m, p] * xt[p, :] for m, then p, in order.
 // One function per ISA for the whole image: the call per row through target_clones' resolver cost
@@ -470,11 +491,9 @@ std::unique_ptr<Kernel> make_pointwise_grad_weight(const ConvGeometry& g) {
   if (!all_are(w.strides, 1) || !all_are(w.pad_l, 0) || !all_are(w.pad_r, 0) || !all_are(w.dilation, 0)) return nullptr;
   int64_t hw = 1;
   for (size_t i = 2; i < g.x.size(); ++i) hw *= g.x[i];
-  if (hw > kSmallPlane || g.y[1] != g.w[0] || g.x[1] != g.w[1]) return nullptr;
+  if (hw > kSmallPlane || g.x[1] < kLongRow || g.y[1] != g.w[0] || g.x[1] != g.w[1]) return nullptr;
   return std::make_unique<PointwiseConvGradWeight>(g.x[0], g.w[0], g.w[1], hw);
 }
-
-}  // namespace
 
 // dX = ConvGradInput(dY, W) of a pointwise Conv without pads whose X and Y hold one pixel per
 // image: the product dY (N, M) W (M, C) on oneDNN's matmul primitive, the plain layouts being
@@ -500,12 +519,61 @@ std::unique_ptr<Kernel> build_pixel_grad_input(const KernelSpec& s, const ConvGe
   return k;
 }
 
+// dX = ConvGradInput(dY, W) of a 2-D depthwise Conv of stride 1 and no dilation, padded less than
+// its kernel: the forward convolution of dY with W flipped in both spatial dims, padded K - 1 -
+// pad on each side, on oneDNN's depthwise JIT in 16-channel blocks as the forward's Conv runs
+// (build_conv, nn.cc). oneDNN's backward-data depthwise kernel took 4x the forward's time on
+// samples/exports' convnext (8 channels of 8x8, 7x7: 4 us against 1) and 1.5x at 96 channels of
+// 28x28. The flipped W is written into scratch before the steps.
+std::unique_ptr<Kernel> build_depthwise_grad_input(const KernelSpec& s, const ConvGeometry& g) {
+  const Window& w = g.window;
+  const int64_t channels = g.x[1];
+  if (g.x.size() != 4 || g.group == 1 || g.group != channels || g.w[0] != channels || g.w[1] != 1 ||
+      !all_are(w.strides, 1) || !all_are(w.dilation, 0))
+    return nullptr;
+  const int64_t kh = g.w[2], kw = g.w[3];
+  const Dims pad_l = {kh - 1 - w.pad_l[0], kw - 1 - w.pad_l[1]}, pad_r = {kh - 1 - w.pad_r[0], kw - 1 - w.pad_r[1]};
+  if (std::any_of(pad_l.begin(), pad_l.end(), [](int64_t p) { return p < 0; }) ||
+      std::any_of(pad_r.begin(), pad_r.end(), [](int64_t p) { return p < 0; }))
+    return nullptr;
+  auto k = std::make_unique<DnnlKernel>(*s.cpu);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const auto blocked = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, memory::format_tag::nChw16c); };
+  const dnnl::convolution_forward::primitive_desc pd(
+      {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, blocked(g.y), any_layout(g.w_grouped),
+       blocked(g.x), w.strides, w.dilation, pad_l, pad_r},
+      attr, k->engine());
+  if (!implementation_is(pd, "jit_dw")) return nullptr;  // else the backward-data kernels
+  const memory::desc w_md = plain_desc(DType::kFloat32, g.w_grouped);
+  const Place flipped = k->reserve(w_md.get_size());
+  const int64_t taps = kh * kw;
+  k->set_prologue([flipped, channels, taps](std::span<const Buffer> in, std::span<const Buffer>, std::byte* base) {
+    const float* from = in[1].as<const float>();
+    auto* to = reinterpret_cast<float*>(base + flipped.at);
+    for (int64_t c = 0; c < channels; ++c)
+      std::reverse_copy(from + c * taps, from + (c + 1) * taps, to + c * taps);
+  });
+  const Place dyp = k->reordered({Place::kInput, 0}, plain_desc(DType::kFloat32, g.y), pd.src_desc());
+  const Place wp = k->reordered(flipped, w_md, pd.weights_desc());
+  const memory::desc dx_md = plain_desc(DType::kFloat32, g.x);
+  const bool dx_plain = same_bytes(pd.dst_desc(), dx_md);
+  const Place dxp = dx_plain ? Place{Place::kOutput, 0} : k->reserve(pd.dst_desc().get_size());
+  k->add_step(dnnl::convolution_forward(pd), pd.scratchpad_desc(),
+              {{DNNL_ARG_SRC, pd.src_desc(), dyp}, {DNNL_ARG_WEIGHTS, pd.weights_desc(), wp}, {DNNL_ARG_DST, pd.dst_desc(), dxp}});
+  if (!dx_plain) k->add_reorder(dxp, pd.dst_desc(), {Place::kOutput, 0}, dx_md);
+  return k;
+}
+
+}  // namespace
+
 // ConvGradInput(dY, W) -> dX, attributes of Conv plus input_shape (X's shape).
 std::unique_ptr<Kernel> make_conv_grad_input(const KernelSpec& s) {
   if (!two_to_one_float(s, "input_shape")) return nullptr;
   const auto g = conv_geometry(s.node, s.outputs[0].shape, s.inputs[1].shape, s.inputs[0].shape);
   if (!g) return nullptr;
   if (std::unique_ptr<Kernel> k = build_or_null(s, [&] { return build_pixel_grad_input(s, *g); })) return k;
+  if (std::unique_ptr<Kernel> k = build_or_null(s, [&] { return build_depthwise_grad_input(s, *g); })) return k;
   // dX = ConvGradInput(dY, W): backward data, W bound as the weights.
   return build_or_null(s, [&] {
     return build_conv_backward<dnnl::convolution_backward_data>(

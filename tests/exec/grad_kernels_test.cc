@@ -522,9 +522,21 @@ TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
 // 2-D, stride 1, no dilation, where oneDNN has no JIT weight gradient (8 channels): the row
 // kernel (DepthwiseRowsGradWeight). ConvNeXt's 7x7 over 8x8 maps, and rows wider than its 16
 // lanes under asymmetric pads.
+// It takes kernel rows four at a time: 7 rows (4 + 3), 9 (4 + 4 + 1), and 32 channels of 14x14 on
+// two threads.
 TEST(ConvGrad, DepthwiseRows) {
   check_conv_adjoint({2, 8, 8, 8, {8, 8}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
   check_conv_adjoint({3, 8, 8, 8, {5, 21}, {3, 5}, {1, 1}, {1, 1}, {0, 3, 2, 1}});
+  check_conv_adjoint({2, 8, 8, 8, {12, 12}, {9, 5}, {1, 1}, {1, 1}, {4, 2, 4, 2}});
+  check_conv_adjoint({2, 32, 32, 32, {14, 14}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
+}
+// A 2-D depthwise input gradient of stride 1 runs as the forward convolution of dY with W flipped
+// (build_depthwise_grad_input): channels short of a 16-block, asymmetric pads, a kernel wider than
+// tall, and pads as large as the kernel (the backward-data kernel then: no flipped pad is negative).
+TEST(ConvGrad, DepthwiseInputAsFlippedForward) {
+  check_conv_adjoint({2, 24, 24, 24, {9, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 2, 0, 1}});
+  check_conv_adjoint({3, 8, 8, 8, {6, 10}, {3, 7}, {1, 1}, {1, 1}, {0, 3, 2, 1}});
+  check_conv_adjoint({2, 16, 16, 16, {5, 5}, {3, 3}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
 }
 // The row kernel on each copy this CPU runs (PT_MAX_CPU_ISA), the AVX2 one giving the widest
 // one's bits.
@@ -550,11 +562,13 @@ TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
     }
   }
 }
-// 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections),
-// where the direct pointwise kernel runs: 1x1, 4x4, 2x3 and a 1-D plane. On one pixel the input
-// gradient is one matrix product (build_pixel_grad_input): MobileNetV2's last conv, 1280 -> 80.
+// 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections):
+// the direct pointwise weight gradient from 32 input channels (1x1 and 4x4 planes), oneDNN's blocked
+// kernels below (4x4, 2x3 and a 1-D plane). On one pixel the input gradient is one matrix product
+// (build_pixel_grad_input): MobileNetV2's last conv, 1280 -> 80.
 TEST(ConvGrad, PointwiseSmallPlanes) {
   check_conv_adjoint({8, 40, 24, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
+  check_conv_adjoint({2, 32, 8, 1, {4, 4}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
   check_conv_adjoint({8, 80, 1280, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
   check_conv_adjoint({3, 16, 24, 1, {4, 4}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});
   check_conv_adjoint({2, 5, 7, 1, {2, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});

@@ -174,6 +174,15 @@ TEST(Conv, PointwiseOnOnePixelMatchesLoop) {
   check_conv({8, 80, 1, 1, 1280, 1, 1, 1, 1, 0});
   check_conv({3, 7, 1, 1, 5, 1, 1, 2, 1, 0});
 }
+// 1x1 convs on planes of at most 16 pixels take oneDNN's blocked kernel (pointwise_on_plain_layouts,
+// dnnl_util.h): MobileNetV2's 16 -> 96 expansion at 2x2, 8 -> 48 at 4x4, channels short of a block
+// at 3x3; at 5x5 the plain GEMM again.
+TEST(Conv, PointwiseOnSmallPlanesMatchesLoop) {
+  check_conv({8, 16, 2, 2, 96, 1, 1, 1, 1, 0});
+  check_conv({8, 8, 4, 4, 48, 1, 1, 1, 1, 0});
+  check_conv({2, 5, 3, 3, 7, 1, 1, 1, 1, 0});
+  check_conv({2, 24, 5, 5, 40, 1, 1, 1, 1, 0});
+}
 TEST(Conv, DilatedMatchesLoop) { check_conv({1, 3, 11, 11, 5, 1, 3, 1, 2, 2}); }
 TEST(Conv, WideChannelsMatchLoop) { check_conv({2, 32, 7, 7, 64, 1, 3, 1, 1, 1}); }
 // Images (at most 4 channels) are read in their plain layout (build_conv's kFewChannels): a

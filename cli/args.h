@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace pt {
@@ -34,6 +36,10 @@ void add_link_args(CLI::App* cmd, LinkArgs* l);  // commands.cc
 // --fuse-attention-from: the keys from which an attention runs as one CPU kernel
 // (onnx_import/attention_fusion.h); `train` takes it as fuse_attention_from.
 void add_fuse_attention_option(CLI::App* cmd, int64_t* from);  // commands.cc
+
+// --plan FILE gives the keys these flags set: each is refused beside it (CLI11's "--plan excludes
+// FLAG"), where the plan's value would silently replace the one given. commands.cc.
+void plan_gives(CLI::App* cmd, CLI::Option* plan, std::initializer_list<const char*> flags);
 
 // The pipeline keys of a plan written by `plan --write` (a train config), for `partition --plan`
 // and `schedule --plan`; UserError naming `flag` when the user also gave one of them.

@@ -47,6 +47,10 @@ void add_fuse_attention_option(CLI::App* cmd, int64_t* from) {
       ->check(at_least_one());
 }
 
+void plan_gives(CLI::App* cmd, CLI::Option* plan, std::initializer_list<const char*> flags) {
+  for (const char* f : flags) plan->excludes(cmd->get_option(f));
+}
+
 void add_link_args(CLI::App* cmd, LinkArgs* l) {
   cmd->add_option("--link", l->preset,
                   "how devices are joined, pricing transfers: none | cpu (default: stages in "
@@ -97,9 +101,9 @@ int run_cli(int argc, char** argv) {
        [&](CLI::App* c) {
          add_model_args(c, &partition.model, false);
          c->add_option("--stages,-s", partition.stages, "pipeline stages (devices)")->check(at_least_one());
-         c->add_option("--plan", partition.plan,
-                       "the cuts of this plan (`plan --write`): its model, stages, chunks and link, "
-                       "on the graph train trains");
+         CLI::Option* plan = c->add_option("--plan", partition.plan,
+                                           "the cuts of this plan (`plan --write`): its model, stages, chunks "
+                                           "and link, on the graph train trains");
          c->add_option("--strategy", partition.strategy, "balanced | params | uniform | manual");
          c->add_option("--cut-after", partition.cut_after, "manual: node names to cut after")
              ->delimiter(',');
@@ -121,6 +125,8 @@ int run_cli(int argc, char** argv) {
          c->add_flag("--portable", partition.portable,
                      "export backward graphs in standard ONNX ops only (onnxruntime runs them)");
          add_backward_args(c, &partition.bwd);
+         plan_gives(c, plan, {"model", "--micro-batch", "--dim", "--stages", "--strategy", "--cut-after",
+                              "--chunks-per-stage", "--link", "--bandwidth", "--latency", "--device-rate"});
        },
        [&] { return run_partition(partition); }},
       {"run", "forward inference on the CPU; every output written as .npy",

@@ -84,9 +84,6 @@ int run_inspect(const InspectArgs& a) {
 
 // `partition --plan FILE`: the model, micro-batch, stages, chunks, link and recompute of the plan.
 PartitionArgs with_plan(const PartitionArgs& given) {
-  if (given.stages != 0 || !given.model.model.empty() || given.strategy != "balanced")
-    throw UserError("--plan " + given.plan, "gives the model, stages, chunks and link",
-                    "leave out the model, --stages and --strategy");
   const PlanFile p = read_plan_file(given.plan);
   PartitionArgs a = given;
   a.model.model = p.model;

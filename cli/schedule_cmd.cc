@@ -62,12 +62,14 @@ void add_schedule_options(CLI::App* c, ScheduleArgs* a) {
                 "per device: micro-batches of a stage's activations, or bytes with --model");
   c->add_option("--csv", a->csv, "write the schedule as CSV");
   c->add_option("--from-csv", a->from_csv, "read, check and simulate this CSV schedule");
-  c->add_option("--plan", a->plan,
-                "show this plan's schedule (`plan --write`): its kind or CSV, stages, micro-batches, "
-                "model and link");
+  CLI::Option* plan = c->add_option("--plan", a->plan,
+                                    "show this plan's schedule (`plan --write`): its kind or CSV, stages, "
+                                    "micro-batches, model and link");
   c->add_option("--svg", a->svg, "draw the timeline as SVG");
   c->add_flag("--lowered", a->lowered, "--csv: include sends, receives and the optimizer step");
   c->add_flag("--json", a->json, "print one JSON object");
+  plan_gives(c, plan, {"--kind", "--from-csv", "--stages", "--micro-batches", "--chunks", "--model", "--micro-batch",
+                       "--dim", "--fuse-attention-from", "--link", "--bandwidth", "--latency", "--device-rate"});
 }
 
 namespace {
@@ -197,10 +199,6 @@ int run(const ScheduleArgs& a) {
 
 // `schedule --plan FILE`: the plan's schedule with costs from its model and link.
 ScheduleArgs with_plan(const ScheduleArgs& given) {
-  if (!given.kind.empty() || !given.from_csv.empty() || given.stages || given.micro_batches ||
-      !given.model.empty())
-    throw UserError("--plan " + given.plan, "gives the schedule, stages, micro-batches and model",
-                    "leave out --kind, --from-csv, --stages, --micro-batches and --model");
   const PlanFile p = read_plan_file(given.plan);
   ScheduleArgs a = given;
   (p.schedule.ends_with(".csv") ? a.from_csv : a.kind) = p.schedule;

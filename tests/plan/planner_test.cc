@@ -211,6 +211,16 @@ TEST(Planner, TrainRunsThePlanAndKeepsThePlannedBytes) {
   ASSERT_EQ(sched.code, 0) << sched.err;
   EXPECT_EQ(nlohmann::json::parse(sched.out)["micro_batches"], 8);
   EXPECT_EQ(run("partition samples/gpt/gpt.onnx").err, "error: partition: needs --stages; give --stages N, or --plan FILE\n");
+  // A flag for what the plan sets is refused by name, not silently replaced by the plan's value.
+  for (const auto& [command, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"schedule", "--fuse-attention-from 1"}, {"schedule", "--chunks 2"}, {"schedule", "--link nvlink"},
+           {"schedule", "--kind 1f1b"}, {"partition", "-b 4"}, {"partition", "--chunks-per-stage 2"}}) {
+    const Result r = run(command + " --plan " + yaml + " " + flag);
+    const std::string name = flag.substr(0, flag.find(' ')) == "-b" ? "--micro-batch" : flag.substr(0, flag.find(' '));
+    EXPECT_EQ(r.code, 2) << command << " " << flag;
+    EXPECT_EQ(r.err, "error: " + name + ": the plan (--plan FILE) sets it; leave out " + name + "; see `pipetrain " +
+                         command + " --help`\n");
+  }
 
   Result t = run("train " + yaml + " -q --set steps=2 --set output.metrics=" + (dir / "m.jsonl").string());
   ASSERT_EQ(t.code, 0) << t.err;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -354,6 +356,89 @@ std::optional<Known> known_value(const Graph& g, ValueId id, int depth = 0, bool
   return std::nullopt;
 }
 
+// Grouped-query heads as exporters repeat them (transformers' repeat_kv, torch's SDPA decomposition
+// with enable_gqa): X [B, Hkv, T, D] made [B, Hkv, 1, T, D] (Unsqueeze or Reshape), Expanded to
+// [B, Hkv, G, T, D], then read through Reshapes that merge or split the leading dims and keep the
+// last two, Transposes of the last two, Identities and scalar Muls or Divs (the sqrt-scale of K), to the
+// [B, H, ., .] operand of an attention product (H = Hkv G: head h reads kv head h / G, the fused
+// op's rule). Each node read by the next alone, every shape static.
+struct Repeat {
+  ValueId source = kNoValue;  // X [B, Hkv, T, D]
+  bool swapped = false;       // the operand is X's last two dims transposed
+  float factor = 1.f;         // the scalar Muls' and Divs' product
+  std::vector<int> nodes;     // the chain, from the operand's producer back to the Unsqueeze
+};
+
+// The product of all but the last two dims.
+int64_t leading(const Dims& d) {
+  return std::accumulate(d.begin(), d.end() - 2, int64_t{1}, std::multiplies<int64_t>());
+}
+
+std::optional<Repeat> repeated_heads(const Graph& g, ValueId operand, int reader) {
+  Repeat r;
+  ValueId v = operand;
+  for (int steps = 0; steps < 16; ++steps) {
+    if (lone_reader(g, v) != reader) return std::nullopt;
+    const int at = g.value(v).producer;
+    if (at < 0) return std::nullopt;
+    const Node& n = g.nodes[static_cast<size_t>(at)];
+    const Dims& out = g.value(v).type.shape;
+    r.nodes.push_back(at);
+    reader = at;
+    if ((is_op(&n, "Mul") || is_op(&n, "Div")) && n.inputs.size() == 2) {
+      const bool first = n.op_type == "Mul" && scalar_constant(g, n.inputs[0]).has_value();
+      const auto c = scalar_constant(g, n.inputs[first ? 0 : 1]);
+      if (!c || *c <= 0.f) return std::nullopt;
+      r.factor *= n.op_type == "Div" ? 1.f / *c : *c;
+      v = n.inputs[first ? 1 : 0];
+      if (!(g.value(v).type.shape == out)) return std::nullopt;
+      continue;
+    }
+    if (is_op(&n, "Identity")) {
+      v = n.inputs[0];
+      continue;
+    }
+    if (is_op(&n, "Transpose")) {
+      Dims swap(out.size());
+      for (size_t i = 0; i < swap.size(); ++i) swap[i] = static_cast<int64_t>(i);
+      if (swap.size() < 2) return std::nullopt;
+      std::swap(swap[swap.size() - 2], swap.back());
+      if (n.attr_ints("perm") != swap) return std::nullopt;
+      r.swapped = !r.swapped;
+      v = n.inputs[0];
+      continue;
+    }
+    if (is_op(&n, "Reshape")) {
+      const Dims& in = g.value(n.inputs[0]).type.shape;
+      if (in.size() < 3 || out.size() < 3 || in.end()[-1] != out.end()[-1] || in.end()[-2] != out.end()[-2] ||
+          leading(in) != leading(out))
+        return std::nullopt;
+      v = n.inputs[0];
+      continue;
+    }
+    if (!is_op(&n, "Expand") || out.size() != 5) return std::nullopt;
+    // The repeat: [B, Hkv, 1, T, D] expanded along its third dim.
+    const ValueId u = n.inputs[0];
+    const Dims& one = g.value(u).type.shape;
+    if (one.size() != 5 || one[2] != 1 || one[0] != out[0] || one[1] != out[1] || one[3] != out[3] ||
+        one[4] != out[4] || lone_reader(g, u) != at)
+      return std::nullopt;
+    const int up = g.value(u).producer;
+    if (up < 0 || !(is_op(&g.nodes[static_cast<size_t>(up)], "Unsqueeze") ||
+                    is_op(&g.nodes[static_cast<size_t>(up)], "Reshape")))
+      return std::nullopt;
+    r.source = g.nodes[static_cast<size_t>(up)].inputs[0];
+    const Dims& x = g.value(r.source).type.shape;
+    if (x != Dims{one[0], one[1], one[3], one[4]}) return std::nullopt;
+    r.nodes.push_back(up);
+    // The operand: [B, H, ., .] with H = Hkv G.
+    const Dims& o = g.value(operand).type.shape;
+    if (o.size() != 4 || o[0] != x[0] || o[1] != x[1] * out[2]) return std::nullopt;
+    return r;
+  }
+  return std::nullopt;
+}
+
 // Builds the fused graph's new nodes for one match: each replaces a node of the match at its
 // place (the masks' combinations at their links', K's transpose at the first MatMul's), so the
 // order stays topological.
@@ -377,9 +462,23 @@ class Rewriter {
     for (int i : m.identities) gone_[static_cast<size_t>(i)] = true;
     bool causal = false;
     if (mask_ != kNoValue) causal = constant_causal(m, &mask_);
-    const ValueId k = transposed_keys(m, base);
+    // Grouped-query K and V read as they are, not repeated per head (the fused op takes Hkv heads):
+    // both or neither, so that they keep one head count.
+    const std::optional<Repeat> rk = repeated_heads(g_, m.kt, m.qk), rv = repeated_heads(g_, m.v, m.pv);
+    const bool grouped = rk && rv && rk->swapped && !rv->swapped && rv->factor == 1.f &&
+                         g_.value(rk->source).type.shape[1] == g_.value(rv->source).type.shape[1];
+    ValueId k = kNoValue, v = m.v;
+    if (grouped) {
+      for (const Repeat* r : {&*rk, &*rv})
+        for (int i : r->nodes) gone_[static_cast<size_t>(i)] = true;
+      gone_[static_cast<size_t>(m.qk)] = true;
+      k = rk->source, v = rv->source;
+      scale *= rk->factor;
+    } else {
+      k = transposed_keys(m, base);
+    }
     const Node& pv = g_.nodes[static_cast<size_t>(m.pv)];
-    Node fused{pv.name, "FusedAttention", kPipetrainDomain, {m.q, k, m.v}, {pv.outputs[0]},
+    Node fused{pv.name, "FusedAttention", kPipetrainDomain, {m.q, k, v}, {pv.outputs[0]},
                {{"scale", scale}, {"causal", int64_t{causal ? 1 : 0}}}};
     if (mask_ != kNoValue) fused.inputs.push_back(mask_);
     if (m.row_op >= 0) {  // Y = row_op(FusedAttention(...)), the row op moved after the product
@@ -550,6 +649,8 @@ std::vector<std::string> describe_attention(const Graph& g, int64_t min_keys) {
     if (n.domain == kPipetrainDomain && n.op_type == "FusedAttention") {
       std::string line = "fused: " + n.label() + " (scale " + std::to_string(n.attr_float("scale", 1.f));
       if (n.attr_int("causal", 0)) line += ", causal";
+      const int64_t heads = g.value(n.inputs[0]).type.shape[1], kv = g.value(n.inputs[1]).type.shape[1];
+      if (kv != heads) line += ", " + std::to_string(heads) + " heads on " + std::to_string(kv) + " K/V head" + (kv > 1 ? "s" : "");
       if (n.inputs.size() > 3 && n.inputs[3] != kNoValue) line += ", mask " + g.value(n.inputs[3]).type.str();
       out.push_back(line + ")");
     } else if (is_op(&n, "Softmax")) {

@@ -56,17 +56,24 @@ struct Expected {
   const char* path;
   int fused;
   bool causal;
+  int kv_heads = 0;  // K and V heads the fused node reads where fewer than Q's (grouped-query)
 };
 
 // Every attention of these files fuses; the causal ones are those whose mask import knows.
+// The grouped-query exports (2 heads on 1 K/V head) fuse with K and V as they are, their repeat
+// per head (Unsqueeze, Expand, Reshape; K's through torch's SDPA decomposition) dropped.
 const Expected kFiles[] = {
     {"samples/gpt/gpt.onnx", 8, true},        // a causal mask sliced from a buffer: causal, and
     {"samples/charlm/charlm.onnx", 4, true},  // the bool mask it computes kept
     {"samples/bert/bert.onnx", 4, false},      // no mask
     {"samples/vit/vit.onnx", 4, false},
     {"samples/exports/gpt2.onnx", 2, true},  // torch's SDPA decomposition: sqrt-scales, IsNaN
-    {"samples/exports/llama.onnx", 2, true},
-    {"samples/exports/llama_opset23.onnx", 2, true},  // ONNX Attention, decomposed: zeroed rows
+    {"samples/exports/llama.onnx", 2, true, 1},
+    {"samples/exports/llama_noopt.onnx", 2, true, 1},
+    {"samples/exports/mistral.onnx", 2, true, 1},
+    {"samples/exports/qwen3.onnx", 2, true, 1},
+    {"samples/exports/phi3.onnx", 2, true, 1},
+    {"samples/exports/llama_opset23.onnx", 2, true, 1},  // ONNX Attention, decomposed: zeroed rows
     {"samples/exports/bert.onnx", 2, false},
     {"samples/exports/vit.onnx", 2, false},
 };
@@ -80,8 +87,13 @@ TEST(AttentionFusion, SamplesAndExportsFuseEveryAttention) {
     EXPECT_EQ(count(plain, "FusedAttention"), 0);
     EXPECT_EQ(count(g, "FusedAttention"), e.fused);
     EXPECT_EQ(count(g, "Softmax"), count(plain, "Softmax") - e.fused);
-    for (const Node& n : g.nodes)
-      if (n.op_type == "FusedAttention") EXPECT_EQ(n.attr_int("causal", 0) != 0, e.causal) << n.name;
+    for (const Node& n : g.nodes) {
+      if (n.op_type != "FusedAttention") continue;
+      EXPECT_EQ(n.attr_int("causal", 0) != 0, e.causal) << n.name;
+      const int64_t heads = g.value(n.inputs[0]).type.shape[1];
+      for (int k : {1, 2}) EXPECT_EQ(g.value(n.inputs[k]).type.shape[1], e.kv_heads ? e.kv_heads : heads) << n.name;
+    }
+    if (e.kv_heads) EXPECT_EQ(count(g, "Expand"), 0);
     const auto lines = describe_attention(g);
     ASSERT_EQ(static_cast<int>(lines.size()), e.fused);
     for (const std::string& l : lines) EXPECT_EQ(l.rfind("fused: ", 0), 0u) << l;

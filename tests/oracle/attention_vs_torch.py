@@ -161,6 +161,8 @@ def check(args, t, kind, tmp):
     attention = json.loads(pipetrain(args, "inspect", path, "--json", "--fuse-attention-from", "1")).get("attention", [])
     if len(attention) != 1 or not attention[0].startswith("fused"):
         return f"not fused: {attention}", None
+    if kind == "gqa" and f"{H} heads on {KV_HEADS} K/V head" not in attention[0]:
+        return f"fused with K and V repeated per head: {attention[0]}", None
     x = rng.standard_normal((B, t, E)).astype(np.float32)
     target = rng.integers(0, E, (B, t)).astype(np.int64)
     np.save(os.path.join(tmp, "x.npy"), x)

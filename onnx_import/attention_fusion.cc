@@ -650,7 +650,8 @@ std::vector<std::string> describe_attention(const Graph& g, int64_t min_keys) {
       std::string line = "fused: " + n.label() + " (scale " + std::to_string(n.attr_float("scale", 1.f));
       if (n.attr_int("causal", 0)) line += ", causal";
       const int64_t heads = g.value(n.inputs[0]).type.shape[1], kv = g.value(n.inputs[1]).type.shape[1];
-      if (kv != heads) line += ", " + std::to_string(heads) + " heads on " + std::to_string(kv) + " K/V head" + (kv > 1 ? "s" : "");
+      if (kv != heads)
+        line += ", " + std::to_string(heads) + " heads on " + std::to_string(kv) + " K/V head" + (kv > 1 ? "s" : "");
       if (n.inputs.size() > 3 && n.inputs[3] != kNoValue) line += ", mask " + g.value(n.inputs[3]).type.str();
       out.push_back(line + ")");
     } else if (is_op(&n, "Softmax")) {

@@ -539,7 +539,9 @@ std::unique_ptr<Kernel> build_depthwise_grad_input(const KernelSpec& s, const Co
   auto k = std::make_unique<DnnlKernel>(*s.cpu);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const auto blocked = [](const Dims& d) { return memory::desc(d, memory::data_type::f32, memory::format_tag::nChw16c); };
+  const auto blocked = [](const Dims& d) {
+    return memory::desc(d, memory::data_type::f32, memory::format_tag::nChw16c);
+  };
   const dnnl::convolution_forward::primitive_desc pd(
       {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, blocked(g.y), any_layout(g.w_grouped),
        blocked(g.x), w.strides, w.dilation, pad_l, pad_r},
@@ -560,7 +562,9 @@ std::unique_ptr<Kernel> build_depthwise_grad_input(const KernelSpec& s, const Co
   const bool dx_plain = same_bytes(pd.dst_desc(), dx_md);
   const Place dxp = dx_plain ? Place{Place::kOutput, 0} : k->reserve(pd.dst_desc().get_size());
   k->add_step(dnnl::convolution_forward(pd), pd.scratchpad_desc(),
-              {{DNNL_ARG_SRC, pd.src_desc(), dyp}, {DNNL_ARG_WEIGHTS, pd.weights_desc(), wp}, {DNNL_ARG_DST, pd.dst_desc(), dxp}});
+              {{DNNL_ARG_SRC, pd.src_desc(), dyp},
+               {DNNL_ARG_WEIGHTS, pd.weights_desc(), wp},
+               {DNNL_ARG_DST, pd.dst_desc(), dxp}});
   if (!dx_plain) k->add_reorder(dxp, pd.dst_desc(), {Place::kOutput, 0}, dx_md);
   return k;
 }

@@ -65,7 +65,7 @@ TEST(TrainRuns, AFreshRunDoesNotTakeOverAnotherRunsCheckpoints) {
 
   // --overwrite and --resume contradict each other.
   expect_one_line_error(run("train " + cfg.string() + " --resume --overwrite"),
-                        "--resume excludes --overwrite; see `pipetrain train --help`");
+                        "--resume and --overwrite cannot be given together; give one of them; see `pipetrain train --help`");
 }
 
 // Retention keeps the checkpoint just written and the one before it, whatever else the folder

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "autodiff/chunk_backward.h"
@@ -82,9 +83,8 @@ int run_inspect(const InspectArgs& a) {
   return 0;
 }
 
-// `partition --plan FILE`: the model, micro-batch, stages, chunks, link and recompute of the plan.
-PartitionArgs with_plan(const PartitionArgs& given) {
-  const PlanFile p = read_plan_file(given.plan);
+// `partition --plan FILE`: the model, micro-batch, stages, chunks, link and recompute of plan p.
+PartitionArgs with_plan(const PartitionArgs& given, const PlanFile& p) {
   PartitionArgs a = given;
   a.model.model = p.model;
   a.model.micro_batch = p.micro_batch;
@@ -100,7 +100,8 @@ PartitionArgs with_plan(const PartitionArgs& given) {
 }
 
 int run_partition(const PartitionArgs& given) {
-  const PartitionArgs a = given.plan.empty() ? given : with_plan(given);
+  const std::optional<PlanFile> p = given.plan.empty() ? std::nullopt : std::optional(read_plan_file(given.plan));
+  const PartitionArgs a = p ? with_plan(given, *p) : given;
   if (a.model.model.empty()) throw UserError("partition", "names no model", "pipetrain partition MODEL --stages N");
   if (a.stages == 0) throw UserError("partition", "needs --stages", "give --stages N, or --plan FILE");
   if (!a.backward && given.bwd.recompute != "none")
@@ -108,14 +109,11 @@ int run_partition(const PartitionArgs& given) {
                     "add --backward, or leave --recompute out");
   const PartitionOptions options = partition_options(a, flag_name);
   Graph g = import_model(a.model.model, import_options(a.model));
-  if (!a.plan.empty()) {  // the graph train trains, whose cuts the plan runs
-    const PlanFile p = read_plan_file(a.plan);
-    g = graph_train_runs(std::move(g), a.bwd.frozen, p.dropout, p.fuse_attention_from);
-  }
+  if (p) g = graph_train_runs(std::move(g), a.bwd.frozen, p->dropout, p->fuse_attention_from);  // as train trains
   std::vector<NodeCost> costs = estimate_costs(g);
   PartitionPlan plan = plan_partition(g, costs, options);
-  if (!a.plan.empty()) {  // the devices as the plan's schedule places the chunks
-    const std::string schedule = read_plan_file(a.plan).schedule;
+  if (p) {  // the devices as the plan's schedule places the chunks
+    const std::string& schedule = p->schedule;
     const Placement placement = schedule.ends_with(".csv")
                                     ? parse_csv(read_file(schedule, "check the plan's schedule CSV"), schedule).placement
                                     : find_kind(schedule).placement;

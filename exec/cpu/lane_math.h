@@ -176,6 +176,13 @@ template <class V, int N>
   for (int k = 0; k < N; ++k) m.part[k] = m.part[k] < v.part[k] ? v.part[k] : m.part[k];
 }
 
+// x where keep's lane is positive, else 0: a select, not a product (an infinite x gives 0).
+[[gnu::always_inline]] inline void keep16(Vec16& x, const Vec16& keep) { x = keep > Vec16{} ? x : Vec16{}; }
+template <class V, int N>
+[[gnu::always_inline]] inline void keep16(SplitLanes<V, N>& x, const SplitLanes<V, N>& keep) {
+  for (int k = 0; k < N; ++k) x.part[k] = keep.part[k] > V{} ? x.part[k] : V{};
+}
+
 // The sum, and the max, of v's 16 lanes by halves: a fixed order, 4 steps deep (lanes k and
 // k + 8, then k and k + 4 of that, then (0 + 2) + (1 + 3)), the same on every lane type.
 [[gnu::always_inline]] inline float fold4_sum(const Vec4& b) { return (b[0] + b[2]) + (b[1] + b[3]); }

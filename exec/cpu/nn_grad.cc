@@ -389,6 +389,121 @@ class DepthwiseRowsGradWeight final : public Kernel {
   VectorIsa isa_;
 };
 
+// The same where output rows are at least 16 wide (a ConvNeXt's 7x7 on 28x28 maps and larger):
+// lanes along the output row instead of the kernel row, so that a row of 28 fills 28 of 32 lanes
+// where the kernel's 7 filled 7 of 16. Per channel c and image n, dY's plane is copied into rows of
+// OWp values (OW rounded up to 16 lanes, zeros after) and X's into rows of OWp + KW - 1 with its
+// padding's zeros around it; per kernel row kh and up to kTapsAtOnce taps kw at once, each block
+// of 16 dY values of an output row scales the 16 X values kw to its right into tap (kh, kw)'s 16
+// lanes, which hold lane l's sum over images, output rows and blocks in that order. A tap's value
+// is its lanes added in lane order. 96 channels of 28x28, 7x7, 8 images, one thread: 0.94 ms a
+// call, where by rows (above) it took 1.35 and the forward takes 0.48. Per channel one thread: the
+// bits do not depend on the thread count.
+constexpr int64_t kTapsAtOnce = 8;
+
+// acc[j * 16 + l] += sum over rows y < oh, then blocks x of 16 in [0, ow), of
+// dy[y * owp + x + l] * xrow[(y * ldx) + x + j + l], for taps j < R (xrow at the group's first tap).
+// In a row's last block, if partial, the lanes past ow take zeros for X as well as for dY (a
+// select): an infinite X read there would make 0 * inf, a NaN no tap's true sum holds.
+template <int R, class L>
+[[gnu::always_inline]] inline void correlate_cols(const float* dy, const float* xrow, int64_t ldx, int64_t oh,
+                                                  int64_t ow, int64_t owp, float* acc) {
+  L lanes[R], d, x, keep;
+  for (int j = 0; j < R; ++j) load16(lanes[j], acc + j * kLanes);
+  const int64_t whole = ow / kLanes * kLanes, tail = ow - whole;
+  float flags[kLanes] = {};
+  std::fill_n(flags, tail, 1.f);
+  load16(keep, flags);
+  for (int64_t y = 0; y < oh; ++y) {
+    for (int64_t b = 0; b < whole; b += kLanes) {
+      load16(d, dy + y * owp + b);
+      for (int j = 0; j < R; ++j) {
+        load16(x, xrow + y * ldx + b + j);
+        lanes[j] += d * x;
+      }
+    }
+    if (tail == 0) continue;
+    load16(d, dy + y * owp + whole);
+    for (int j = 0; j < R; ++j) {
+      load16(x, xrow + y * ldx + whole + j);
+      keep16(x, keep);
+      lanes[j] += d * x;
+    }
+  }
+  for (int j = 0; j < R; ++j) store16(acc + j * kLanes, lanes[j]);
+}
+
+class DepthwiseColsGradWeight final : public Kernel {
+ public:
+  explicit DepthwiseColsGradWeight(const ConvGeometry& g, int threads)
+      : n_(g.x[0]), c_(g.x[1]), h_(g.x[2]), w_(g.x[3]), oh_(g.y[2]), ow_(g.y[3]), kh_(g.w[2]), kw_(g.w[3]),
+        ph_(g.window.pad_l[0]), pw_(g.window.pad_l[1]), owp_((ow_ + kLanes - 1) / kLanes * kLanes), threads_(threads),
+        isa_(vector_isa()) {}
+
+  // Per thread X's padded plane, dY's, and the taps' lanes.
+  size_t scratch_bytes() const override {
+    return static_cast<size_t>(threads_) * static_cast<size_t>(per_thread()) * sizeof(float);
+  }
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
+    const float* dy = in[0].as<const float>();
+    const float* x = in[1].as<const float>();
+    float* dw = out[0].as<float>();
+    const bool parallel = c_ > 1 && n_ * c_ * oh_ * ow_ * kh_ * kw_ >= (1 << 15);
+    parallel_for(c_, threads_, parallel, [&](int64_t c) {
+      float* xp = static_cast<float*>(scratch) + omp_get_thread_num() * per_thread();
+      float* dyp = xp + x_rows() * ldx();
+      float* acc = dyp + oh_ * owp_;
+      std::fill(acc, acc + kh_ * kw_ * kLanes, 0.f);
+      for (int64_t n = 0; n < n_; ++n) {
+        pad_planes(x + (n * c_ + c) * h_ * w_, dy + (n * c_ + c) * oh_ * ow_, xp, dyp);
+        on_vector_isa(isa_, [&](auto on) __attribute__((always_inline)) {
+          using L = typename decltype(on)::Lanes;
+          for (int64_t kh = 0; kh < kh_; ++kh)
+            for (int64_t k = 0; k < kw_; k += kTapsAtOnce) {
+              const float* row = xp + kh * ldx() + k;
+              float* a = acc + (kh * kw_ + k) * kLanes;
+              switch (std::min(kTapsAtOnce, kw_ - k)) {
+                case 1: correlate_cols<1, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+                case 2: correlate_cols<2, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+                case 3: correlate_cols<3, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+                case 4: correlate_cols<4, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+                case 5: correlate_cols<5, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+                case 6: correlate_cols<6, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+                case 7: correlate_cols<7, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+                default: correlate_cols<8, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+              }
+            }
+        });
+      }
+      for (int64_t t = 0; t < kh_ * kw_; ++t) {
+        float sum = 0.f;
+        for (int64_t l = 0; l < kLanes; ++l) sum += acc[t * kLanes + l];
+        dw[c * kh_ * kw_ + t] = sum;
+      }
+    });
+  }
+
+ private:
+  int64_t ldx() const { return owp_ + kw_ - 1; }  // a padded X row: output column x's window at x
+  int64_t x_rows() const { return oh_ + kh_ - 1; }  // padded row r holds input row r - ph
+  int64_t per_thread() const { return x_rows() * ldx() + oh_ * owp_ + kh_ * kw_ * kLanes; }
+  void pad_planes(const float* x, const float* dy, float* xp, float* dyp) const {
+    std::fill(xp, xp + x_rows() * ldx(), 0.f);
+    const int64_t from = std::max<int64_t>(0, -pw_), to = std::min(w_, ldx() - pw_);
+    for (int64_t j = std::max<int64_t>(0, -ph_); j < h_ && j + ph_ < x_rows() && to > from; ++j)
+      std::copy(x + j * w_ + from, x + j * w_ + to, xp + (j + ph_) * ldx() + pw_ + from);
+    for (int64_t y = 0; y < oh_; ++y) {
+      std::copy(dy + y * ow_, dy + (y + 1) * ow_, dyp + y * owp_);
+      std::fill(dyp + y * owp_ + ow_, dyp + (y + 1) * owp_, 0.f);
+    }
+  }
+
+  int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_, owp_;
+  int threads_;
+  VectorIsa isa_;
+};
+
 // Whether oneDNN has a JIT kernel for the weight gradient of a depthwise Conv of geometry g.
 bool dnnl_depthwise_weights_jit(const KernelSpec& s, const ConvGeometry& g) {
   const dnnl::engine& engine = *s.cpu->engine;
@@ -409,8 +524,9 @@ std::unique_ptr<Kernel> make_depthwise_grad_weight(const KernelSpec& s, const Co
   if (dnnl_depthwise_weights_jit(s, g)) return nullptr;
   // By rows where an output row's products fill a vector's lanes at least (not MobileNetV2's late
   // 3x3s on 4x4 to 1x1 maps: a row call per kernel row costs more than their few pairs).
-  if (g.x.size() == 4 && all_are(g.window.strides, 1) && all_are(g.window.dilation, 0) && g.w[3] <= kRowLanes &&
-      g.y[3] * g.w[3] >= kRowLanes)
+  const bool plane = g.x.size() == 4 && all_are(g.window.strides, 1) && all_are(g.window.dilation, 0);
+  if (plane && g.y[3] >= kLanes) return std::make_unique<DepthwiseColsGradWeight>(g, s.cpu->threads);
+  if (plane && g.w[3] <= kRowLanes && g.y[3] * g.w[3] >= kRowLanes)
     return std::make_unique<DepthwiseRowsGradWeight>(g, s.cpu->threads);
   const size_t r = g.x.size() - 2, lead = 3 - r;
   std::array<PoolDim, 3> d;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -523,12 +524,34 @@ TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
 // kernel (DepthwiseRowsGradWeight). ConvNeXt's 7x7 over 8x8 maps, and rows wider than its 16
 // lanes under asymmetric pads.
 // It takes kernel rows four at a time: 7 rows (4 + 3), 9 (4 + 4 + 1), and 32 channels of 14x14 on
-// two threads.
+// two threads. Output rows of 16 and more take the kernel along them (DepthwiseColsGradWeight),
+// up to 8 taps at a time: 21 wide under asymmetric pads (5 taps), 28 (ConvNeXt's 7x7) on two
+// threads, 31 with 9 taps (8 + 1).
 TEST(ConvGrad, DepthwiseRows) {
   check_conv_adjoint({2, 8, 8, 8, {8, 8}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
-  check_conv_adjoint({3, 8, 8, 8, {5, 21}, {3, 5}, {1, 1}, {1, 1}, {0, 3, 2, 1}});
   check_conv_adjoint({2, 8, 8, 8, {12, 12}, {9, 5}, {1, 1}, {1, 1}, {4, 2, 4, 2}});
   check_conv_adjoint({2, 32, 32, 32, {14, 14}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
+  check_conv_adjoint({3, 8, 8, 8, {5, 21}, {3, 5}, {1, 1}, {1, 1}, {0, 3, 2, 1}});
+  check_conv_adjoint({2, 24, 24, 24, {20, 28}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
+  check_conv_adjoint({2, 8, 8, 8, {6, 33}, {3, 9}, {1, 1}, {1, 1}, {1, 4, 1, 2}});
+}
+// An infinite input reaches only the taps that read it: the column kernel's lanes past a row's end
+// multiply zeros by zeros, not a zero dY by the input. X[0, 0, 0, 19] of 20-wide rows, 7x7 padded
+// by 3: only taps (kh 0-3, kw 3-6) of channel 0 read it.
+TEST(ConvGrad, DepthwiseColsKeepAnInfiniteInputToItsTaps) {
+  const ConvCase p{1, 8, 8, 8, {8, 20}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}};
+  Tensor x = uniform({1, 8, 8, 20}, 41);
+  x.as<float>()[19] = std::numeric_limits<float>::infinity();
+  const Tensor dy = uniform(conv_out(p), 42);
+  auto attrs = conv_attrs(p);
+  attrs["weight_shape"] = Dims{8, 1, 7, 7};
+  const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32({8, 1, 7, 7}), attrs);
+  for (int64_t c = 0; c < 8; ++c)
+    for (int64_t kh = 0; kh < 7; ++kh)
+      for (int64_t kw = 0; kw < 7; ++kw) {
+        const bool reads = c == 0 && kh <= 3 && kw >= 3;
+        EXPECT_EQ(std::isfinite(dw.as<float>()[(c * 7 + kh) * 7 + kw]), !reads) << c << " " << kh << " " << kw;
+      }
 }
 // A 2-D depthwise input gradient of stride 1 runs as the forward convolution of dY with W flipped
 // (build_depthwise_grad_input): channels short of a 16-block, asymmetric pads, a kernel wider than
@@ -538,10 +561,7 @@ TEST(ConvGrad, DepthwiseInputAsFlippedForward) {
   check_conv_adjoint({3, 8, 8, 8, {6, 10}, {3, 7}, {1, 1}, {1, 1}, {0, 3, 2, 1}});
   check_conv_adjoint({2, 16, 16, 16, {5, 5}, {3, 3}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
 }
-// The row kernel on each copy this CPU runs (PT_MAX_CPU_ISA), the AVX2 one giving the widest
-// one's bits.
-TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
-  const ConvCase p{2, 8, 8, 8, {8, 8}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}};
+void check_depthwise_on_every_copy(const ConvCase& p) {
   Dims x_shape{p.n, p.c}, w_shape{p.m, p.c / p.group};
   x_shape.insert(x_shape.end(), p.in.begin(), p.in.end());
   w_shape.insert(w_shape.end(), p.kernel.begin(), p.kernel.end());
@@ -562,7 +582,14 @@ TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
     }
   }
 }
-// 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections):
+
+// The row and column kernels on each copy this CPU runs (PT_MAX_CPU_ISA), the AVX2 one giving the
+// widest one's bits.
+TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
+  for (const ConvCase& p : {ConvCase{2, 8, 8, 8, {8, 8}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}},
+                            ConvCase{2, 8, 8, 8, {9, 20}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}}})
+    check_depthwise_on_every_copy(p);
+}// 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections):
 // the direct pointwise weight gradient from 32 input channels (1x1 and 4x4 planes), oneDNN's blocked
 // kernels below (4x4, 2x3 and a 1-D plane). On one pixel the input gradient is one matrix product
 // (build_pixel_grad_input): MobileNetV2's last conv, 1280 -> 80.

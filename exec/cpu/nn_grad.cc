@@ -330,13 +330,15 @@ template <int R, class L>
   for (int j = 0; j < R; ++j) store16(acc + j * kRowLanes, lanes[j]);
 }
 
-class DepthwiseRowsGradWeight final : public Kernel {
+// The weight gradient kernels of a 2-D depthwise Conv of stride 1, undilated, by rows and by
+// columns: the geometry, the channel loop (per channel one thread, so the bits do not depend on the
+// thread count) and X's plane padded for them.
+class DepthwisePlaneGradWeight : public Kernel {
  public:
-  DepthwiseRowsGradWeight(const ConvGeometry& g, int threads)
+  DepthwisePlaneGradWeight(const ConvGeometry& g, int threads)
       : n_(g.x[0]), c_(g.x[1]), h_(g.x[2]), w_(g.x[3]), oh_(g.y[2]), ow_(g.y[3]), kh_(g.w[2]), kw_(g.w[3]),
         ph_(g.window.pad_l[0]), pw_(g.window.pad_l[1]), threads_(threads), isa_(vector_isa()) {}
 
-  // Per thread one padded input plane and the kernel's rows of lanes.
   size_t scratch_bytes() const override {
     return static_cast<size_t>(threads_) * static_cast<size_t>(per_thread()) * sizeof(float);
   }
@@ -347,46 +349,62 @@ class DepthwiseRowsGradWeight final : public Kernel {
     float* dw = out[0].as<float>();
     const bool parallel = c_ > 1 && n_ * c_ * oh_ * ow_ * kh_ * kw_ >= (1 << 15);
     parallel_for(c_, threads_, parallel, [&](int64_t c) {
-      float* plane = static_cast<float*>(scratch) + omp_get_thread_num() * per_thread();
-      float* acc = plane + rows() * row_floats();
-      std::fill(acc, acc + kh_ * kRowLanes, 0.f);
-      for (int64_t n = 0; n < n_; ++n) {
-        pad_plane(x + (n * c_ + c) * h_ * w_, plane);
-        const float* d = dy + (n * c_ + c) * oh_ * ow_;
-        on_vector_isa(isa_, [&](auto on) __attribute__((always_inline)) {
-          using L = typename decltype(on)::Lanes;
-          for (int64_t k = 0; k < kh_; k += kRowsAtOnce) {
-            const float* p = plane + k * row_floats();
-            float* a = acc + k * kRowLanes;
-            switch (std::min(kRowsAtOnce, kh_ - k)) {
-              case 1: correlate_rows<1, L>(d, p, row_floats(), oh_, ow_, a); break;
-              case 2: correlate_rows<2, L>(d, p, row_floats(), oh_, ow_, a); break;
-              case 3: correlate_rows<3, L>(d, p, row_floats(), oh_, ow_, a); break;
-              default: correlate_rows<4, L>(d, p, row_floats(), oh_, ow_, a); break;
-            }
-          }
-        });
-      }
-      for (int64_t kh = 0; kh < kh_; ++kh)
-        std::copy(acc + kh * kRowLanes, acc + kh * kRowLanes + kw_, dw + (c * kh_ + kh) * kw_);
+      channel(dy, x, c, dw + c * kh_ * kw_, static_cast<float*>(scratch) + omp_get_thread_num() * per_thread());
     });
   }
 
- private:
-  int64_t row_floats() const { return ow_ + kRowLanes - 1; }
-  int64_t rows() const { return oh_ + kh_ - 1; }  // padded row r holds input row r - ph
-  int64_t per_thread() const { return rows() * row_floats() + kh_ * kRowLanes; }
-  // Each input row j of the plane as row[pw + i] = x[j, i] in padded row j + ph, zeros around it.
-  void pad_plane(const float* x, float* plane) const {
-    std::fill(plane, plane + rows() * row_floats(), 0.f);
-    const int64_t from = std::max<int64_t>(0, -pw_), to = std::min(w_, row_floats() - pw_);
-    for (int64_t j = std::max<int64_t>(0, -ph_); j < h_ && j + ph_ < rows() && to > from; ++j)
-      std::copy(x + j * w_ + from, x + j * w_ + to, plane + (j + ph_) * row_floats() + pw_ + from);
+ protected:
+  // Floats of one thread's scratch.
+  virtual int64_t per_thread() const = 0;
+  // dW[c] (kh x kw) from every image's plane of channel c, with `mine`, this thread's scratch.
+  virtual void channel(const float* dy, const float* x, int64_t c, float* dw, float* mine) const = 0;
+
+  int64_t x_rows() const { return oh_ + kh_ - 1; }  // padded row r holds input row r - ph
+  // X[n, c]'s plane x as x_rows() rows of ld floats, plane[(j + ph) * ld + pw + i] = x[j, i], zeros
+  // around it (above and below too, so that every kernel row meets a row).
+  void pad_input(const float* x, int64_t ld, float* plane) const {
+    std::fill(plane, plane + x_rows() * ld, 0.f);
+    const int64_t from = std::max<int64_t>(0, -pw_), to = std::min(w_, ld - pw_);
+    for (int64_t j = std::max<int64_t>(0, -ph_); j < h_ && j + ph_ < x_rows() && to > from; ++j)
+      std::copy(x + j * w_ + from, x + j * w_ + to, plane + (j + ph_) * ld + pw_ + from);
   }
 
   int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_;
   int threads_;
   VectorIsa isa_;
+};
+
+class DepthwiseRowsGradWeight final : public DepthwisePlaneGradWeight {
+ public:
+  using DepthwisePlaneGradWeight::DepthwisePlaneGradWeight;
+
+ private:
+  // One padded input plane and the kernel's rows of lanes.
+  int64_t per_thread() const override { return x_rows() * row_floats() + kh_ * kRowLanes; }
+  int64_t row_floats() const { return ow_ + kRowLanes - 1; }
+
+  void channel(const float* dy, const float* x, int64_t c, float* dw, float* plane) const override {
+    float* acc = plane + x_rows() * row_floats();
+    std::fill(acc, acc + kh_ * kRowLanes, 0.f);
+    for (int64_t n = 0; n < n_; ++n) {
+      pad_input(x + (n * c_ + c) * h_ * w_, row_floats(), plane);
+      const float* d = dy + (n * c_ + c) * oh_ * ow_;
+      on_vector_isa(isa_, [&](auto on) __attribute__((always_inline)) {
+        using L = typename decltype(on)::Lanes;
+        for (int64_t k = 0; k < kh_; k += kRowsAtOnce) {
+          const float* p = plane + k * row_floats();
+          float* a = acc + k * kRowLanes;
+          switch (std::min(kRowsAtOnce, kh_ - k)) {
+            case 1: correlate_rows<1, L>(d, p, row_floats(), oh_, ow_, a); break;
+            case 2: correlate_rows<2, L>(d, p, row_floats(), oh_, ow_, a); break;
+            case 3: correlate_rows<3, L>(d, p, row_floats(), oh_, ow_, a); break;
+            default: correlate_rows<4, L>(d, p, row_floats(), oh_, ow_, a); break;
+          }
+        }
+      });
+    }
+    for (int64_t kh = 0; kh < kh_; ++kh) std::copy(acc + kh * kRowLanes, acc + kh * kRowLanes + kw_, dw + kh * kw_);
+  }
 };
 
 // The same where output rows are at least 16 wide (a ConvNeXt's 7x7 on 28x28 maps and larger):
@@ -433,75 +451,54 @@ template <int R, class L>
   for (int j = 0; j < R; ++j) store16(acc + j * kLanes, lanes[j]);
 }
 
-class DepthwiseColsGradWeight final : public Kernel {
+class DepthwiseColsGradWeight final : public DepthwisePlaneGradWeight {
  public:
-  explicit DepthwiseColsGradWeight(const ConvGeometry& g, int threads)
-      : n_(g.x[0]), c_(g.x[1]), h_(g.x[2]), w_(g.x[3]), oh_(g.y[2]), ow_(g.y[3]), kh_(g.w[2]), kw_(g.w[3]),
-        ph_(g.window.pad_l[0]), pw_(g.window.pad_l[1]), owp_((ow_ + kLanes - 1) / kLanes * kLanes), threads_(threads),
-        isa_(vector_isa()) {}
-
-  // Per thread X's padded plane, dY's, and the taps' lanes.
-  size_t scratch_bytes() const override {
-    return static_cast<size_t>(threads_) * static_cast<size_t>(per_thread()) * sizeof(float);
-  }
-
-  void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
-    const float* dy = in[0].as<const float>();
-    const float* x = in[1].as<const float>();
-    float* dw = out[0].as<float>();
-    const bool parallel = c_ > 1 && n_ * c_ * oh_ * ow_ * kh_ * kw_ >= (1 << 15);
-    parallel_for(c_, threads_, parallel, [&](int64_t c) {
-      float* xp = static_cast<float*>(scratch) + omp_get_thread_num() * per_thread();
-      float* dyp = xp + x_rows() * ldx();
-      float* acc = dyp + oh_ * owp_;
-      std::fill(acc, acc + kh_ * kw_ * kLanes, 0.f);
-      for (int64_t n = 0; n < n_; ++n) {
-        pad_planes(x + (n * c_ + c) * h_ * w_, dy + (n * c_ + c) * oh_ * ow_, xp, dyp);
-        on_vector_isa(isa_, [&](auto on) __attribute__((always_inline)) {
-          using L = typename decltype(on)::Lanes;
-          for (int64_t kh = 0; kh < kh_; ++kh)
-            for (int64_t k = 0; k < kw_; k += kTapsAtOnce) {
-              const float* row = xp + kh * ldx() + k;
-              float* a = acc + (kh * kw_ + k) * kLanes;
-              switch (std::min(kTapsAtOnce, kw_ - k)) {
-                case 1: correlate_cols<1, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
-                case 2: correlate_cols<2, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
-                case 3: correlate_cols<3, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
-                case 4: correlate_cols<4, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
-                case 5: correlate_cols<5, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
-                case 6: correlate_cols<6, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
-                case 7: correlate_cols<7, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
-                default: correlate_cols<8, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
-              }
-            }
-        });
-      }
-      for (int64_t t = 0; t < kh_ * kw_; ++t) {
-        float sum = 0.f;
-        for (int64_t l = 0; l < kLanes; ++l) sum += acc[t * kLanes + l];
-        dw[c * kh_ * kw_ + t] = sum;
-      }
-    });
-  }
+  DepthwiseColsGradWeight(const ConvGeometry& g, int threads)
+      : DepthwisePlaneGradWeight(g, threads), owp_((ow_ + kLanes - 1) / kLanes * kLanes) {}
 
  private:
+  // X's padded plane, dY's, and the taps' lanes.
+  int64_t per_thread() const override { return x_rows() * ldx() + oh_ * owp_ + kh_ * kw_ * kLanes; }
   int64_t ldx() const { return owp_ + kw_ - 1; }  // a padded X row: output column x's window at x
-  int64_t x_rows() const { return oh_ + kh_ - 1; }  // padded row r holds input row r - ph
-  int64_t per_thread() const { return x_rows() * ldx() + oh_ * owp_ + kh_ * kw_ * kLanes; }
-  void pad_planes(const float* x, const float* dy, float* xp, float* dyp) const {
-    std::fill(xp, xp + x_rows() * ldx(), 0.f);
-    const int64_t from = std::max<int64_t>(0, -pw_), to = std::min(w_, ldx() - pw_);
-    for (int64_t j = std::max<int64_t>(0, -ph_); j < h_ && j + ph_ < x_rows() && to > from; ++j)
-      std::copy(x + j * w_ + from, x + j * w_ + to, xp + (j + ph_) * ldx() + pw_ + from);
-    for (int64_t y = 0; y < oh_; ++y) {
-      std::copy(dy + y * ow_, dy + (y + 1) * ow_, dyp + y * owp_);
-      std::fill(dyp + y * owp_ + ow_, dyp + (y + 1) * owp_, 0.f);
+
+  void channel(const float* dy, const float* x, int64_t c, float* dw, float* xp) const override {
+    float* dyp = xp + x_rows() * ldx();
+    float* acc = dyp + oh_ * owp_;
+    std::fill(acc, acc + kh_ * kw_ * kLanes, 0.f);
+    for (int64_t n = 0; n < n_; ++n) {
+      pad_input(x + (n * c_ + c) * h_ * w_, ldx(), xp);
+      const float* d = dy + (n * c_ + c) * oh_ * ow_;
+      for (int64_t y = 0; y < oh_; ++y) {
+        std::copy(d + y * ow_, d + (y + 1) * ow_, dyp + y * owp_);
+        std::fill(dyp + y * owp_ + ow_, dyp + (y + 1) * owp_, 0.f);
+      }
+      on_vector_isa(isa_, [&](auto on) __attribute__((always_inline)) {
+        using L = typename decltype(on)::Lanes;
+        for (int64_t kh = 0; kh < kh_; ++kh)
+          for (int64_t k = 0; k < kw_; k += kTapsAtOnce) {
+            const float* row = xp + kh * ldx() + k;
+            float* a = acc + (kh * kw_ + k) * kLanes;
+            switch (std::min(kTapsAtOnce, kw_ - k)) {
+              case 1: correlate_cols<1, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+              case 2: correlate_cols<2, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+              case 3: correlate_cols<3, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+              case 4: correlate_cols<4, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+              case 5: correlate_cols<5, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+              case 6: correlate_cols<6, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+              case 7: correlate_cols<7, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+              default: correlate_cols<8, L>(dyp, row, ldx(), oh_, ow_, owp_, a); break;
+            }
+          }
+      });
+    }
+    for (int64_t t = 0; t < kh_ * kw_; ++t) {
+      float sum = 0.f;
+      for (int64_t l = 0; l < kLanes; ++l) sum += acc[t * kLanes + l];
+      dw[t] = sum;
     }
   }
 
-  int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_, owp_;
-  int threads_;
-  VectorIsa isa_;
+  int64_t owp_;
 };
 
 // Whether oneDNN has a JIT kernel for the weight gradient of a depthwise Conv of geometry g.

@@ -7,8 +7,9 @@ seconds (the median action: what its thread spent, CLOCK_THREAD_CPUTIME_ID, wher
 one thread on the CPU, as here; its wall time otherwise) and the model's work units. As train's summary does, the units are
 turned into ms at one rate fitted over the run (all measured F+B+W over all planned F+B+W), so a
 ratio says how far the model's share for a chunk is from its measured share (1.00: exact). Each
-run is repeated (--repeat, 3) and each measured cell is the median over the repeats: on shared
-cores one run's actions can be preempted.
+run is repeated (--repeat, 3), the runs taking turns (every run once, then every run again), and
+each measured cell is the median over the repeats: on shared cores one run's actions can be
+preempted, and a slow spell of the machine then falls on one repeat of many runs.
 
 Runs: charlm as its train.yaml configures it (4 stages x 2 chunks, zb-v, 8 micro-batches of 8);
 every other sample (no train.yaml: a config made here, SGD, synthetic data, 4 micro-batches) at 1
@@ -87,9 +88,18 @@ def median_summary(summaries):
     return s
 
 
-def run_repeated(binary, config, steps, sets, repeat, log):
-    got = [x for x in (run(binary, config, steps, sets, log) for _ in range(repeat)) if x]
-    return median_summary(got) if got else None
+def run_in_turns(binary, jobs, steps, repeat, log):
+    """Each job (name, config, sets) run `repeat` times, the jobs taking turns: every job's first
+    run, then every job's second, and so on, so that a slow spell of a shared machine falls on one
+    run of many jobs, which each cell's median leaves out, not on every run of a few. Per job, in
+    order: its median summary, or None where no run succeeded."""
+    got = [[] for _ in jobs]
+    for _ in range(repeat):
+        for j, (_, config, sets) in enumerate(jobs):
+            s = run(binary, config, steps, sets, log)
+            if s:
+                got[j].append(s)
+    return [median_summary(g) if g else None for g in got]
 
 
 def rows_of(name, summary):
@@ -147,11 +157,9 @@ def main():
     models = dict(SAMPLES, **(EXPORTS if a.exports else {}))
     rows, clocks = [], set()
     with tempfile.TemporaryDirectory() as tmp:
+        jobs = []
         if not a.only or "charlm" in a.only:
-            s = run_repeated(a.pipetrain, "samples/charlm/train.yaml", a.steps, {}, a.repeat, sys.stderr)
-            if s:
-                rows += rows_of("charlm", s)
-                clocks.add(s.get("chunk_costs_spent_clock", "wall"))
+            jobs.append(("charlm", "samples/charlm/train.yaml", {}))
         for name, (model, batch, extra) in models.items():
             if a.only and name not in a.only:
                 continue
@@ -161,12 +169,12 @@ def main():
                         f"loss: {{kind: cross_entropy, output: output}}\ndata: {{kind: synthetic}}\n"
                         f"optimizer: {{kind: sgd, lr: 1.0e-3}}\n{extra}")
             for stages, kind in PIPELINES:
-                s = run_repeated(a.pipetrain, config, a.steps,
-                                 {"pipeline.stages": stages, "pipeline.schedule": kind, "pipeline.micro_batches": 4},
-                                 a.repeat, sys.stderr)
-                if s:
-                    rows += rows_of(name, s)
-                    clocks.add(s.get("chunk_costs_spent_clock", "wall"))
+                jobs.append((name, config,
+                             {"pipeline.stages": stages, "pipeline.schedule": kind, "pipeline.micro_batches": 4}))
+        for (name, _, _), s in zip(jobs, run_in_turns(a.pipetrain, jobs, a.steps, a.repeat, sys.stderr)):
+            if s:
+                rows += rows_of(name, s)
+                clocks.add(s.get("chunk_costs_spent_clock", "wall"))
     print(f"{'sample':<14}{'run':<13}{'chunk':>5}  {'F ms, model, ratio':<23}  {'B ms, model, ratio':<23}  "
           f"{'W ms, model, ratio':<23}")
     for r in rows:

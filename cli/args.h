@@ -42,7 +42,7 @@ void add_fuse_attention_option(CLI::App* cmd, int64_t* from);  // commands.cc
 void plan_gives(CLI::App* cmd, CLI::Option* plan, std::initializer_list<const char*> flags);
 
 // The pipeline keys of a plan written by `plan --write` (a train config), for `partition --plan`
-// and `schedule --plan`; UserError naming `flag` when the user also gave one of them.
+// and `schedule --plan` (a flag for one of them beside --plan is refused: plan_gives).
 struct PlanFile {
   std::string model;
   int64_t micro_batch = 1;

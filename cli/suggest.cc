@@ -85,8 +85,9 @@ std::string explain_parse_error(CLI::App& app, int argc, char** argv, const std:
     return "unknown flag '" + w + "' for `pipetrain " + first + "`" + hint;
   }
   // CLI11's "A excludes B": two flags that cannot be given together; --plan gives what the other sets.
-  if (const size_t at = fallback.find(" excludes "); at != std::string::npos) {
-    const std::string a = fallback.substr(0, at), b = fallback.substr(at + 10);
+  const std::string excludes = " excludes ";
+  if (const size_t at = fallback.find(excludes); at != std::string::npos) {
+    const std::string a = fallback.substr(0, at), b = fallback.substr(at + excludes.size());
     if (a == "--plan" || b == "--plan") {
       const std::string other = a == "--plan" ? b : a;
       const std::string named = other[0] == '-' ? other : "the " + other + " argument";

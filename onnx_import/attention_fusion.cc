@@ -399,10 +399,10 @@ std::optional<Repeat> repeated_heads(const Graph& g, ValueId operand, int reader
       continue;
     }
     if (is_op(&n, "Transpose")) {
-      Dims swap(out.size());
-      for (size_t i = 0; i < swap.size(); ++i) swap[i] = static_cast<int64_t>(i);
-      if (swap.size() < 2) return std::nullopt;
-      std::swap(swap[swap.size() - 2], swap.back());
+      if (out.size() < 2) return std::nullopt;
+      Dims swap(out.size());  // the last two dims exchanged
+      std::iota(swap.begin(), swap.end(), int64_t{0});
+      std::swap(swap.end()[-2], swap.back());
       if (n.attr_ints("perm") != swap) return std::nullopt;
       r.swapped = !r.swapped;
       v = n.inputs[0];

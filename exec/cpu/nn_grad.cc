@@ -37,7 +37,8 @@ struct ConvGeometry {
   int64_t group = 1;
   Dims x, w, y;
   Dims w_grouped;  // W as oneDNN takes it: (group, M/group, C/group, k...) when grouped
-  bool pointwise = false;  // ungrouped 1x1: runs on the plain layouts (see build_conv in nn.cc)
+  bool pointwise = false;  // ungrouped 1x1 (plain layouts but on small planes: conv_layout)
+  bool depthwise = false;  // one group per channel, one output channel each: W (C, 1, k...)
 };
 
 // Conv's shape rules as its gradients take them (conv_window, exec/window.h); nullopt when they
@@ -46,13 +47,14 @@ std::optional<ConvGeometry> conv_geometry(const Node& n, const Dims& x, const Di
                                           const Dims& y) {
   const auto window = conv_window(n, x, w, y, true);
   if (!window) return std::nullopt;
-  ConvGeometry g{*window, n.attr_int("group", 1), x, w, y, w, false};
+  ConvGeometry g{*window, n.attr_int("group", 1), x, w, y, w, false, false};
   const Dims kernel(w.begin() + 2, w.end());
   if (g.group > 1) {
     g.w_grouped[0] /= g.group;
     g.w_grouped.insert(g.w_grouped.begin(), g.group);
   }
   g.pointwise = g.group == 1 && all_are(kernel, 1);
+  g.depthwise = g.group > 1 && g.group == x[1] && w[0] == x[1] && w[1] == 1;
   return g;
 }
 
@@ -515,10 +517,8 @@ bool dnnl_depthwise_weights_jit(const KernelSpec& s, const ConvGeometry& g) {
 // The direct depthwise kernel for g (by rows where it is 2-D, of stride 1 and undilated; else by
 // pairs), or nullptr where the Conv is not depthwise or oneDNN has a JIT kernel for it.
 std::unique_ptr<Kernel> make_depthwise_grad_weight(const KernelSpec& s, const ConvGeometry& g) {
+  if (!g.depthwise || g.x.size() > 5 || dnnl_depthwise_weights_jit(s, g)) return nullptr;
   const int64_t channels = g.x[1];
-  if (g.group == 1 || g.group != channels || g.w[0] != channels || g.w[1] != 1 || g.x.size() > 5)
-    return nullptr;
-  if (dnnl_depthwise_weights_jit(s, g)) return nullptr;
   // By rows where an output row's products fill a vector's lanes at least (not MobileNetV2's late
   // 3x3s on 4x4 to 1x1 maps: a row call per kernel row costs more than their few pairs).
   const bool plane = g.x.size() == 4 && all_are(g.window.strides, 1) && all_are(g.window.dilation, 0);
@@ -602,10 +602,9 @@ std::unique_ptr<Kernel> make_pointwise_grad_weight(const ConvGeometry& g) {
   if (!g.pointwise) return nullptr;
   const Window& w = g.window;
   if (!all_are(w.strides, 1) || !all_are(w.pad_l, 0) || !all_are(w.pad_r, 0) || !all_are(w.dilation, 0)) return nullptr;
-  int64_t hw = 1;
-  for (size_t i = 2; i < g.x.size(); ++i) hw *= g.x[i];
-  if (hw > kSmallPlane || g.x[1] < kLongRow || g.y[1] != g.w[0] || g.x[1] != g.w[1]) return nullptr;
-  return std::make_unique<PointwiseConvGradWeight>(g.x[0], g.w[0], g.w[1], hw);
+  // The planes conv_layout gives oneDNN's blocked kernels: the same bound.
+  if (pointwise_on_plain_layouts(g.x) || g.x[1] < kLongRow || g.y[1] != g.w[0] || g.x[1] != g.w[1]) return nullptr;
+  return std::make_unique<PointwiseConvGradWeight>(g.x[0], g.w[0], g.w[1], product(g.x, 2, g.x.size()));
 }
 
 // dX = ConvGradInput(dY, W) of a pointwise Conv without pads whose X and Y hold one pixel per
@@ -640,15 +639,11 @@ std::unique_ptr<Kernel> build_pixel_grad_input(const KernelSpec& s, const ConvGe
 // 28x28. The flipped W is written into scratch before the steps.
 std::unique_ptr<Kernel> build_depthwise_grad_input(const KernelSpec& s, const ConvGeometry& g) {
   const Window& w = g.window;
+  if (!g.depthwise || g.x.size() != 4 || !all_are(w.strides, 1) || !all_are(w.dilation, 0)) return nullptr;
   const int64_t channels = g.x[1];
-  if (g.x.size() != 4 || g.group == 1 || g.group != channels || g.w[0] != channels || g.w[1] != 1 ||
-      !all_are(w.strides, 1) || !all_are(w.dilation, 0))
-    return nullptr;
   const int64_t kh = g.w[2], kw = g.w[3];
   const Dims pad_l = {kh - 1 - w.pad_l[0], kw - 1 - w.pad_l[1]}, pad_r = {kh - 1 - w.pad_r[0], kw - 1 - w.pad_r[1]};
-  if (std::any_of(pad_l.begin(), pad_l.end(), [](int64_t p) { return p < 0; }) ||
-      std::any_of(pad_r.begin(), pad_r.end(), [](int64_t p) { return p < 0; }))
-    return nullptr;
+  if (std::min({pad_l[0], pad_l[1], pad_r[0], pad_r[1]}) < 0) return nullptr;
   auto k = std::make_unique<DnnlKernel>(*s.cpu);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

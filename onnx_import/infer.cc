@@ -181,6 +181,7 @@ Result pool(const Args& a) {
 
 Result global_pool(const Args& a) {
   if (!a.has(0)) return std::nullopt;
+  if (a.rank(0) < 3) a.fail("takes an input [N, C, D1, ...] of rank 3 or more, not " + shape_str(a.shape(0)));
   Dims out(a.shape(0).begin(), a.shape(0).begin() + 2);
   out.resize(a.shape(0).size(), 1);
   return one(a.type(0).dtype, out);

@@ -103,14 +103,14 @@ class ModelFacts {
       Node node;
       node.name = n.name();
       node.op_type = n.op_type();
-      for (const auto& a : n.attribute()) node.attrs[a.name()] = attr_from_proto(a, n.name());
       node.inputs.assign(inputs.size(), kNoValue);
       node.outputs.assign(1, kNoValue);
       try {
+        for (const auto& a : n.attribute()) node.attrs[a.name()] = attr_from_proto(a, n.name());
         std::optional<std::vector<Tensor>> out = evaluate_constant(node, inputs, opset);
         if (out) folded_[n.output(0)] = std::move(out->front());
       } catch (const UserError&) {
-        // Left to import's folding, which names the file and node in the same error.
+        // An attribute or input left to import, which names the file and node in the same error.
       }
     }
   }
@@ -122,9 +122,9 @@ class ModelFacts {
       return f->second.type.numel() <= max_elements ? std::optional<Tensor>(f->second) : std::nullopt;
     auto it = constants_.find(name);
     if (it == constants_.end()) return std::nullopt;
-    int64_t elements = 1;
-    for (int64_t d : it->second->dims()) elements *= d;
-    if (elements > max_elements) return std::nullopt;
+    int64_t elements = 1;  // a negative or overflowing count is no small constant either
+    for (int64_t d : it->second->dims())
+      if (d < 0 || __builtin_mul_overflow(elements, d, &elements) || elements > max_elements) return std::nullopt;
     return tensor_from_proto(*it->second, path_ + ": initializer '" + name + "'");
   }
 

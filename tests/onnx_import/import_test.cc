@@ -378,6 +378,19 @@ TEST(ImportErrors, ShapesThatContradictTheOpNameTheNode) {
                          "the bound dimensions (--micro-batch, --dim) against the model");
 }
 
+// A global pool of a [N, C] input is refused in one line (its inference copied [N, C, ...]'s first
+// two dims: a rank-1 input read past its shape, the model fuzzer's find).
+TEST(ImportErrors, AGlobalPoolNeedsSpatialDims) {
+  fs::path p = scratch("global_pool.onnx");
+  save_model(tiny_model("GlobalAveragePool", "", 17), p.string());
+  ImportOptions o;
+  o.batch = 2;
+  EXPECT_EQ(import_error(p.string(), o),
+            p.string() + ": node 'the_node' (GlobalAveragePool, opset 17): takes an input [N, C, D1, ...] of "
+                         "rank 3 or more, not [2,4]; check the bound dimensions (--micro-batch, --dim) against "
+                         "the model");
+}
+
 TEST(ImportErrors, FusedAttentionWithAnExternalCacheIsRefused) {
   fs::path p = scratch("attention.onnx");
   onnx::ModelProto m = tiny_model("Attention", "", 24);

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/dispatch.h"
+#include "exec/cpu/lane_math.h"
 #include "exec/cpu/parallel.h"
 #include "exec/cpu/vector_clones.h"
 #include "exec/kernel_geometry.h"
@@ -29,17 +30,21 @@
 namespace pt::cpu {
 namespace {
 
-// Sum of n contiguous floats in 8 independent lanes (so the compiler can vectorise it; the
-// lanes fix the order of the additions, so every clone gives the same bits).
+// Sum of n contiguous floats in 8 independent lanes (lane l takes x[l], x[l + 8], ...; the lanes
+// fix the order of the additions, so every clone gives the same bits), the lanes one Vec8: written
+// as 8 scalar lanes, GCC at -O3 kept them in memory, a chain of stores and loads (MobileNetV2's
+// bias gradient of 8 x 48 planes of 16x16: 17 us a call, now 3).
 __attribute__((always_inline)) inline float sum_lanes(const float* x, int64_t n) {
-  float lane[8] = {};
+  Vec8 lane = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) lane[l] += x[i + l];
+  for (; i + 8 <= n; i += 8) {
+    Vec8 v;
+    std::memcpy(&v, x + i, sizeof v);
+    lane += v;
+  }
   float tail = 0.f;
   for (; i < n; ++i) tail += x[i];
-  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7])) +
-         tail;
+  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7])) + tail;
 }
 
 PT_VECTOR_CLONES float sum_contiguous(const float* x, int64_t n) { return sum_lanes(x, n); }

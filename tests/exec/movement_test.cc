@@ -353,64 +353,50 @@ TEST(Reduce, RowSumsSameBitsOnOneAndTwoThreads) {
   EXPECT_NEAR(sums[1][3], want, 1e-3);
 }
 
-// A convolution's bias gradient on small planes, dY [N, C, H, W] summed to [C]: each plane summed
-// in order from 0, the planes added image after image, bit for bit; 70 channels run past one
-// block of 64 rows, and planes of 4, 3 and 2 pixels take the short-row loops.
-TEST(Reduce, ShortPlaneSumsInImageThenPixelOrder) {
-  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{3, 70, 2, 2}, {2, 5, 1, 3}, {4, 9, 2, 1}}) {
-    const int64_t n = shape[0], c = shape[1], pixels = shape[2] * shape[3];
-    std::vector<float> x(static_cast<size_t>(n * c * pixels));
-    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1009) / 97.f - 5.f;
-    std::vector<float> want(static_cast<size_t>(c), 0.f);
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t ch = 0; ch < c; ++ch) {
-        float plane = 0.f;
-        for (int64_t p = 0; p < pixels; ++p) plane += x[static_cast<size_t>((b * c + ch) * pixels + p)];
-        want[static_cast<size_t>(ch)] += plane;
-      }
-    OneNode node("ReduceSum", "db");
-    node.input({DType::kFloat32, shape}, bytes_of(x));
-    node.input(i64_type(3), bytes_of(std::vector<int64_t>{0, 2, 3}), true);
-    node.output({DType::kFloat32, {c}});
-    node.node.attrs["keepdims"] = int64_t{0};
-    std::unique_ptr<Kernel> k = node.make(make_reduce_sum);
-    ASSERT_NE(k, nullptr);
-    const std::vector<float> y = values_of<float>(node.run(*k)[0]);
-    ASSERT_EQ(y.size(), want.size());
-    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(float)), 0) << shape[2] << "x" << shape[3];
-  }
+// A convolution's bias gradient, dY [N, C, H, W] summed to [C], bit for bit what `plane_sum`
+// gives each plane, the planes added image after image.
+void expect_plane_sums(const std::vector<int64_t>& shape, float (*plane_sum)(const float*, int64_t)) {
+  const int64_t n = shape[0], c = shape[1], pixels = shape[2] * shape[3];
+  std::vector<float> x(static_cast<size_t>(n * c * pixels));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1009) / 97.f - 5.f;
+  std::vector<float> want(static_cast<size_t>(c), 0.f);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      want[static_cast<size_t>(ch)] += plane_sum(&x[static_cast<size_t>((b * c + ch) * pixels)], pixels);
+  OneNode node("ReduceSum", "db");
+  node.input({DType::kFloat32, shape}, bytes_of(x));
+  node.input(i64_type(3), bytes_of(std::vector<int64_t>{0, 2, 3}), true);
+  node.output({DType::kFloat32, {c}});
+  node.node.attrs["keepdims"] = int64_t{0};
+  std::unique_ptr<Kernel> k = node.make(make_reduce_sum);
+  ASSERT_NE(k, nullptr);
+  const std::vector<float> y = values_of<float>(node.run(*k)[0]);
+  ASSERT_EQ(y.size(), want.size());
+  EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(float)), 0) << shape[2] << "x" << shape[3];
 }
 
-// The same on planes of 8 pixels or more: each plane summed in 8 lanes (lane l takes pixels l,
-// l + 8, ...; the lanes added pairwise, then the pixels past the last whole 8), the planes added
-// image after image, bit for bit. 70 channels leave a block of 4 planes short; 7x7 leaves a tail.
+// On small planes each plane is summed in order from 0; 70 channels run past one block of 64
+// rows, and planes of 4, 3 and 2 pixels take the short-row loops.
+TEST(Reduce, ShortPlaneSumsInImageThenPixelOrder) {
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{3, 70, 2, 2}, {2, 5, 1, 3}, {4, 9, 2, 1}})
+    expect_plane_sums(shape, [](const float* plane, int64_t pixels) {
+      float sum = 0.f;
+      for (int64_t p = 0; p < pixels; ++p) sum += plane[p];
+      return sum;
+    });
+}
+
+// On planes of 8 pixels or more each plane is summed in 8 lanes (lane l takes pixels l, l + 8,
+// ...; the lanes added pairwise, then the pixels past the last whole 8); 7x7 leaves a tail.
 TEST(Reduce, LongPlaneSumsInLaneOrder) {
-  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{3, 70, 16, 16}, {2, 6, 7, 7}, {1, 3, 2, 4}}) {
-    const int64_t n = shape[0], c = shape[1], pixels = shape[2] * shape[3];
-    std::vector<float> x(static_cast<size_t>(n * c * pixels));
-    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1009) / 97.f - 5.f;
-    std::vector<float> want(static_cast<size_t>(c), 0.f);
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const float* plane = &x[static_cast<size_t>((b * c + ch) * pixels)];
-        float lane[8] = {}, tail = 0.f;
-        const int64_t whole = pixels / 8 * 8;
-        for (int64_t p = 0; p < whole; ++p) lane[p % 8] += plane[p];
-        for (int64_t p = whole; p < pixels; ++p) tail += plane[p];
-        want[static_cast<size_t>(ch)] +=
-            ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7])) + tail;
-      }
-    OneNode node("ReduceSum", "db");
-    node.input({DType::kFloat32, shape}, bytes_of(x));
-    node.input(i64_type(3), bytes_of(std::vector<int64_t>{0, 2, 3}), true);
-    node.output({DType::kFloat32, {c}});
-    node.node.attrs["keepdims"] = int64_t{0};
-    std::unique_ptr<Kernel> k = node.make(make_reduce_sum);
-    ASSERT_NE(k, nullptr);
-    const std::vector<float> y = values_of<float>(node.run(*k)[0]);
-    ASSERT_EQ(y.size(), want.size());
-    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(float)), 0) << shape[2] << "x" << shape[3];
-  }
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{3, 70, 16, 16}, {2, 6, 7, 7}, {1, 3, 2, 4}})
+    expect_plane_sums(shape, [](const float* plane, int64_t pixels) {
+      float lane[8] = {}, tail = 0.f;
+      const int64_t whole = pixels / 8 * 8;
+      for (int64_t p = 0; p < whole; ++p) lane[p % 8] += plane[p];
+      for (int64_t p = whole; p < pixels; ++p) tail += plane[p];
+      return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7])) + tail;
+    });
 }
 
 // noop_with_empty_axes = 1 with no axes: a copy.

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -332,6 +333,16 @@ template <int R, class L>
   for (int j = 0; j < R; ++j) store16(acc + j * kRowLanes, lanes[j]);
 }
 
+// An h x w plane x as `rows` rows of ld floats, plane[(j + ph) * ld + pw + i] = x[j, i], zeros
+// around it (pads of a depthwise kernel's window: every window of the output meets rows and
+// columns of the plane).
+void pad_plane(const float* x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t rows, int64_t ld, float* plane) {
+  std::fill(plane, plane + rows * ld, 0.f);
+  const int64_t from = std::max<int64_t>(0, -pw), to = std::min(w, ld - pw);
+  for (int64_t j = std::max<int64_t>(0, -ph); j < h && j + ph < rows && to > from; ++j)
+    std::copy(x + j * w + from, x + j * w + to, plane + (j + ph) * ld + pw + from);
+}
+
 // The weight gradient kernels of a 2-D depthwise Conv of stride 1, undilated, by rows and by
 // columns: the geometry, the channel loop (per channel one thread, so the bits do not depend on the
 // thread count) and X's plane padded for them.
@@ -362,13 +373,9 @@ class DepthwisePlaneGradWeight : public Kernel {
   virtual void channel(const float* dy, const float* x, int64_t c, float* dw, float* mine) const = 0;
 
   int64_t x_rows() const { return oh_ + kh_ - 1; }  // padded row r holds input row r - ph
-  // X[n, c]'s plane x as x_rows() rows of ld floats, plane[(j + ph) * ld + pw + i] = x[j, i], zeros
-  // around it (above and below too, so that every kernel row meets a row).
+  // X[n, c]'s plane x padded into x_rows() rows of ld floats (pad_plane): every kernel row meets a row.
   void pad_input(const float* x, int64_t ld, float* plane) const {
-    std::fill(plane, plane + x_rows() * ld, 0.f);
-    const int64_t from = std::max<int64_t>(0, -pw_), to = std::min(w_, ld - pw_);
-    for (int64_t j = std::max<int64_t>(0, -ph_); j < h_ && j + ph_ < x_rows() && to > from; ++j)
-      std::copy(x + j * w_ + from, x + j * w_ + to, plane + (j + ph_) * ld + pw_ + from);
+    pad_plane(x, h_, w_, ph_, pw_, x_rows(), ld, plane);
   }
 
   int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_;
@@ -503,6 +510,116 @@ class DepthwiseColsGradWeight final : public DepthwisePlaneGradWeight {
   int64_t owp_;
 };
 
+// Where DepthwisePlaneConv runs a depthwise conv rather than oneDNN: fewer channels than one of
+// oneDNN's 16-channel blocks (which it then fills in part, and X and Y are reordered around it for
+// nothing) and output rows that fill its lanes. With a block or more oneDNN's kernel, its lanes
+// along channels, was faster: 96 channels of 28x28, 7x7, 8 images, 0.36 ms a call against 0.91;
+// 144 of 16x16, 3x3, 0.083 against 0.13; 384 of 14x14, 7x7, the same (one thread, AMD EPYC Zen 5).
+bool depthwise_plane_fits(int64_t channels, int64_t out_width) {
+  return channels < kLanes && out_width >= kLanes;
+}
+
+// Y = Conv(X, W, B) of a 2-D depthwise Conv of stride 1, undilated, between plain NCHW tensors
+// (depthwise_plane_fits), as a loop: per image and channel, X's plane is copied into rows of
+// OWp + KW - 1 floats (OW rounded up to 16 lanes) with its padding's zeros around it, and each
+// block of 16 outputs of a row is the sum over taps (kh, kw) in that order of W[kh, kw] times the
+// 16 values at (row + kh, column + kw), then plus B. oneDNN runs such a conv on 16-channel blocks
+// (nChw16c) only, so X and Y were reordered around it, which cost as much as the conv, and 8
+// channels filled half of each block: MobileNetV2's 8 channels of 16x16, 3x3, 8 images, 12-14 us
+// a call, here 7 (`pipetrain run` and `train --profile`, one thread). `flipped` reads W rotated
+// by 180 degrees: the input gradient of such a conv is this conv of dY with W flipped, padded
+// K - 1 - pad (build_depthwise_grad_input). Per plane one thread: the bits do not depend on the
+// thread count.
+class DepthwisePlaneConv final : public Kernel {
+ public:
+  DepthwisePlaneConv(const Dims& x, const Dims& y, int64_t kh, int64_t kw, int64_t ph, int64_t pw, bool flipped,
+                     bool bias, int threads)
+      : n_(x[0]), c_(x[1]), h_(x[2]), w_(x[3]), oh_(y[2]), ow_(y[3]), kh_(kh), kw_(kw), ph_(ph), pw_(pw),
+        owp_((ow_ + kLanes - 1) / kLanes * kLanes), flipped_(flipped), bias_(bias), threads_(threads),
+        isa_(vector_isa()) {}
+
+  size_t scratch_bytes() const override {
+    return static_cast<size_t>(threads_) * static_cast<size_t>(per_thread()) * sizeof(float);
+  }
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
+    const float* x = in[0].as<const float>();
+    const float* w = in[1].as<const float>();
+    const float* b = bias_ ? in[2].as<const float>() : nullptr;
+    float* y = out[0].as<float>();
+    const int64_t taps = kh_ * kw_;
+    const bool parallel = n_ * c_ > 1 && n_ * c_ * oh_ * ow_ * taps >= (1 << 15);
+    parallel_for(n_ * c_, threads_, parallel, [&](int64_t plane) {
+      const int64_t c = plane % c_;
+      float* mine = static_cast<float*>(scratch) + omp_get_thread_num() * per_thread();
+      float* xp = mine + taps * kLanes;
+      for (int64_t t = 0; t < taps; ++t)  // each tap in 16 lanes
+        std::fill_n(mine + t * kLanes, kLanes, w[c * taps + (flipped_ ? taps - 1 - t : t)]);
+      pad_plane(x + plane * h_ * w_, h_, w_, ph_, pw_, x_rows(), ldx(), xp);
+      convolve(mine, xp, b ? b[c] : 0.f, y + plane * oh_ * ow_);
+    });
+  }
+
+ private:
+  int64_t x_rows() const { return oh_ + kh_ - 1; }
+  int64_t ldx() const { return owp_ + kw_ - 1; }
+  int64_t per_thread() const { return kh_ * kw_ * kLanes + x_rows() * ldx(); }
+
+  // One plane's outputs from its padded input xp and its taps, each in 16 lanes: R output rows at
+  // a time, so that R sums, each a chain of dependent FMAs, run side by side (the loop alone on
+  // MobileNetV2's 8 channels of 16x16: 6 us a call one row at a time, 3 at 8). R = 8 fills 8 of
+  // AVX-512's 32 registers; 4 on the narrower copies, whose 16 lanes take two or four registers.
+  void convolve(const float* taps, const float* xp, float bias, float* y) const {
+    on_vector_isa(isa_, [&](auto on) __attribute__((always_inline)) {
+      using L = typename decltype(on)::Lanes;
+      constexpr int R = std::is_same_v<L, Vec16> ? 8 : 4;
+      L b;
+      splat16(b, bias);
+      int64_t r = 0;
+      for (; r + R <= oh_; r += R)
+        for (int64_t col = 0; col < ow_; col += kLanes) rows<R, L>(taps, xp, r, col, b, y);
+      for (; r < oh_; ++r)
+        for (int64_t col = 0; col < ow_; col += kLanes) rows<1, L>(taps, xp, r, col, b, y);
+    });
+  }
+
+  // Output rows [r, r + R), columns [col, col + 16) (those below OW): the sum over taps (kh, kw) in
+  // that order of the tap times X's padded plane at (row + kh, column + kw), then plus B.
+  template <int R, class L>
+  [[gnu::always_inline]] inline void rows(const float* taps, const float* xp, int64_t r, int64_t col, const L& b,
+                                          float* y) const {
+    L acc[R], v, tap;
+#pragma GCC unroll 8
+    for (int q = 0; q < R; ++q) splat16(acc[q], 0.f);
+    for (int64_t i = 0; i < kh_; ++i)
+      for (int64_t j = 0; j < kw_; ++j) {
+        load16(tap, taps + (i * kw_ + j) * kLanes);
+#pragma GCC unroll 8
+        for (int q = 0; q < R; ++q) {
+          load16(v, xp + (r + q + i) * ldx() + col + j);
+          acc[q] += tap * v;
+        }
+      }
+    float last[kLanes];
+#pragma GCC unroll 8
+    for (int q = 0; q < R; ++q) {
+      acc[q] += b;
+      float* out = y + (r + q) * ow_ + col;
+      if (col + kLanes <= ow_) {
+        store16(out, acc[q]);
+      } else {
+        store16(last, acc[q]);
+        std::copy(last, last + (ow_ - col), out);
+      }
+    }
+  }
+
+  int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_, owp_;
+  bool flipped_, bias_;
+  int threads_;
+  VectorIsa isa_;
+};
+
 // Whether oneDNN has a JIT kernel for the weight gradient of a depthwise Conv of geometry g.
 bool dnnl_depthwise_weights_jit(const KernelSpec& s, const ConvGeometry& g) {
   const dnnl::engine& engine = *s.cpu->engine;
@@ -633,10 +750,11 @@ std::unique_ptr<Kernel> build_pixel_grad_input(const KernelSpec& s, const ConvGe
 
 // dX = ConvGradInput(dY, W) of a 2-D depthwise Conv of stride 1 and no dilation, padded less than
 // its kernel: the forward convolution of dY with W flipped in both spatial dims, padded K - 1 -
-// pad on each side, on oneDNN's depthwise JIT in 16-channel blocks as the forward's Conv runs
-// (build_conv, nn.cc). oneDNN's backward-data depthwise kernel took 4x the forward's time on
-// samples/exports' convnext (8 channels of 8x8, 7x7: 4 us against 1) and 1.5x at 96 channels of
-// 28x28. The flipped W is written into scratch before the steps.
+// pad on each side, as the forward's Conv runs: DepthwisePlaneConv where it fits
+// (depthwise_plane_fits), else oneDNN's depthwise JIT in 16-channel blocks (build_conv, nn.cc).
+// oneDNN's backward-data depthwise kernel took 4x the forward's time on samples/exports' convnext
+// (8 channels of 8x8, 7x7: 4 us against 1) and 1.5x at 96 channels of 28x28. The flipped W is
+// written into scratch before the steps.
 std::unique_ptr<Kernel> build_depthwise_grad_input(const KernelSpec& s, const ConvGeometry& g) {
   const Window& w = g.window;
   if (!g.depthwise || g.x.size() != 4 || !all_are(w.strides, 1) || !all_are(w.dilation, 0)) return nullptr;
@@ -644,6 +762,8 @@ std::unique_ptr<Kernel> build_depthwise_grad_input(const KernelSpec& s, const Co
   const int64_t kh = g.w[2], kw = g.w[3];
   const Dims pad_l = {kh - 1 - w.pad_l[0], kw - 1 - w.pad_l[1]}, pad_r = {kh - 1 - w.pad_r[0], kw - 1 - w.pad_r[1]};
   if (std::min({pad_l[0], pad_l[1], pad_r[0], pad_r[1]}) < 0) return nullptr;
+  if (depthwise_plane_fits(channels, g.x[3]))
+    return std::make_unique<DepthwisePlaneConv>(g.y, g.x, kh, kw, pad_l[0], pad_l[1], true, false, s.cpu->threads);
   auto k = std::make_unique<DnnlKernel>(*s.cpu);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -678,6 +798,19 @@ std::unique_ptr<Kernel> build_depthwise_grad_input(const KernelSpec& s, const Co
 }
 
 }  // namespace
+
+std::unique_ptr<Kernel> make_depthwise_plane_conv(const KernelSpec& s, const Window& w, int64_t group) {
+  const Dims &x = s.inputs[0].shape, &wt = s.inputs[1].shape, &y = s.outputs[0].shape;
+  // Plain X and Y, no epilogue (KernelSpec::epilogue): the loop writes Y as the conv alone
+  // computes it, in NCHW.
+  if (s.epilogue || s.prologue || s.input_channels_last(0) || s.output_channels_last(0))
+    return nullptr;
+  if (x.size() != 4 || group != x[1] || wt[0] != x[1] || wt[1] != 1 || !all_are(w.strides, 1) ||
+      !all_are(w.dilation, 0) || !depthwise_plane_fits(x[1], y[3]))
+    return nullptr;
+  return std::make_unique<DepthwisePlaneConv>(x, y, wt[2], wt[3], w.pad_l[0], w.pad_l[1], false, s.has_input(2),
+                                              s.cpu->threads);
+}
 
 // ConvGradInput(dY, W) -> dX, attributes of Conv plus input_shape (X's shape).
 std::unique_ptr<Kernel> make_conv_grad_input(const KernelSpec& s) {

@@ -556,8 +556,10 @@ TEST(ConvGrad, DepthwiseColsKeepAnInfiniteInputToItsTaps) {
 // A 2-D depthwise input gradient of stride 1 runs as the forward convolution of dY with W flipped
 // (build_depthwise_grad_input): channels short of a 16-block, asymmetric pads, a kernel wider than
 // tall, and pads as large as the kernel (the backward-data kernel then: no flipped pad is negative).
+// Where dX's rows are 16 wide or more, the flipped forward is pipetrain's loop (DepthwisePlaneConv).
 TEST(ConvGrad, DepthwiseInputAsFlippedForward) {
   check_conv_adjoint({2, 24, 24, 24, {9, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 2, 0, 1}});
+  check_conv_adjoint({2, 8, 8, 8, {7, 18}, {3, 5}, {1, 1}, {1, 1}, {0, 1, 2, 3}});
   check_conv_adjoint({3, 8, 8, 8, {6, 10}, {3, 7}, {1, 1}, {1, 1}, {0, 3, 2, 1}});
   check_conv_adjoint({2, 16, 16, 16, {5, 5}, {3, 3}, {1, 1}, {1, 1}, {3, 3, 3, 3}});
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "exec/cpu/cpu_kernels.h"
+#include "tests/exec/isa_cap.h"
 #include "tests/exec/node_case.h"
 
 namespace pt {
@@ -168,6 +169,21 @@ TEST(Conv, GroupedMatchesLoop) { check_conv({2, 8, 9, 9, 12, 4, 3, 1, 1, 1}); }
 TEST(Conv, DepthwiseStridedMatchesLoop) { check_conv({2, 16, 10, 10, 16, 16, 3, 2, 1, 1}); }
 // 24 channels: the 16-channel blocks of a depthwise conv's layout (build_conv) end half full.
 TEST(Conv, DepthwiseOnPartialChannelBlocksMatchesLoop) { check_conv({3, 24, 9, 9, 24, 24, 3, 2, 1, 1}); }
+// A depthwise conv of stride 1 on fewer than 16 channels whose output rows are 16 wide or more
+// runs as a loop of pipetrain's own (DepthwisePlaneConv) on each copy this CPU runs: MobileNetV2's
+// 8 channels of 16x16, a row of 20 (a partial last block of 16) under 5x5 pads, a 7x7 on 28x28
+// (27 rows: 8 at a time, then 3 one by one), a row of 31 unpadded.
+TEST(Conv, DepthwisePlaneLoopMatchesLoop) {
+  const testing::IsaCap cap;
+  for (const char* isa : {"", "avx2", "sse2"}) {
+    SCOPED_TRACE(*isa ? isa : "the widest copy");
+    cap.set(isa);
+    check_conv({2, 8, 16, 16, 8, 8, 3, 1, 1, 1});
+    check_conv({3, 12, 9, 20, 12, 12, 5, 1, 1, 2});
+    check_conv({1, 8, 27, 28, 8, 8, 7, 1, 1, 3});
+    check_conv({2, 4, 5, 33, 4, 4, 3, 1, 1, 0});
+  }
+}
 // A 1x1 conv on one pixel per image with W an input, as in training: one matrix product
 // (build_pixel_product), here at MobileNetV2's last conv's shape, and on a 1x1 map at stride 2.
 TEST(Conv, PointwiseOnOnePixelMatchesLoop) {

@@ -438,8 +438,8 @@ TEST(StageProgram, ProductsAddATensorAsTheAddWould) {
 struct ConvChain {
   Graph g;
   ValueId x, a, b, c, d, e, y, w1;
-  ConvChain() {
-    const TensorType act{DType::kFloat32, {2, 8, 6, 6}};
+  explicit ConvChain(int64_t side = 6) {  // maps side x side
+    const TensorType act{DType::kFloat32, {2, 8, side, side}};
     x = g.add_value("x", act);
     const auto weight = [&](const std::string& name, std::vector<int64_t> shape, unsigned seed) {
       const ValueId v = g.add_value(name, {DType::kFloat32, shape});
@@ -545,6 +545,11 @@ TEST(ChannelsLast, ProgramsEqualThePlainOnes) {
   PlainCpuBackend plain(2);
   std::vector<Tensor> inputs = random_inputs(ch.g, 3);
   expect_close(run_once(ch.g, cpu, inputs), run_once(ch.g, plain, inputs), "chain");
+  // On 16x16 maps the depthwise conv of 8 channels between channels-last tensors: oneDNN's, not
+  // the plain-layout loop (DepthwisePlaneConv) the plain program runs.
+  ConvChain wide(16);
+  std::vector<Tensor> wide_inputs = random_inputs(wide.g, 5);
+  expect_close(run_once(wide.g, cpu, wide_inputs), run_once(wide.g, plain, wide_inputs), "chain on 16x16");
   ImportOptions o;
   o.batch = 4;
   const Graph mobilenet = import_model("samples/mobilenet/mobilenet.onnx", o);

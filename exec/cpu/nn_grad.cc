@@ -42,6 +42,11 @@ struct ConvGeometry {
   bool depthwise = false;  // one group per channel, one output channel each: W (C, 1, k...)
 };
 
+// One group per channel, one output channel each: W (C, 1, k...).
+bool is_depthwise(int64_t group, const Dims& x, const Dims& w) {
+  return group > 1 && group == x[1] && w[0] == x[1] && w[1] == 1;
+}
+
 // Conv's shape rules as its gradients take them (conv_window, exec/window.h); nullopt when they
 // do not hold.
 std::optional<ConvGeometry> conv_geometry(const Node& n, const Dims& x, const Dims& w,
@@ -55,8 +60,13 @@ std::optional<ConvGeometry> conv_geometry(const Node& n, const Dims& x, const Di
     g.w_grouped.insert(g.w_grouped.begin(), g.group);
   }
   g.pointwise = g.group == 1 && all_are(kernel, 1);
-  g.depthwise = g.group > 1 && g.group == x[1] && w[0] == x[1] && w[1] == 1;
+  g.depthwise = is_depthwise(g.group, x, w);
   return g;
+}
+
+// A 2-D window of stride 1, undilated: the geometry of the depthwise plane loops (DepthwisePlanes).
+bool unit_plane_window(const Window& w, const Dims& x) {
+  return x.size() == 4 && all_are(w.strides, 1) && all_are(w.dilation, 0);
 }
 
 // The layout a conv primitive is asked for: plain for a pointwise conv but on small planes
@@ -333,54 +343,58 @@ template <int R, class L>
   for (int j = 0; j < R; ++j) store16(acc + j * kRowLanes, lanes[j]);
 }
 
-// An h x w plane x as `rows` rows of ld floats, plane[(j + ph) * ld + pw + i] = x[j, i], zeros
-// around it (pads of a depthwise kernel's window: every window of the output meets rows and
-// columns of the plane).
-void pad_plane(const float* x, int64_t h, int64_t w, int64_t ph, int64_t pw, int64_t rows, int64_t ld, float* plane) {
-  std::fill(plane, plane + rows * ld, 0.f);
-  const int64_t from = std::max<int64_t>(0, -pw), to = std::min(w, ld - pw);
-  for (int64_t j = std::max<int64_t>(0, -ph); j < h && j + ph < rows && to > from; ++j)
-    std::copy(x + j * w + from, x + j * w + to, plane + (j + ph) * ld + pw + from);
-}
-
-// The weight gradient kernels of a 2-D depthwise Conv of stride 1, undilated, by rows and by
-// columns: the geometry, the channel loop (per channel one thread, so the bits do not depend on the
-// thread count) and X's plane padded for them.
-class DepthwisePlaneGradWeight : public Kernel {
+// The depthwise kernels that run plane by plane (unit_plane_window): X (N, C, H, W) read, Y (N, C,
+// OH, OW) made by a KH x KW window padded PH, PW on the left and top, each plane of X padded into
+// scratch first, one scratch per thread.
+class DepthwisePlanes : public Kernel {
  public:
-  DepthwisePlaneGradWeight(const ConvGeometry& g, int threads)
-      : n_(g.x[0]), c_(g.x[1]), h_(g.x[2]), w_(g.x[3]), oh_(g.y[2]), ow_(g.y[3]), kh_(g.w[2]), kw_(g.w[3]),
-        ph_(g.window.pad_l[0]), pw_(g.window.pad_l[1]), threads_(threads), isa_(vector_isa()) {}
+  DepthwisePlanes(const Dims& x, const Dims& y, int64_t kh, int64_t kw, int64_t ph, int64_t pw, int threads)
+      : n_(x[0]), c_(x[1]), h_(x[2]), w_(x[3]), oh_(y[2]), ow_(y[3]), kh_(kh), kw_(kw), ph_(ph), pw_(pw),
+        threads_(threads), isa_(vector_isa()) {}
 
   size_t scratch_bytes() const override {
     return static_cast<size_t>(threads_) * static_cast<size_t>(per_thread()) * sizeof(float);
   }
+
+ protected:
+  // Floats of one thread's scratch.
+  virtual int64_t per_thread() const = 0;
+  float* mine(void* scratch) const { return static_cast<float*>(scratch) + omp_get_thread_num() * per_thread(); }
+
+  int64_t x_rows() const { return oh_ + kh_ - 1; }  // padded row r holds input row r - ph
+  // One plane x of X as x_rows() rows of ld floats, plane[(j + ph) * ld + pw + i] = x[j, i], zeros
+  // around it (above and below too, so that every kernel row meets a row).
+  void pad_input(const float* x, int64_t ld, float* plane) const {
+    std::fill(plane, plane + x_rows() * ld, 0.f);
+    const int64_t from = std::max<int64_t>(0, -pw_), to = std::min(w_, ld - pw_);
+    for (int64_t j = std::max<int64_t>(0, -ph_); j < h_ && j + ph_ < x_rows() && to > from; ++j)
+      std::copy(x + j * w_ + from, x + j * w_ + to, plane + (j + ph_) * ld + pw_ + from);
+  }
+
+  int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_;
+  int threads_;
+  VectorIsa isa_;
+};
+
+// The weight gradient kernels of a 2-D depthwise Conv of stride 1, undilated, by rows and by
+// columns: the channel loop (per channel one thread, so the bits do not depend on the thread
+// count) over the planes of X and dY.
+class DepthwisePlaneGradWeight : public DepthwisePlanes {
+ public:
+  DepthwisePlaneGradWeight(const ConvGeometry& g, int threads)
+      : DepthwisePlanes(g.x, g.y, g.w[2], g.w[3], g.window.pad_l[0], g.window.pad_l[1], threads) {}
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     const float* dy = in[0].as<const float>();
     const float* x = in[1].as<const float>();
     float* dw = out[0].as<float>();
     const bool parallel = c_ > 1 && n_ * c_ * oh_ * ow_ * kh_ * kw_ >= (1 << 15);
-    parallel_for(c_, threads_, parallel, [&](int64_t c) {
-      channel(dy, x, c, dw + c * kh_ * kw_, static_cast<float*>(scratch) + omp_get_thread_num() * per_thread());
-    });
+    parallel_for(c_, threads_, parallel, [&](int64_t c) { channel(dy, x, c, dw + c * kh_ * kw_, mine(scratch)); });
   }
 
  protected:
-  // Floats of one thread's scratch.
-  virtual int64_t per_thread() const = 0;
   // dW[c] (kh x kw) from every image's plane of channel c, with `mine`, this thread's scratch.
   virtual void channel(const float* dy, const float* x, int64_t c, float* dw, float* mine) const = 0;
-
-  int64_t x_rows() const { return oh_ + kh_ - 1; }  // padded row r holds input row r - ph
-  // X[n, c]'s plane x padded into x_rows() rows of ld floats (pad_plane): every kernel row meets a row.
-  void pad_input(const float* x, int64_t ld, float* plane) const {
-    pad_plane(x, h_, w_, ph_, pw_, x_rows(), ld, plane);
-  }
-
-  int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_;
-  int threads_;
-  VectorIsa isa_;
 };
 
 class DepthwiseRowsGradWeight final : public DepthwisePlaneGradWeight {
@@ -530,17 +544,12 @@ bool depthwise_plane_fits(int64_t channels, int64_t out_width) {
 // by 180 degrees: the input gradient of such a conv is this conv of dY with W flipped, padded
 // K - 1 - pad (build_depthwise_grad_input). Per plane one thread: the bits do not depend on the
 // thread count.
-class DepthwisePlaneConv final : public Kernel {
+class DepthwisePlaneConv final : public DepthwisePlanes {
  public:
   DepthwisePlaneConv(const Dims& x, const Dims& y, int64_t kh, int64_t kw, int64_t ph, int64_t pw, bool flipped,
                      bool bias, int threads)
-      : n_(x[0]), c_(x[1]), h_(x[2]), w_(x[3]), oh_(y[2]), ow_(y[3]), kh_(kh), kw_(kw), ph_(ph), pw_(pw),
-        owp_((ow_ + kLanes - 1) / kLanes * kLanes), flipped_(flipped), bias_(bias), threads_(threads),
-        isa_(vector_isa()) {}
-
-  size_t scratch_bytes() const override {
-    return static_cast<size_t>(threads_) * static_cast<size_t>(per_thread()) * sizeof(float);
-  }
+      : DepthwisePlanes(x, y, kh, kw, ph, pw, threads), owp_((ow_ + kLanes - 1) / kLanes * kLanes),
+        flipped_(flipped), bias_(bias) {}
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     const float* x = in[0].as<const float>();
@@ -551,19 +560,19 @@ class DepthwisePlaneConv final : public Kernel {
     const bool parallel = n_ * c_ > 1 && n_ * c_ * oh_ * ow_ * taps >= (1 << 15);
     parallel_for(n_ * c_, threads_, parallel, [&](int64_t plane) {
       const int64_t c = plane % c_;
-      float* mine = static_cast<float*>(scratch) + omp_get_thread_num() * per_thread();
-      float* xp = mine + taps * kLanes;
+      float* lanes = mine(scratch);
+      float* xp = lanes + taps * kLanes;
       for (int64_t t = 0; t < taps; ++t)  // each tap in 16 lanes
-        std::fill_n(mine + t * kLanes, kLanes, w[c * taps + (flipped_ ? taps - 1 - t : t)]);
-      pad_plane(x + plane * h_ * w_, h_, w_, ph_, pw_, x_rows(), ldx(), xp);
-      convolve(mine, xp, b ? b[c] : 0.f, y + plane * oh_ * ow_);
+        std::fill_n(lanes + t * kLanes, kLanes, w[c * taps + (flipped_ ? taps - 1 - t : t)]);
+      pad_input(x + plane * h_ * w_, ldx(), xp);
+      convolve(lanes, xp, b ? b[c] : 0.f, y + plane * oh_ * ow_);
     });
   }
 
  private:
-  int64_t x_rows() const { return oh_ + kh_ - 1; }
   int64_t ldx() const { return owp_ + kw_ - 1; }
-  int64_t per_thread() const { return kh_ * kw_ * kLanes + x_rows() * ldx(); }
+  // The taps, each in 16 lanes, and X's padded plane.
+  int64_t per_thread() const override { return kh_ * kw_ * kLanes + x_rows() * ldx(); }
 
   // One plane's outputs from its padded input xp and its taps, each in 16 lanes: R output rows at
   // a time, so that R sums, each a chain of dependent FMAs, run side by side (the loop alone on
@@ -614,10 +623,8 @@ class DepthwisePlaneConv final : public Kernel {
     }
   }
 
-  int64_t n_, c_, h_, w_, oh_, ow_, kh_, kw_, ph_, pw_, owp_;
+  int64_t owp_;
   bool flipped_, bias_;
-  int threads_;
-  VectorIsa isa_;
 };
 
 // Whether oneDNN has a JIT kernel for the weight gradient of a depthwise Conv of geometry g.
@@ -638,7 +645,7 @@ std::unique_ptr<Kernel> make_depthwise_grad_weight(const KernelSpec& s, const Co
   const int64_t channels = g.x[1];
   // By rows where an output row's products fill a vector's lanes at least (not MobileNetV2's late
   // 3x3s on 4x4 to 1x1 maps: a row call per kernel row costs more than their few pairs).
-  const bool plane = g.x.size() == 4 && all_are(g.window.strides, 1) && all_are(g.window.dilation, 0);
+  const bool plane = unit_plane_window(g.window, g.x);
   if (plane && g.y[3] >= kLanes) return std::make_unique<DepthwiseColsGradWeight>(g, s.cpu->threads);
   if (plane && g.w[3] <= kRowLanes && g.y[3] * g.w[3] >= kRowLanes)
     return std::make_unique<DepthwiseRowsGradWeight>(g, s.cpu->threads);
@@ -757,7 +764,7 @@ std::unique_ptr<Kernel> build_pixel_grad_input(const KernelSpec& s, const ConvGe
 // written into scratch before the steps.
 std::unique_ptr<Kernel> build_depthwise_grad_input(const KernelSpec& s, const ConvGeometry& g) {
   const Window& w = g.window;
-  if (!g.depthwise || g.x.size() != 4 || !all_are(w.strides, 1) || !all_are(w.dilation, 0)) return nullptr;
+  if (!g.depthwise || !unit_plane_window(w, g.x)) return nullptr;
   const int64_t channels = g.x[1];
   const int64_t kh = g.w[2], kw = g.w[3];
   const Dims pad_l = {kh - 1 - w.pad_l[0], kw - 1 - w.pad_l[1]}, pad_r = {kh - 1 - w.pad_r[0], kw - 1 - w.pad_r[1]};
@@ -805,9 +812,7 @@ std::unique_ptr<Kernel> make_depthwise_plane_conv(const KernelSpec& s, const Win
   // computes it, in NCHW.
   if (s.epilogue || s.prologue || s.input_channels_last(0) || s.output_channels_last(0))
     return nullptr;
-  if (x.size() != 4 || group != x[1] || wt[0] != x[1] || wt[1] != 1 || !all_are(w.strides, 1) ||
-      !all_are(w.dilation, 0) || !depthwise_plane_fits(x[1], y[3]))
-    return nullptr;
+  if (!is_depthwise(group, x, wt) || !unit_plane_window(w, x) || !depthwise_plane_fits(x[1], y[3])) return nullptr;
   return std::make_unique<DepthwisePlaneConv>(x, y, wt[2], wt[3], w.pad_l[0], w.pad_l[1], false, s.has_input(2),
                                               s.cpu->threads);
 }

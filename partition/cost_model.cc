@@ -448,7 +448,9 @@ static bool runs_like_a_library_call(const Node& n) {
 
 int64_t launch_flops(const Node& n) {
   if (!is_product(n)) return runs_like_a_library_call(n) ? kFlopsPerLibraryCall : kFlopsPerKernel;
-  return n.op_type == "MatMul" || n.op_type == "Gemm" ? kFlopsPerProduct : kFlopsPerConvolution;
+  if (n.op_type == "MatMul" || n.op_type == "Gemm") return kFlopsPerProduct;
+  if (n.op_type == "ConvGradInput") return kFlopsPerConvolutionGradInput;
+  return n.op_type == "ConvGradWeight" ? kFlopsPerConvolutionGradWeight : kFlopsPerConvolution;
 }
 
 NodeCost total_cost(const std::vector<NodeCost>& costs) {

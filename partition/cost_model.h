@@ -98,8 +98,13 @@ constexpr int64_t kFlopsPerExp = 8;
 // oneDNN's pooling and layer normalisation and the kernels that normalise rows (softmax, layer
 // and batch normalisation's gradients, the loss: a reduction per row before the row is written,
 // most of them in an OpenMP region still); ~0.05 us a loop of pipetrain's own. A small model's
-// chunks are mostly these (plan/chunk_costs.h work_units counts them).
+// chunks are mostly these (plan/chunk_costs.h work_units counts them). oneDNN's backward
+// convolutions start for less than its forward one (~0.9 us the input gradient, ~1.1 us the
+// weight gradient, ~1.5 us the forward): fitted by least squares over every chunk's F, B and W of
+// the samples and samples/exports, as the table of bench/chunk_costs.py has them (docs/measured.md).
 constexpr int64_t kFlopsPerConvolution = 300'000;
+constexpr int64_t kFlopsPerConvolutionGradInput = 190'000;
+constexpr int64_t kFlopsPerConvolutionGradWeight = 230'000;
 constexpr int64_t kFlopsPerProduct = 60'000;
 constexpr int64_t kFlopsPerLibraryCall = 140'000;
 constexpr int64_t kFlopsPerKernel = 10'000;

@@ -18,15 +18,24 @@ double action_units(const NodeCost& total) {
   return total.launch > 0 ? work_units(total) + static_cast<double>(kFlopsPerAction) * 1e-9 : 0;
 }
 
-Costs chunk_costs(const std::vector<BackwardGraphs>& chunks) {
+Costs chunk_costs(const std::vector<BackwardGraphs>& chunks, const std::vector<int>& devices) {
+  PT_CHECK(devices.empty() || devices.size() == chunks.size(), "one device per chunk");
+  // Whether chunks i and j both exist and run on different devices.
+  const auto apart = [&](size_t i, size_t j) {
+    return !devices.empty() && i < chunks.size() && j < chunks.size() && devices[i] != devices[j];
+  };
+  const double received = static_cast<double>(kFlopsPerReceivedAction) * 1e-9;
   Costs costs;
   costs.bytes = true;
-  for (const BackwardGraphs& b : chunks) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const BackwardGraphs& b = chunks[i];
     const ChunkWork work = chunk_work(b);
     ChunkCost c;
     c.f = action_units(work.f);
     c.b = action_units(work.b);
     c.w = action_units(work.w);
+    if (i > 0 && apart(i - 1, i) && c.f > 0) c.f += received;
+    if (apart(i, i + 1) && c.b > 0) c.b += received;
     c.activation = static_cast<double>(b.kept_bytes);
     c.w_keep = static_cast<double>(b.passed_bytes);
     for (const std::string& k : b.kept_for_weight)
@@ -39,7 +48,9 @@ Costs chunk_costs(const std::vector<BackwardGraphs>& chunks) {
 
 Costs chunk_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPlan& plan) {
   PT_CHECK(chunks.size() == plan.chunks.size(), "one BackwardGraphs per planned chunk");
-  Costs costs = chunk_costs(chunks);
+  std::vector<int> devices;
+  for (const ChunkPlan& c : plan.chunks) devices.push_back(c.device);
+  Costs costs = chunk_costs(chunks, devices);
   for (size_t c = 0; c < chunks.size(); ++c)
     costs.chunks[c].comm = static_cast<double>(plan.chunks[c].link_out) * 1e-9;  // FLOP-equivalents
   return costs;

@@ -46,12 +46,22 @@ constexpr int64_t kFlopsPerAction = 100'000;
 // that runs no kernel (a first chunk's B).
 double action_units(const NodeCost& total);
 
-// Per chunk: f, b and w = action_units of the F, B and W graphs; F keeps kept_bytes until B, and B
-// leaves what W still reads (kept_for_weight) plus what it passes W, so the simulator's peak
-// equals the executor's measured peak_kept_bytes(); comm = the plan's link_out / 1e9.
+// FLOP-equivalents an action pays above its graph's when its input came from another device: F
+// of a chunk whose predecessor runs elsewhere, B of one whose successor does. Its device waited
+// for that message, and after the wait its first kernels find less of their weights and code in
+// the core's caches (~0.5 us on Zen 5, where the devices are threads sharing 2 cores). Fitted with
+// the convolutions' fixed parts (partition/cost_model.h); without it the F of the chunks after
+// the first was 1.2-1.3x its share on the small exports and the last chunk's B 0.7-0.8x.
+constexpr int64_t kFlopsPerReceivedAction = 110'000;
+
+// Per chunk: f, b and w = action_units of the F, B and W graphs, F and B with
+// kFlopsPerReceivedAction where the chunk before or after is on another device (`devices`: each
+// chunk's; empty: all on one); F keeps kept_bytes until B, and B leaves what W still reads
+// (kept_for_weight) plus what it passes W, so the simulator's peak equals the executor's measured
+// peak_kept_bytes(); comm 0, where no link prices the transfers.
+Costs chunk_costs(const std::vector<BackwardGraphs>& chunks, const std::vector<int>& devices = {});
+// The same on the plan's devices, with comm = the plan's link_out / 1e9.
 Costs chunk_costs(const std::vector<BackwardGraphs>& chunks, const PartitionPlan& plan);
-// The same with comm 0, where no link prices the transfers.
-Costs chunk_costs(const std::vector<BackwardGraphs>& chunks);
 
 // The model's F, B and W work per micro-batch, as `inspect` shows it.
 struct ModelWork {

@@ -141,7 +141,8 @@ PipelinePlan plan_pipeline(const Graph& train, const PipelineRequest& r) {
   for (ChunkPlan& c : plan.chunks) c.device = out.schedule.device_of(c.index);
   const ChunkBackwardOptions co = chunk_options(r, p, plan);
   out.chunks = located(r.where("model"), [&] { return build_chunk_backward(train, plan, co); });
-  out.planned = chunk_costs(out.chunks);  // comm from the run's measured transfers, none planned
+  out.planned = chunk_costs(out.chunks, plan);
+  for (ChunkCost& c : out.planned.chunks) c.comm = 0;  // comm from the run's measured transfers, none planned
   return out;
 }
 

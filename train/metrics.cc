@@ -23,6 +23,27 @@ void trim_metrics(const std::string& path, int64_t steps_done) {
   write_file_atomic(path, kept, "choose another output.metrics");
 }
 
+// --profile's nodes, each with its seconds per run (the profiled steps' time over its runs, one
+// per micro-batch a step) and what the cost model counts for it: the data to fit the model's
+// constants to (bench/fit_costs.py).
+nlohmann::json profile_rows(const Trainer& t) {
+  const double runs = static_cast<double>(t.steps_done() - t.profiled_from()) * t.schedule().micro_batches;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const PipelineExecutor::NodeTime& n : t.node_profile())
+    rows.push_back({{"chunk", n.chunk},
+                    {"pass", n.pass},
+                    {"op", n.op},
+                    {"node", n.node},
+                    {"shape", n.shape},
+                    {"seconds", n.seconds / runs},
+                    {"flops", n.cost.flops_fwd},
+                    {"bytes_read", n.cost.bytes_read},
+                    {"bytes_written", n.cost.bytes_written},
+                    {"cached_bytes", n.cost.cached_bytes},
+                    {"launch", n.cost.launch}});
+  return rows;
+}
+
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at, const std::string& where) {
@@ -73,6 +94,7 @@ void MetricsWriter::summary(const Trainer& t, const TrainSummary& s, int threads
                       {"chunk_costs_spent_s", chunk_costs_spent_s},
                       {"chunk_costs_spent_clock", s.spent_clock == ActionClock::kThreadCpu ? "thread_cpu" : "wall"},
                       {"chunk_costs_model", chunk_costs_model}};
+  if (t.profiled_from() >= 0) j["profile"] = profile_rows(t);
   out_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
 }
 

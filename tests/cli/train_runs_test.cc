@@ -3,6 +3,8 @@
 // the message, and what is on disk afterwards.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstring>
 #include <regex>
 #include <set>
@@ -324,6 +326,28 @@ TEST(TrainRuns, ProfileSaysWhereTheStepsTimeGoes) {
     ++shown;
   }
   EXPECT_EQ(shown, 10) << r.out;
+  // The metrics file's summary has every node's row (bench/fit_costs.py fits the cost model's
+  // constants to them): its time per run and what the model counts for it. Per step (4
+  // micro-batches), the rows add up to the total printed above.
+  std::ifstream in(d / "metrics.jsonl");
+  std::string json, last_line;
+  while (std::getline(in, json)) last_line = json;
+  const nlohmann::json profile = nlohmann::json::parse(last_line)["summary"]["profile"];
+  ASSERT_GT(profile.size(), 10u) << last_line;
+  double per_step_ms = 0;
+  std::set<std::string> profiled_ops;
+  for (const nlohmann::json& n : profile) {
+    EXPECT_TRUE(n["chunk"].get<int>() >= 0 && n["chunk"].get<int>() < 4) << n;
+    EXPECT_GE(n["seconds"].get<double>(), 0) << n;
+    EXPECT_GE(n["flops"].get<int64_t>(), 0) << n;
+    EXPECT_LE(n["cached_bytes"].get<int64_t>(), n["bytes_read"].get<int64_t>() + n["bytes_written"].get<int64_t>()) << n;
+    EXPECT_FALSE(n["node"].get<std::string>().empty()) << n;
+    profiled_ops.insert(n["op"].get<std::string>());
+    per_step_ms += n["seconds"].get<double>() * 4 * 1e3;
+  }
+  for (const std::string& op : ops) EXPECT_TRUE(profiled_ops.count(op)) << op;
+  const double printed_ms = std::stod(r.out.substr(at + std::strlen("kernel time per step, steps 2 to 3 (each kernel timed alone, all devices): ")));
+  EXPECT_NEAR(per_step_ms, printed_ms, 0.006) << r.out;
 }
 
 // fuse_attention_from: the keys from which train runs an attention as one kernel. The gpt sample's

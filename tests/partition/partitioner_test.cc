@@ -102,7 +102,8 @@ TEST(CostModel, KernelsFixedCostsByWhatRunsThem) {
   const auto node = [](const char* op, const char* domain) { return Node{"n", op, domain, {}, {}, {}}; };
   EXPECT_EQ(launch_flops(node("MatMul", "")), kFlopsPerProduct);
   EXPECT_EQ(launch_flops(node("Conv", "")), kFlopsPerConvolution);
-  EXPECT_EQ(launch_flops(node("ConvGradWeight", "pipetrain")), kFlopsPerConvolution);
+  EXPECT_EQ(launch_flops(node("ConvGradInput", "pipetrain")), kFlopsPerConvolutionGradInput);
+  EXPECT_EQ(launch_flops(node("ConvGradWeight", "pipetrain")), kFlopsPerConvolutionGradWeight);
   for (const char* op : {"LayerNormalization", "Softmax", "MaxPool"})
     EXPECT_EQ(launch_flops(node(op, "")), kFlopsPerLibraryCall) << op;
   for (const char* op :
@@ -132,7 +133,7 @@ TEST(CostModel, PointwiseConvolutionsOnOnePixelArePricedAsProducts) {
   EXPECT_EQ(launch("Conv", "", 1), kFlopsPerProduct);
   EXPECT_EQ(launch("ConvGradInput", "pipetrain", 1), kFlopsPerProduct);
   EXPECT_EQ(launch("Conv", "", 2), kFlopsPerConvolution);
-  EXPECT_EQ(launch("ConvGradInput", "pipetrain", 2), kFlopsPerConvolution);
+  EXPECT_EQ(launch("ConvGradInput", "pipetrain", 2), kFlopsPerConvolutionGradInput);
 }
 
 TEST(CostModel, TokenIdsNeedNoGradient) {

@@ -74,7 +74,10 @@ TEST(ChunkCosts, WeightGradientsAreWsWorkInEveryForm) {
   EXPECT_EQ(work.f.flops_fwd, products + 6 * 16);
 }
 
-// Costs carry the same work as time (FLOP-equivalents / 1e9) and the plan's link as comm.
+// Costs carry the same work as time (FLOP-equivalents / 1e9) and the plan's link as comm; an
+// action whose input comes from the other device (the second chunk's F; the first chunk's B,
+// where it runs a kernel) pays kFlopsPerReceivedAction above its graph's work, and none when both
+// chunks are on one device.
 TEST(ChunkCosts, CostsAreTheGraphsWorkUnits) {
   const Graph g = testing::load_sample("gpt", 2);
   PartitionOptions po;
@@ -85,11 +88,17 @@ TEST(ChunkCosts, CostsAreTheGraphsWorkUnits) {
   const std::vector<BackwardGraphs> chunks = build_chunk_backward(g, plan, o);
   const Costs costs = chunk_costs(chunks, plan);
   ASSERT_EQ(costs.chunks.size(), 2u);
+  ASSERT_NE(plan.chunks[0].device, plan.chunks[1].device);
+  const Costs one_device = chunk_costs(chunks, std::vector<int>{0, 0});
+  const double received = static_cast<double>(kFlopsPerReceivedAction) * 1e-9;
   for (size_t c = 0; c < 2; ++c) {
     const ChunkWork w = chunk_work(chunks[c]);
-    EXPECT_DOUBLE_EQ(costs.chunks[c].f, action_units(w.f));
-    EXPECT_DOUBLE_EQ(costs.chunks[c].b, action_units(w.b));
+    const double b = action_units(w.b);
+    EXPECT_DOUBLE_EQ(costs.chunks[c].f, action_units(w.f) + (c == 1 ? received : 0));
+    EXPECT_DOUBLE_EQ(costs.chunks[c].b, b + (c == 0 && b > 0 ? received : 0));
     EXPECT_DOUBLE_EQ(costs.chunks[c].w, action_units(w.w));
+    EXPECT_DOUBLE_EQ(one_device.chunks[c].f, action_units(w.f));
+    EXPECT_DOUBLE_EQ(one_device.chunks[c].b, b);
     EXPECT_DOUBLE_EQ(costs.chunks[c].activation, static_cast<double>(chunks[c].kept_bytes));
     EXPECT_DOUBLE_EQ(costs.chunks[c].comm, static_cast<double>(plan.chunks[c].link_out) * 1e-9);
   }

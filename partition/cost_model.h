@@ -101,7 +101,7 @@ constexpr int64_t kFlopsPerExp = 8;
 // chunks are mostly these (plan/chunk_costs.h work_units counts them). oneDNN's backward
 // convolutions start for less than its forward one (~0.9 us the input gradient, ~1.1 us the
 // weight gradient, ~1.5 us the forward): fitted by least squares over every chunk's F, B and W of
-// the samples and samples/exports, as the table of bench/chunk_costs.py has them (docs/measured.md).
+// the samples and samples/exports (bench/fit_costs.py; docs/measured.md).
 constexpr int64_t kFlopsPerConvolution = 300'000;
 constexpr int64_t kFlopsPerConvolutionGradInput = 190'000;
 constexpr int64_t kFlopsPerConvolutionGradWeight = 230'000;

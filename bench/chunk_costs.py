@@ -52,11 +52,12 @@ EXPORTS = {
 PIPELINES = [(1, "1f1b"), (2, "zb-h1"), (4, "zb-h1")]
 
 
-def run(binary, config, steps, sets, log):
-    """pipetrain train CONFIG for `steps`; the summary line of its metrics, or None (log says why)."""
+def run(binary, config, steps, sets, log, flags=()):
+    """pipetrain train CONFIG for `steps` (and `flags`); the summary line of its metrics, or None
+    (log says why)."""
     with tempfile.TemporaryDirectory() as out:
         metrics = os.path.join(out, "metrics.jsonl")
-        args = [binary, "train", config, "-q", "--set", f"steps={steps}", "--set", "eval_every=0",
+        args = [binary, "train", config, "-q", *flags, "--set", f"steps={steps}", "--set", "eval_every=0",
                 "--set", "checkpoint.dir=", "--set", "output.model=", "--set", "output.safetensors=",
                 "--set", "output.trace=", "--set", "output.timeline=", "--set", f"output.metrics={metrics}"]
         for k, v in sets.items():
@@ -77,6 +78,26 @@ def spent(summary):
     """Per chunk the measured F, B and W: what the actions spent (thread CPU time) where the
     summary has it, their wall time from a pipetrain before it."""
     return summary.get("chunk_costs_spent_s", summary["chunk_costs_s"])
+
+
+def jobs_for(models, folder, only=None):
+    """The runs, as (name, config, sets): charlm as its train.yaml says, then each of `models` (name
+    -> (model, batch, extra YAML)) under PIPELINES, its config written into `folder`; only those
+    named in `only`, where given."""
+    jobs = []
+    if not only or "charlm" in only:
+        jobs.append(("charlm", "samples/charlm/train.yaml", {}))
+    for name, (model, batch, extra) in models.items():
+        if only and name not in only:
+            continue
+        config = os.path.join(folder, name + ".yaml")
+        with open(config, "w") as f:
+            f.write(f"model: {os.path.join(ROOT, model)}\ndims: {{batch: {batch}}}\n"
+                    f"loss: {{kind: cross_entropy, output: output}}\ndata: {{kind: synthetic}}\n"
+                    f"optimizer: {{kind: sgd, lr: 1.0e-3}}\n{extra}")
+        for stages, kind in PIPELINES:
+            jobs.append((name, config, {"pipeline.stages": stages, "pipeline.schedule": kind, "pipeline.micro_batches": 4}))
+    return jobs
 
 
 def median_summary(summaries):
@@ -157,20 +178,7 @@ def main():
     models = dict(SAMPLES, **(EXPORTS if a.exports else {}))
     rows, clocks = [], set()
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = []
-        if not a.only or "charlm" in a.only:
-            jobs.append(("charlm", "samples/charlm/train.yaml", {}))
-        for name, (model, batch, extra) in models.items():
-            if a.only and name not in a.only:
-                continue
-            config = os.path.join(tmp, name + ".yaml")
-            with open(config, "w") as f:
-                f.write(f"model: {os.path.join(ROOT, model)}\ndims: {{batch: {batch}}}\n"
-                        f"loss: {{kind: cross_entropy, output: output}}\ndata: {{kind: synthetic}}\n"
-                        f"optimizer: {{kind: sgd, lr: 1.0e-3}}\n{extra}")
-            for stages, kind in PIPELINES:
-                jobs.append((name, config,
-                             {"pipeline.stages": stages, "pipeline.schedule": kind, "pipeline.micro_batches": 4}))
+        jobs = jobs_for(models, tmp, a.only)
         for (name, _, _), s in zip(jobs, run_in_turns(a.pipetrain, jobs, a.steps, a.repeat, sys.stderr)):
             if s:
                 rows += rows_of(name, s)

@@ -6,8 +6,9 @@ bench/chunk_costs.py, and prints the constants beside the ones the headers have.
 The runs are chunk_costs.py's (every sample and, with --exports, the exported fixtures, at 1, 2 and
 4 stages). Each is run once with --profile, whose metrics summary lists every node with what the
 model counts for it (FLOPs, bytes, cached bytes, launch): summed per chunk and pass, these are the
-features of each F, B and W cell. Then each run is repeated unprofiled (--repeat, the runs taking
-turns) and each cell's measured time is its median. A cell's ratio is its measured share of its
+features of each F, B and W cell; its chunk_devices say which F and B received their input from
+another device. Then each run is repeated unprofiled (--repeat, the runs taking turns) and each
+cell's measured time is its median. A cell's ratio is its measured share of its
 run over its modelled share, as in chunk_costs.py; the fit minimises the sum of squared log
 ratios over every cell (Levenberg-Marquardt on the constants' logs). FLOPs and bytes keep their
 prices (a FLOP 1, a byte 4, a cached byte 2): the fixed parts are what is fitted.
@@ -16,10 +17,8 @@ Usage: .venv/bin/python bench/fit_costs.py [--exports] [--repeat 5] [--steps 10]
 """
 
 import argparse
-import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -59,14 +58,10 @@ def node_features(n, k):
     return x
 
 
-def device_of(chunk, stages, chunks, schedule):
-    v = chunks == 2 * stages and (schedule.startswith("zb-v") or schedule.startswith("v-") or "dualpipe" in schedule)
-    return (chunk if chunk < stages else chunks - 1 - chunk) if v else chunk % stages
-
-
 def cells(profiled, measured, k):
     """Per cell of one run (F, B, W per chunk; B+W fused at 1 stage): its feature row and measured seconds."""
-    nch, stages, sched = profiled["chunks"] * profiled["stages"], profiled["stages"], profiled["schedule"]
+    devices, sched = profiled["chunk_devices"], profiled["schedule"]
+    nch = len(devices)
     x = np.zeros((nch, 3, len(NAMES)))
     for n in profiled["profile"]:
         x[n["chunk"], "FBW".index(n["pass"])] += node_features(n, k)
@@ -75,10 +70,9 @@ def cells(profiled, measured, k):
         for p in range(3):
             if x[c, p, launches].sum() > 0:
                 x[c, p, NAMES.index("action")] = 1
-        dev = device_of(c, stages, nch, sched)
-        if c > 0 and device_of(c - 1, stages, nch, sched) != dev and x[c, 0, launches].sum() > 0:
+        if c > 0 and devices[c - 1] != devices[c] and x[c, 0, launches].sum() > 0:
             x[c, 0, NAMES.index("received")] = 1
-        if c + 1 < nch and device_of(c + 1, stages, nch, sched) != dev and x[c, 1, launches].sum() > 0:
+        if c + 1 < nch and devices[c + 1] != devices[c] and x[c, 1, launches].sum() > 0:
             x[c, 1, NAMES.index("received")] = 1
     m = np.array(cc.spent(measured))
     rows = []
@@ -115,18 +109,6 @@ def fit(runs, w0):
     return np.concatenate([[1.0], np.exp(th)])
 
 
-def profiled_run(binary, config, sets, out_dir):
-    metrics = os.path.join(out_dir, "profiled.jsonl")
-    args = [binary, "train", config, "-q", "--profile", "--set", "steps=3", "--set", "eval_every=0",
-            "--set", "checkpoint.dir=", "--set", "output.model=", "--set", "output.safetensors=",
-            "--set", "output.trace=", "--set", "output.timeline=", "--set", f"output.metrics={metrics}"]
-    for key, v in sets.items():
-        args += ["--set", f"{key}={v}"]
-    subprocess.run(args, cwd=cc.ROOT, check=True, capture_output=True)
-    with open(metrics) as f:
-        return [json.loads(line)["summary"] for line in f if '"summary"' in line][-1]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pipetrain", default=os.path.join(cc.ROOT, "build", "pipetrain"))
@@ -136,19 +118,10 @@ def main():
     a = ap.parse_args()
     k = header_constants()
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = [("charlm", "samples/charlm/train.yaml", {})]
-        for name, (model, batch, extra) in dict(cc.SAMPLES, **(cc.EXPORTS if a.exports else {})).items():
-            config = os.path.join(tmp, name + ".yaml")
-            with open(config, "w") as f:
-                f.write(f"model: {os.path.join(cc.ROOT, model)}\ndims: {{batch: {batch}}}\n"
-                        f"loss: {{kind: cross_entropy, output: output}}\ndata: {{kind: synthetic}}\n"
-                        f"optimizer: {{kind: sgd, lr: 1.0e-3}}\n{extra}")
-            for stages, kind in cc.PIPELINES:
-                jobs.append((name, config, {"pipeline.stages": stages, "pipeline.schedule": kind,
-                                            "pipeline.micro_batches": 4}))
-        profiled = [profiled_run(a.pipetrain, config, sets, tmp) for _, config, sets in jobs]
+        jobs = cc.jobs_for(dict(cc.SAMPLES, **(cc.EXPORTS if a.exports else {})), tmp)
+        profiled = [cc.run(a.pipetrain, config, 3, sets, sys.stderr, ["--profile"]) for _, config, sets in jobs]
         measured = cc.run_in_turns(a.pipetrain, jobs, a.steps, a.repeat, sys.stderr)
-    runs = [cells(p, m, k) for p, m in zip(profiled, measured) if m]
+    runs = [cells(p, m, k) for p, m in zip(profiled, measured) if p and m]
     now = np.array([1.0] + [k[c] for _, c in LAUNCHES + ACTIONS], dtype=float)
     best = fit(runs, now)
     for label, w in (("headers", now), ("fitted", best)):

@@ -77,6 +77,8 @@ void MetricsWriter::summary(const Trainer& t, const TrainSummary& s, int threads
   for (const ChunkCost& c : s.costs.chunks) chunk_costs_s.push_back({c.f, c.b, c.w});
   for (const ChunkCost& c : s.spent.chunks) chunk_costs_spent_s.push_back({c.f, c.b, c.w});
   for (const ChunkCost& c : t.planned().chunks) chunk_costs_model.push_back({c.f, c.b, c.w});
+  nlohmann::json chunk_devices = nlohmann::json::array();
+  for (size_t c = 0; c < t.planned().chunks.size(); ++c) chunk_devices.push_back(schedule.device_of(static_cast<int>(c)));
   nlohmann::json j = {{"schedule", schedule.kind},
                       {"stages", schedule.stages},
                       {"chunks", schedule.chunks},
@@ -93,7 +95,8 @@ void MetricsWriter::summary(const Trainer& t, const TrainSummary& s, int threads
                       {"chunk_costs_s", chunk_costs_s},
                       {"chunk_costs_spent_s", chunk_costs_spent_s},
                       {"chunk_costs_spent_clock", s.spent_clock == ActionClock::kThreadCpu ? "thread_cpu" : "wall"},
-                      {"chunk_costs_model", chunk_costs_model}};
+                      {"chunk_costs_model", chunk_costs_model},
+                      {"chunk_devices", chunk_devices}};
   if (t.profiled_from() >= 0) j["profile"] = profile_rows(t);
   out_ << nlohmann::json{{"summary", j}}.dump() << "\n" << std::flush;
 }

@@ -2,7 +2,8 @@
 // records (a TrainObserver, train/trainer.h) and its summary. Out: one line per step (loss, lr,
 // grad_norm, step_s, samples_per_s, bubble, peak_kept_bytes), one per evaluation (eval_loss,
 // eval_samples, eval_accuracy), and a last {"summary": ...} line: the schedule, the measured and
-// simulated step, peak kept bytes measured and planned, chunk costs measured and modelled.
+// simulated step, peak kept bytes measured and planned, chunk costs measured and modelled and each
+// chunk's device; with --profile every node's time and cost (profile).
 // Each line is flushed as it is written, so a killed run leaves whole lines but the last.
 #pragma once
 

@@ -332,7 +332,10 @@ TEST(TrainRuns, ProfileSaysWhereTheStepsTimeGoes) {
   std::ifstream in(d / "metrics.jsonl");
   std::string json, last_line;
   while (std::getline(in, json)) last_line = json;
-  const nlohmann::json profile = nlohmann::json::parse(last_line)["summary"]["profile"];
+  const nlohmann::json summary = nlohmann::json::parse(last_line)["summary"];
+  // Each chunk's device beside its costs: zb-v's V, 2 devices x 2 chunks.
+  EXPECT_EQ(summary["chunk_devices"], nlohmann::json({0, 1, 1, 0})) << last_line;
+  const nlohmann::json& profile = summary["profile"];
   ASSERT_GT(profile.size(), 10u) << last_line;
   double per_step_ms = 0;
   std::set<std::string> profiled_ops;

@@ -14,6 +14,7 @@ InProcessComm::Message& InProcessComm::entry(std::string_view name, int micro_ba
 
 void InProcessComm::send(std::string_view name, int micro_batch, int from, int to,
                          const void* data, size_t bytes) {
+  std::condition_variable* wake = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Message& m = entry(name, micro_batch, to);
@@ -23,15 +24,16 @@ void InProcessComm::send(std::string_view name, int micro_batch, int from, int t
     if (bytes) std::memcpy(m.data.data(), data, bytes);
     m.from = from;
     m.full = true;
+    wake = &arrived_[to];
   }
-  arrived_.notify_all();
+  wake->notify_all();
 }
 
 void InProcessComm::recv(std::string_view name, int micro_batch, int from, int to, void* data,
                          size_t bytes) {
   std::unique_lock<std::mutex> lock(mu_);
   Message& m = entry(name, micro_batch, to);
-  arrived_.wait(lock, [&] { return m.full || aborted_; });
+  arrived_[to].wait(lock, [&] { return m.full || aborted_; });
   if (!m.full) throw CommAborted();
   PT_CHECK(m.from == from && m.data.size() == bytes,
            "message '" + std::string(name) + "' came from device " + std::to_string(m.from) + " with " +
@@ -42,11 +44,9 @@ void InProcessComm::recv(std::string_view name, int micro_batch, int from, int t
 }
 
 void InProcessComm::abort() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    aborted_ = true;
-  }
-  arrived_.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);  // the map may grow under a recv otherwise
+  aborted_ = true;
+  for (auto& [device, wake] : arrived_) wake.notify_all();
 }
 
 void InProcessComm::reset() {

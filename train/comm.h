@@ -94,7 +94,9 @@ class RoutedComm : public Comm {
 
 // Devices as threads of one process: a mailbox keyed by (name, micro_batch, to) under one mutex.
 // Mailbox entries and their byte buffers stay allocated once used, so from the second step on
-// send and recv allocate nothing.
+// send and recv allocate nothing. A send wakes only its receiving device's thread: with one wake-up
+// for all, every send woke every waiting device, which on shared cores preempted the device at
+// work and left its caches colder for nothing.
 class InProcessComm : public Comm {
  public:
   void send(std::string_view name, int micro_batch, int from, int to, const void* data,
@@ -124,7 +126,7 @@ class InProcessComm : public Comm {
   Message& entry(std::string_view name, int micro_batch, int to);  // caller holds mu_
 
   std::mutex mu_;
-  std::condition_variable arrived_;
+  std::map<int, std::condition_variable> arrived_;  // per receiving device; under mu_
   std::map<Key, Message, KeyLess> box_;
   bool aborted_ = false;
 };

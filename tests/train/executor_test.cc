@@ -5,6 +5,7 @@
 #include "train/executor.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <random>
 #include <regex>
+#include <thread>
 #include <tuple>
 
 #include "autodiff/chunk_backward.h"
@@ -346,6 +348,40 @@ TEST(Executor, PlacementMustMatchTheSchedule) {
   EXPECT_THROW(PipelineExecutor(chunks, placement(s), devices.backends, comm,
                                 generate("1f1b", 2, kMicroBatches)),
                UserError);  // not lowered
+}
+
+// Seconds-free: the voluntary context switches of the calling thread (each time it blocked).
+long blocked_times() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nvcsw;
+}
+
+// A send wakes only its receiving device: device 2 waits through 200 messages to device 1 and
+// blocks a handful of times, not once per message (with one wake-up for every device it was
+// woken by each, and on shared cores those wake-ups preempted the device at work).
+TEST(InProcessComm, ASendWakesOnlyItsReceiver) {
+  InProcessComm comm;
+  std::promise<long> blocked;
+  std::thread waiter([&] {
+    const long before = blocked_times();
+    float x = 0;
+    comm.recv("x", 0, 0, 2, &x, sizeof x);
+    blocked.set_value(blocked_times() - before);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is asleep in recv
+  for (int m = 0; m < 200; ++m) {
+    const float v = static_cast<float>(m);
+    float got = -1;
+    comm.send("y", m, 0, 1, &v, sizeof v);
+    comm.recv("y", m, 0, 1, &got, sizeof got);
+    EXPECT_EQ(got, v);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));  // time to fall asleep again
+  }
+  const float one = 1;
+  comm.send("x", 0, 0, 2, &one, sizeof one);
+  waiter.join();
+  EXPECT_LT(blocked.get_future().get(), 20);
 }
 
 }  // namespace

@@ -243,7 +243,7 @@ std::unique_ptr<Kernel> make_conv(const KernelSpec& s) {
   const int64_t group = s.node.attr_int("group", 1);
   // Apart, so that a product oneDNN declines (a dnnl::error) still leaves the conv to try.
   if (std::unique_ptr<Kernel> k = build_or_null(s, [&] { return build_pixel_product(s, *w, group); })) return k;
-  if (std::unique_ptr<Kernel> k = make_depthwise_plane_conv(s, *w, group)) return k;
+  if (std::unique_ptr<Kernel> k = make_depthwise_conv(s, *w, group)) return k;
   return build_or_null(s, [&] { return build_conv(s, *w, group); });
 }
 

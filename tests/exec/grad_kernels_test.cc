@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/pipetrain_ops.h"
 #include "exec/cpu/cpu_backend.h"
+#include "exec/cpu/vector_clones.h"
 #include "exec/stage_program.h"
 #include "tests/exec/isa_cap.h"
 #include "tests/exec/one_node.h"
@@ -485,10 +486,13 @@ TEST(ConvGrad, DepthwiseSmallPlanes) {
   check_conv_adjoint({2, 8, 8, 8, {3}, {5}, {1}, {1}, {2, 2}});
 }
 // The direct depthwise kernel's bits: per channel and tap, the products summed over images, then
-// the tap's pixel pairs in row-major output order, each product and sum rounded apart, at 1 and 2
-// threads (its channels split in blocks at 2, on the larger cases).
+// the tap's pixel pairs in row-major output order, on each copy this CPU runs: each product fused
+// into its sum on AVX-512 and AVX2, rounded apart on the baseline; at 1 and 2 threads (its blocks
+// of 16 channels split at 2 on the larger cases), with a last block of 8 (40 channels).
 TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
+  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
   for (const ConvCase& p : {ConvCase{8, 144, 144, 144, {2, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+                            ConvCase{8, 144, 144, 144, {2, 2}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
                             ConvCase{8, 240, 240, 240, {1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
                             ConvCase{3, 40, 40, 40, {3, 2}, {3, 3}, {2, 1}, {1, 2}, {1, 2, 0, 1}}}) {
     const Dims y_shape = conv_out(p);
@@ -497,26 +501,82 @@ TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
     auto attrs = conv_attrs(p);
     attrs["weight_shape"] = w_shape;
     const int64_t oh = y_shape[2], ow = y_shape[3], ih = p.in[0], iw = p.in[1];
-    std::vector<float> want(static_cast<size_t>(numel(w_shape)));
-    for (int64_t c = 0; c < p.c; ++c)
-      for (int64_t kh = 0; kh < p.kernel[0]; ++kh)
-        for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
-          float acc = 0.f;
-          for (int64_t n = 0; n < p.n; ++n)
-            for (int64_t o = 0; o < oh * ow; ++o) {
+    for (const char* isa : {"", "avx2", "sse2"}) {
+      cap.set(isa);
+      const bool fused = cpu::vector_isa() != cpu::VectorIsa::kBaseline;
+      std::vector<float> want(static_cast<size_t>(numel(w_shape)));
+      for (int64_t c = 0; c < p.c; ++c)
+        for (int64_t kh = 0; kh < p.kernel[0]; ++kh)
+          for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
+            float acc = 0.f;
+            for (int64_t n = 0; n < p.n; ++n)
+              for (int64_t o = 0; o < oh * ow; ++o) {
+                const int64_t h = (o / ow) * p.strides[0] - p.pads[0] + kh * p.dilations[0];
+                const int64_t w = (o % ow) * p.strides[1] - p.pads[1] + kw * p.dilations[1];
+                if (h < 0 || h >= ih || w < 0 || w >= iw) continue;
+                const float a = dy.as<float>()[(n * p.c + c) * oh * ow + o];
+                const float b = x.as<float>()[((n * p.c + c) * ih + h) * iw + w];
+                if (fused) {
+                  acc = std::fma(a, b, acc);
+                } else {
+                  const float prod = a * b;
+                  acc += prod;
+                }
+              }
+            want[static_cast<size_t>((c * p.kernel[0] + kh) * p.kernel[1] + kw)] = acc;
+          }
+      for (const int threads : {1, 2}) {
+        const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), attrs, false, threads);
+        ASSERT_EQ(dw.type.numel(), static_cast<int64_t>(want.size()));
+        EXPECT_EQ(std::memcmp(dw.as<float>(), want.data(), want.size() * sizeof(float)), 0)
+            << p.c << " channels of " << ih << "x" << iw << ", copy '" << isa << "', " << threads << " threads";
+      }
+    }
+  }
+}
+// The input gradient of a depthwise conv on maps of at most 4 pixels, 16 channels or more
+// (DepthwiseSmallMaps, as the forward runs there): each entry against its definition in double,
+// dX[n, c, i] = sum over the (output, tap) pairs whose window meets pixel i of dY * W, on each
+// copy, the AVX2 one giving the widest one's bits; MobileNetV2's 96 channels of 2x2, 144 of 2x2
+// to 1x1 at stride 2, 240 of 1x1, and 40 (a last block of 8) of 2x2 under a dilated 2x3 window
+// with asymmetric pads.
+TEST(ConvGrad, DepthwiseSmallMapsInputOnEveryCopy) {
+  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
+  for (const ConvCase& p : {ConvCase{8, 96, 96, 96, {2, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+                            ConvCase{8, 144, 144, 144, {2, 2}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+                            ConvCase{8, 240, 240, 240, {1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+                            ConvCase{3, 40, 40, 40, {2, 2}, {2, 3}, {1, 1}, {2, 1}, {1, 2, 0, 1}}}) {
+    const Dims y_shape = conv_out(p);
+    const Dims x_shape{p.n, p.c, p.in[0], p.in[1]}, w_shape{p.c, 1, p.kernel[0], p.kernel[1]};
+    const Tensor w = uniform(w_shape, 41), dy = uniform(y_shape, 42);
+    auto attrs = conv_attrs(p);
+    attrs["input_shape"] = x_shape;
+    const int64_t oh = y_shape[2], ow = y_shape[3], ih = p.in[0], iw = p.in[1];
+    std::vector<double> want(static_cast<size_t>(numel(x_shape))), scale(want.size());
+    for (int64_t n = 0; n < p.n; ++n)
+      for (int64_t c = 0; c < p.c; ++c)
+        for (int64_t o = 0; o < oh * ow; ++o)
+          for (int64_t kh = 0; kh < p.kernel[0]; ++kh)
+            for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
               const int64_t h = (o / ow) * p.strides[0] - p.pads[0] + kh * p.dilations[0];
-              const int64_t w = (o % ow) * p.strides[1] - p.pads[1] + kw * p.dilations[1];
-              if (h < 0 || h >= ih || w < 0 || w >= iw) continue;
-              const float prod = dy.as<float>()[(n * p.c + c) * oh * ow + o] * x.as<float>()[((n * p.c + c) * ih + h) * iw + w];
-              acc += prod;
+              const int64_t v = (o % ow) * p.strides[1] - p.pads[1] + kw * p.dilations[1];
+              if (h < 0 || h >= ih || v < 0 || v >= iw) continue;
+              const double t = double(dy.as<float>()[(n * p.c + c) * oh * ow + o]) *
+                               w.as<float>()[(c * p.kernel[0] + kh) * p.kernel[1] + kw];
+              const size_t at = static_cast<size_t>(((n * p.c + c) * ih + h) * iw + v);
+              want[at] += t;
+              scale[at] += std::abs(t);
             }
-          want[static_cast<size_t>((c * p.kernel[0] + kh) * p.kernel[1] + kw)] = acc;
-        }
-    for (const int threads : {1, 2}) {
-      const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), attrs, false, threads);
-      ASSERT_EQ(dw.type.numel(), static_cast<int64_t>(want.size()));
-      EXPECT_EQ(std::memcmp(dw.as<float>(), want.data(), want.size() * sizeof(float)), 0)
-          << p.c << " channels of " << ih << "x" << iw << ", " << threads << " threads";
+    Tensor widest;
+    for (const char* isa : {"", "avx2", "sse2"}) {
+      SCOPED_TRACE(*isa ? isa : "the widest copy");
+      cap.set(isa);
+      const Tensor dx = run1("ConvGradInput", {fed(dy), fed(w)}, out_f32(x_shape), attrs);
+      ASSERT_EQ(dx.type.numel(), static_cast<int64_t>(want.size()));
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(dx.as<float>()[i], want[i], 1e-6 * scale[i]) << p.c << " channels, at " << i;
+      if (widest.data.empty()) widest = dx;
+      else if (std::string(isa) == "avx2") EXPECT_EQ(dx.data, widest.data);
     }
   }
 }

@@ -184,6 +184,20 @@ TEST(Conv, DepthwisePlaneLoopMatchesLoop) {
     check_conv({2, 4, 5, 33, 4, 4, 3, 1, 1, 0});
   }
 }
+// MobileNetV2's late 3x3 depthwise convolutions on maps of at most 4 pixels, 16 channels or more,
+// run as pipetrain's own loop (DepthwiseSmallMaps) on each copy this CPU runs: 96 channels of 2x2,
+// 144 of 2x2 to 1x1 at stride 2, 240 of 1x1, and 24 (a last block of 8) of 1x4 under a 5x5 window.
+TEST(Conv, DepthwiseSmallMapsMatchLoop) {
+  const testing::IsaCap cap;
+  for (const char* isa : {"", "avx2", "sse2"}) {
+    SCOPED_TRACE(*isa ? isa : "the widest copy");
+    cap.set(isa);
+    check_conv({8, 96, 2, 2, 96, 96, 3, 1, 1, 1});
+    check_conv({8, 144, 2, 2, 144, 144, 3, 2, 1, 1});
+    check_conv({8, 240, 1, 1, 240, 240, 3, 1, 1, 1});
+    check_conv({3, 24, 1, 4, 24, 24, 5, 1, 1, 2});
+  }
+}
 // A 1x1 conv on one pixel per image with W an input, as in training: one matrix product
 // (build_pixel_product), here at MobileNetV2's last conv's shape, and on a 1x1 map at stride 2.
 TEST(Conv, PointwiseOnOnePixelMatchesLoop) {

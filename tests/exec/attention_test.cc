@@ -301,10 +301,7 @@ TEST(FusedAttention, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
   const Inputs in = make_inputs(c, 11);
   const Reference want = reference(c, in);
   std::vector<Tensor> widest;  // forward outputs, then gradients, of the first copy
-  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
-  for (const char* isa : {"", "avx2", "sse2"}) {
-    SCOPED_TRACE(*isa ? isa : "the widest copy");
-    cap.set(isa);
+  testing::on_every_copy([&](const std::string& isa) {
     auto outs = forward(c, in, 2);
     EXPECT_LE(error(outs[0], want.y), 1e-5) << "Y";
     EXPECT_LE(error(outs[1], want.lse), 1e-5) << "LogSumExp";
@@ -314,10 +311,10 @@ TEST(FusedAttention, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
     EXPECT_LE(error(outs[4], want.dv), 1e-5) << "dV";
     if (widest.empty()) {
       widest = outs;
-    } else if (std::string(isa) == "avx2") {
+    } else if (isa == "avx2") {
       for (size_t o = 0; o < outs.size(); ++o) EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
     }
-  }
+  });
 }
 
 // What the unfused Softmax gives a row whose every element is -inf: the same value everywhere

@@ -267,10 +267,7 @@ TEST(SoftmaxRows, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
   const Dims shape{3, 5, 100};
   const Tensor x = uniform(shape, 12, -3.f, 3.f), dy = uniform(shape, 13);
   std::vector<Tensor> widest;
-  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
-  for (const char* isa : {"", "avx2", "sse2"}) {
-    SCOPED_TRACE(*isa ? isa : "the widest copy");
-    cap.set(isa);
+  testing::on_every_copy([&](const std::string& isa) {
     check_softmax_grad({2, 3, 5, 37}, -1, false);
     check_softmax_grad({3, 37}, -1, true);
     std::vector<Tensor> outs;
@@ -286,13 +283,13 @@ TEST(SoftmaxRows, EveryCopyMatchesAndAvx2GivesTheWidestCopysBits) {
     outs.push_back(run1("SoftmaxGrad", {fed(uniform(whole, 15)), fed(y)}, out_f32(whole), {}));
     if (widest.empty()) {
       widest = outs;
-    } else if (std::string(isa) == "avx2") {
+    } else if (isa == "avx2") {
       for (size_t o = 0; o < outs.size(); ++o) {
         if (o == 1) continue;  // SoftmaxGrad: its row tails differ (above)
         EXPECT_EQ(outs[o].data, widest[o].data) << "output " << o;
       }
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -490,7 +487,6 @@ TEST(ConvGrad, DepthwiseSmallPlanes) {
 // into its sum on AVX-512 and AVX2, rounded apart on the baseline; at 1 and 2 threads (its blocks
 // of 16 channels split at 2 on the larger cases), with a last block of 8 (40 channels).
 TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
-  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
   for (const ConvCase& p : {ConvCase{8, 144, 144, 144, {2, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
                             ConvCase{8, 144, 144, 144, {2, 2}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
                             ConvCase{8, 240, 240, 240, {1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
@@ -501,8 +497,7 @@ TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
     auto attrs = conv_attrs(p);
     attrs["weight_shape"] = w_shape;
     const int64_t oh = y_shape[2], ow = y_shape[3], ih = p.in[0], iw = p.in[1];
-    for (const char* isa : {"", "avx2", "sse2"}) {
-      cap.set(isa);
+    testing::on_every_copy([&](const std::string&) {
       const bool fused = cpu::vector_isa() != cpu::VectorIsa::kBaseline;
       std::vector<float> want(static_cast<size_t>(numel(w_shape)));
       for (int64_t c = 0; c < p.c; ++c)
@@ -529,9 +524,9 @@ TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
         const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), attrs, false, threads);
         ASSERT_EQ(dw.type.numel(), static_cast<int64_t>(want.size()));
         EXPECT_EQ(std::memcmp(dw.as<float>(), want.data(), want.size() * sizeof(float)), 0)
-            << p.c << " channels of " << ih << "x" << iw << ", copy '" << isa << "', " << threads << " threads";
+            << p.c << " channels of " << ih << "x" << iw << ", " << threads << " threads";
       }
-    }
+    });
   }
 }
 // The input gradient of a depthwise conv on maps of at most 4 pixels, 16 channels or more
@@ -541,7 +536,6 @@ TEST(ConvGrad, DepthwiseSmallPlanesSumInOrder) {
 // to 1x1 at stride 2, 240 of 1x1, and 40 (a last block of 8) of 2x2 under a dilated 2x3 window
 // with asymmetric pads.
 TEST(ConvGrad, DepthwiseSmallMapsInputOnEveryCopy) {
-  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
   for (const ConvCase& p : {ConvCase{8, 96, 96, 96, {2, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
                             ConvCase{8, 144, 144, 144, {2, 2}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
                             ConvCase{8, 240, 240, 240, {1, 1}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
@@ -568,16 +562,17 @@ TEST(ConvGrad, DepthwiseSmallMapsInputOnEveryCopy) {
               scale[at] += std::abs(t);
             }
     Tensor widest;
-    for (const char* isa : {"", "avx2", "sse2"}) {
-      SCOPED_TRACE(*isa ? isa : "the widest copy");
-      cap.set(isa);
+    testing::on_every_copy([&](const std::string& isa) {
       const Tensor dx = run1("ConvGradInput", {fed(dy), fed(w)}, out_f32(x_shape), attrs);
       ASSERT_EQ(dx.type.numel(), static_cast<int64_t>(want.size()));
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(dx.as<float>()[i], want[i], 1e-6 * scale[i]) << p.c << " channels, at " << i;
-      if (widest.data.empty()) widest = dx;
-      else if (std::string(isa) == "avx2") EXPECT_EQ(dx.data, widest.data);
-    }
+      if (widest.data.empty()) {
+        widest = dx;
+      } else if (isa == "avx2") {
+        EXPECT_EQ(dx.data, widest.data);
+      }
+    });
   }
 }
 // 2-D, stride 1, no dilation, where oneDNN has no JIT weight gradient (8 channels): the row
@@ -631,18 +626,15 @@ void check_weight_gradient_on_every_copy(const ConvCase& p) {
   auto attrs = conv_attrs(p);
   attrs["weight_shape"] = w_shape;
   Tensor widest;
-  const testing::IsaCap cap;  // the isa_avx2 run's, put back at the end
-  for (const char* isa : {"", "avx2", "sse2"}) {
-    SCOPED_TRACE(*isa ? isa : "the widest copy");
-    cap.set(isa);
+  testing::on_every_copy([&](const std::string& isa) {
     check_conv_adjoint(p);
     const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), attrs);
     if (widest.data.empty()) {
       widest = dw;
-    } else if (std::string(isa) == "avx2") {
+    } else if (isa == "avx2") {
       EXPECT_EQ(dw.data, widest.data);
     }
-  }
+  });
 }
 
 // The row and column kernels on each copy this CPU runs (PT_MAX_CPU_ISA), the AVX2 one giving the

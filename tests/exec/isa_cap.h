@@ -1,8 +1,11 @@
 // tests/exec/isa_cap.h: PT_MAX_CPU_ISA set by a test that runs each copy of the vector loops
 // (exec/cpu/vector_clones.h vector_isa, small_product.cc), and put back as the process had it
 // when the test's scope ends: the isa_avx2 ctest entries set it for a whole binary, so the tests
-// after such a test still run the AVX2 copies. Header-only.
+// after such a test still run the AVX2 copies; on_every_copy runs a check once per copy.
+// Header-only.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
@@ -27,5 +30,18 @@ class IsaCap {
   bool had_;
   std::string was_;
 };
+
+// fn(isa) once per copy of the vector loops this CPU runs, the widest first: isa "" (the widest),
+// "avx2", "sse2" (the baseline), each set as PT_MAX_CPU_ISA and traced in failures; the process's
+// own setting put back after.
+template <class Fn>
+void on_every_copy(Fn fn) {
+  const IsaCap cap;
+  for (const char* isa : {"", "avx2", "sse2"}) {
+    SCOPED_TRACE(*isa ? isa : "the widest copy");
+    cap.set(isa);
+    fn(std::string(isa));
+  }
+}
 
 }  // namespace pt::testing

@@ -174,29 +174,23 @@ TEST(Conv, DepthwiseOnPartialChannelBlocksMatchesLoop) { check_conv({3, 24, 9, 9
 // 8 channels of 16x16, a row of 20 (a partial last block of 16) under 5x5 pads, a 7x7 on 28x28
 // (27 rows: 8 at a time, then 3 one by one), a row of 31 unpadded.
 TEST(Conv, DepthwisePlaneLoopMatchesLoop) {
-  const testing::IsaCap cap;
-  for (const char* isa : {"", "avx2", "sse2"}) {
-    SCOPED_TRACE(*isa ? isa : "the widest copy");
-    cap.set(isa);
+  testing::on_every_copy([&](const std::string&) {
     check_conv({2, 8, 16, 16, 8, 8, 3, 1, 1, 1});
     check_conv({3, 12, 9, 20, 12, 12, 5, 1, 1, 2});
     check_conv({1, 8, 27, 28, 8, 8, 7, 1, 1, 3});
     check_conv({2, 4, 5, 33, 4, 4, 3, 1, 1, 0});
-  }
+  });
 }
 // MobileNetV2's late 3x3 depthwise convolutions on maps of at most 4 pixels, 16 channels or more,
 // run as pipetrain's own loop (DepthwiseSmallMaps) on each copy this CPU runs: 96 channels of 2x2,
 // 144 of 2x2 to 1x1 at stride 2, 240 of 1x1, and 24 (a last block of 8) of 1x4 under a 5x5 window.
 TEST(Conv, DepthwiseSmallMapsMatchLoop) {
-  const testing::IsaCap cap;
-  for (const char* isa : {"", "avx2", "sse2"}) {
-    SCOPED_TRACE(*isa ? isa : "the widest copy");
-    cap.set(isa);
+  testing::on_every_copy([&](const std::string&) {
     check_conv({8, 96, 2, 2, 96, 96, 3, 1, 1, 1});
     check_conv({8, 144, 2, 2, 144, 144, 3, 2, 1, 1});
     check_conv({8, 240, 1, 1, 240, 240, 3, 1, 1, 1});
     check_conv({3, 24, 1, 4, 24, 24, 5, 1, 1, 2});
-  }
+  });
 }
 // A 1x1 conv on one pixel per image with W an input, as in training: one matrix product
 // (build_pixel_product), here at MobileNetV2's last conv's shape, and on a 1x1 map at stride 2.

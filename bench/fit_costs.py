@@ -46,13 +46,14 @@ def header_constants():
 
 
 def node_features(n, k):
-    """A node's row: its work (FLOPs and bytes at their prices) and a 1 in its launch's column."""
+    """A node's row: its work (FLOPs and bytes at their prices) and a 1 in its launch's column (a
+    convolution's: its own kind's, or a product's or a plain kernel's where it runs as one)."""
     x = np.zeros(len(NAMES))
     stream = n["bytes_read"] + n["bytes_written"] - n["cached_bytes"]
     x[0] = n["flops"] + k["kFlopsPerByte"] * stream + k["kFlopsPerCachedByte"] * n["cached_bytes"]
     kind = {"Conv": "conv", "ConvGradInput": "conv_grad_input", "ConvGradWeight": "conv_grad_weight"}.get(n["op"])
     for i, (name, const) in enumerate(LAUNCHES):
-        if n["launch"] > 0 and n["launch"] == k[const] and (kind is None or name == kind or name == "product"):
+        if n["launch"] > 0 and n["launch"] == k[const] and (kind is None or name in (kind, "product", "kernel")):
             x[1 + i] = 1
             break
     return x

@@ -376,6 +376,29 @@ static bool convolution_as_product(const Graph& g, const Node& n) {
          std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; });
 }
 
+// A depthwise Conv or ConvGradInput the CPU runs as a loop of its own rather than on oneDNN
+// (exec/cpu/depthwise.cc small_depthwise_maps): W (C, 1, k...) with C >= 16 and maps of at most 4
+// pixels on both sides (MobileNetV2's late 3x3s on 2x2 and 1x1 maps). Such a loop starts as any of
+// pipetrain's own kernels does (kFlopsPerKernel), where oneDNN's convolution reordered its sides
+// into and out of 16-channel blocks first. The weight gradient keeps its convolution's price:
+// its loop on such maps (and on the planes oneDNN has no JIT kernel for) reads X saved by the
+// forward, cold by then, and took 1.5-2x the forward's time a call (`train --profile`).
+static bool depthwise_as_own_loop(const Graph& g, const Node& n) {
+  const bool conv = n.domain.empty() && n.op_type == "Conv";
+  const bool grad = n.domain == kPipetrainDomain && n.op_type == "ConvGradInput";
+  if (!(conv || grad) || n.inputs.size() < 2 || n.outputs.empty()) return false;
+  // Conv (X, W) -> Y; ConvGradInput (dY, W) -> dX.
+  const std::vector<int64_t>& w = g.value(n.inputs[1]).type.shape;
+  const std::vector<int64_t>& x = g.value(conv ? n.inputs[0] : n.outputs[0]).type.shape;
+  const std::vector<int64_t>& y = g.value(conv ? n.outputs[0] : n.inputs[0]).type.shape;
+  if (w.size() < 3 || x.size() != w.size() || y.size() != w.size() || w[1] != 1 || x[1] < 16 || w[0] != x[1] ||
+      y[1] != x[1] || n.attr_int("group", 1) != x[1])
+    return false;
+  int64_t in = 1, out = 1;
+  for (size_t i = 2; i < x.size(); ++i) in *= x[i], out *= y[i];
+  return in <= 4 && out <= 4;
+}
+
 std::vector<NodeCost> estimate_costs(const Graph& g) {
   const std::vector<bool> needs = needs_gradient(g);
   std::vector<NodeCost> costs(g.nodes.size());
@@ -392,7 +415,9 @@ std::vector<NodeCost> estimate_costs(const Graph& g) {
       // A row bias is read; an accumulator of the product's shape is the output's own lines.
       if (!(g.value(b).type == g.value(n.outputs[0]).type)) c.bytes_read = nbytes(g, b);
     } else if (!g.moves_no_bytes(n)) {
-      c.launch = convolution_as_product(g, n) ? kFlopsPerProduct : launch_flops(n);
+      c.launch = convolution_as_product(g, n)  ? kFlopsPerProduct
+                 : depthwise_as_own_loop(g, n) ? kFlopsPerKernel
+                                               : launch_flops(n);
       for (ValueId v : n.inputs) c.bytes_read += nbytes(g, v);
       for (ValueId v : n.outputs) c.bytes_written += nbytes(g, v);
       add_extra_sweeps(g, n, &c);

@@ -136,6 +136,36 @@ TEST(CostModel, PointwiseConvolutionsOnOnePixelArePricedAsProducts) {
   EXPECT_EQ(launch("ConvGradInput", "pipetrain", 2), kFlopsPerConvolutionGradInput);
 }
 
+// A depthwise conv on maps of at most 4 pixels, 16 channels or more, runs as a loop of
+// pipetrain's own (exec/cpu/depthwise.cc), forward and input gradient, and starts as one; on 4x4
+// maps, or on 8 channels, oneDNN runs it as a convolution. The weight gradient keeps its
+// convolution's price.
+TEST(CostModel, DepthwiseConvolutionsOnSmallMapsArePricedAsOwnLoops) {
+  const auto launch = [](const char* op, int64_t channels, int64_t side) {
+    Graph g;
+    const std::vector<int64_t> map{8, channels, side, side}, w_shape{channels, 1, 3, 3};
+    const std::string o = op;
+    // Conv (X, W) -> Y; ConvGradInput (dY, W) -> dX; ConvGradWeight (dY, X) -> dW.
+    const ValueId a = g.add_value("a", TensorType{DType::kFloat32, map});
+    const ValueId b = g.add_value("b", TensorType{DType::kFloat32, o == "ConvGradWeight" ? map : w_shape});
+    const ValueId out = g.add_value("out", TensorType{DType::kFloat32, o == "ConvGradWeight" ? w_shape : map});
+    g.add_node(Node{"n", op, o == "Conv" ? "" : "pipetrain", {a, b}, {out},
+                    {{"group", channels}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+    g.inputs = {a, b};
+    g.outputs = {out};
+    g.rebuild_uses();
+    return estimate_costs(g)[0].launch;
+  };
+  for (const char* op : {"Conv", "ConvGradInput"}) {
+    SCOPED_TRACE(op);
+    EXPECT_EQ(launch(op, 96, 2), kFlopsPerKernel);
+    EXPECT_EQ(launch(op, 240, 1), kFlopsPerKernel);
+    EXPECT_NE(launch(op, 48, 4), kFlopsPerKernel);
+    EXPECT_NE(launch(op, 8, 2), kFlopsPerKernel);
+  }
+  EXPECT_EQ(launch("ConvGradWeight", 96, 2), kFlopsPerConvolutionGradWeight);
+}
+
 TEST(CostModel, TokenIdsNeedNoGradient) {
   Loaded l = load("gpt", 2);
   const std::vector<bool> needs = needs_gradient(l.g);

@@ -107,11 +107,12 @@ std::unique_ptr<Kernel> make_gelu_grad(const KernelSpec& s);
 std::unique_ptr<Kernel> make_softmax_grad(const KernelSpec& s);
 std::unique_ptr<Kernel> make_log_softmax_grad(const KernelSpec& s);
 
-// nn_grad.cc: Conv gradients on oneDNN's convolution backward, AveragePoolGrad on pooling_v2
-// backward, MaxPoolGrad a loop; nn_grad_norm.cc: LayerNormGrad and BatchNormGrad loops
+// nn_grad.cc: Conv gradients on oneDNN's convolution backward (a depthwise Conv's on depthwise.cc's
+// loops where they take it), AveragePoolGrad on pooling_v2 backward, MaxPoolGrad a loop;
+// nn_grad_norm.cc: LayerNormGrad and BatchNormGrad loops
 std::unique_ptr<Kernel> make_conv_grad_input(const KernelSpec& s);
 // A depthwise Conv between plain tensors, without epilogue, as one of pipetrain's own loops
-// (nn_grad.cc, beside the loops that run its gradients): on maps of at most 4 pixels and 16
+// (depthwise.cc, beside the loops that run its gradients): on maps of at most 4 pixels and 16
 // channels or more (DepthwiseSmallMaps), or 2-D of stride 1, undilated, on fewer than 16 channels
 // whose output rows are 16 wide or more (DepthwisePlaneConv); nullptr for any other conv.
 // make_conv tries it before oneDNN.

@@ -107,10 +107,10 @@ std::unique_ptr<Kernel> build_conv(const KernelSpec& s, const Window& w, int64_t
   const bool image = !x_last && group == 1 && x[1] <= kFewChannels;
   // A plain side next to a channels-last one is left to oneDNN (reordered once at the chain's end).
   // A 2-D depthwise conv between plain tensors takes its sides in 16-channel blocks (nChw16c),
-  // the layout of oneDNN's jit depthwise kernel and of the backward passes (nn_grad.cc). Left to
-  // choose, it takes nhwc for its brdgmm kernel, and the reorder of X from nchw to nhwc, a
-  // transpose of each image's (C, H x W) planes, cost 2-4x the convolution (MobileNetV2's 48
-  // channels of 16x16 at stride 2, in training: 50-59 us a call, now 24).
+  // the layout of oneDNN's jit depthwise kernel and of the backward passes (nn_grad.cc,
+  // depthwise.cc). Left to choose, it takes nhwc for its brdgmm kernel, and the reorder of X from
+  // nchw to nhwc, a transpose of each image's (C, H x W) planes, cost 2-4x the convolution
+  // (MobileNetV2's 48 channels of 16x16 at stride 2, in training: 50-59 us a call, now 24).
   const bool depthwise_blocked = group > 1 && group == x[1] && wd.size() == 5 && x.size() == 4;
   const auto side = [&](const memory::desc& md, bool last, const Dims& dims) {
     if (depthwise_blocked && !last) return memory::desc(dims, memory::data_type::f32, memory::format_tag::nChw16c);

@@ -575,6 +575,36 @@ TEST(ConvGrad, DepthwiseSmallMapsInputOnEveryCopy) {
     });
   }
 }
+// The small-map loops on 1 and 3 spatial dims (DepthwiseSmallMaps, DepthwiseConvGradWeight): a
+// 1-D conv over 2 pixels and a 3-D one over 1 x 2 x 2 equal the 2-D conv they are (a size-1 dim
+// added, or dropped): Y and dX to the bit (the same loop on both sides), dW within float rounding
+// (oneDNN has a JIT kernel for the 2-D 1 x 2 plane); 32 channels, two blocks.
+TEST(ConvGrad, DepthwiseSmallMapsOfOneAndThreeSpatialDims) {
+  // Y, dX and dW of p, on X, W and dY of the same values whatever p's shapes.
+  const auto run_all = [](const ConvCase& p) {
+    Dims x_shape{p.n, p.c}, w_shape{p.m, 1};
+    x_shape.insert(x_shape.end(), p.in.begin(), p.in.end());
+    w_shape.insert(w_shape.end(), p.kernel.begin(), p.kernel.end());
+    const Tensor x = uniform(x_shape, 51), w = uniform(w_shape, 52), dy = uniform(conv_out(p), 53);
+    auto attrs = conv_attrs(p), gi = attrs, gw = attrs;
+    gi["input_shape"] = x_shape;
+    gw["weight_shape"] = w_shape;
+    return std::vector<Tensor>{run1("Conv", {fed(x), fed(w)}, out_f32(conv_out(p)), attrs, true),
+                               run1("ConvGradInput", {fed(dy), fed(w)}, out_f32(x_shape), gi),
+                               run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_shape), gw)};
+  };
+  const auto expect_same = [](const std::vector<Tensor>& have, const std::vector<Tensor>& want) {
+    EXPECT_EQ(have[0].data, want[0].data) << "Y";
+    EXPECT_EQ(have[1].data, want[1].data) << "dX";
+    ASSERT_EQ(have[2].type.numel(), want[2].type.numel());
+    for (int64_t i = 0; i < want[2].type.numel(); ++i)
+      EXPECT_NEAR(have[2].as<float>()[i], want[2].as<float>()[i], 1e-6) << "dW at " << i;
+  };
+  expect_same(run_all({3, 32, 32, 32, {2}, {3}, {1}, {1}, {1, 1}}),
+              run_all({3, 32, 32, 32, {1, 2}, {1, 3}, {1, 1}, {1, 1}, {0, 1, 0, 1}}));
+  expect_same(run_all({3, 32, 32, 32, {1, 2, 2}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}}),
+              run_all({3, 32, 32, 32, {2, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}}));
+}
 // 2-D, stride 1, no dilation, where oneDNN has no JIT weight gradient (8 channels): the row
 // kernel (DepthwiseRowsGradWeight). ConvNeXt's 7x7 over 8x8 maps, and rows wider than its 16
 // lanes under asymmetric pads.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace pt::cpu {
 
@@ -283,6 +284,74 @@ inline double lane_squared_deviation(const float* p, int64_t n, float mean) {
   for (; i < n; ++i) total += double(p[i] - mean) * double(p[i] - mean);
   for (float l : lane) total += l;
   return total;
+}
+
+// A block of up to 16 channels' planes (channel-major, as NCHW holds them) to and from pixel-major
+// scratch, a pixel's channels in one row of 16 lanes: the depthwise and pointwise loops on small
+// maps (depthwise.cc, nn_grad.cc) take 16 channels a vector this way.
+// t[p * 16 + l] = planes[l * size + p] for l < channels (at most 16) planes of `size` pixels: a
+// pixel's 16 values at a time for a whole block (a copy for planes of one pixel).
+template <class L>
+[[gnu::always_inline]] inline void transpose_block(const float* planes, int64_t size, int64_t channels, float* t) {
+  if constexpr (std::is_same_v<L, Vec16>) {
+    if (channels == kLanes && size == 4) {  // 2x2 maps: 16 x 4 in two rounds of 4 two-vector shuffles
+      Vec16 v[4], w[4];
+      for (int k = 0; k < 4; ++k) load16(v[k], planes + k * kLanes);
+      for (int k = 0; k < 2; ++k) {
+        const Vec16 &a = v[2 * k], &b = v[2 * k + 1];  // channels 8k to 8k + 7
+        w[2 * k] = __builtin_shufflevector(a, b, 0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+        w[2 * k + 1] = __builtin_shufflevector(a, b, 2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+      }
+      for (int k = 0; k < 2; ++k) {
+        const Vec16 &a = w[k], &b = w[k + 2];  // pixels 2k and 2k + 1
+        store16(t + 2 * k * kLanes,
+                __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23));
+        store16(t + (2 * k + 1) * kLanes,
+                __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+      }
+      return;
+    }
+  }
+  if (channels < kLanes) {
+    for (int64_t l = 0; l < channels; ++l)
+      for (int64_t p = 0; p < size; ++p) t[p * kLanes + l] = planes[l * size + p];
+  } else if (size == 1) {
+    std::copy(planes, planes + kLanes, t);
+  } else {
+    for (int64_t p = 0; p < size; ++p)
+      for (int64_t l = 0; l < kLanes; ++l) t[p * kLanes + l] = planes[l * size + p];
+  }
+}
+
+// planes[l * size + p] = t[p * 16 + l] for l < channels (at most 16): transpose_block undone.
+template <class L>
+[[gnu::always_inline]] inline void untranspose_block(const float* t, int64_t size, int64_t channels,
+                                                     float* planes) {
+  if constexpr (std::is_same_v<L, Vec16>) {
+    if (channels == kLanes && size == 4) {  // pixels 0 and 1, 2 and 3 interleaved, then 4 channels a vector
+      Vec16 v[4], u[4];
+      for (int p = 0; p < 4; ++p) load16(v[p], t + p * kLanes);
+      for (int k = 0; k < 2; ++k) {
+        const Vec16 &a = v[2 * k], &b = v[2 * k + 1];  // pixels 2k and 2k + 1
+        u[2 * k] = __builtin_shufflevector(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        u[2 * k + 1] = __builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+      }
+      for (int k = 0; k < 2; ++k) {
+        const Vec16 &a = u[k], &b = u[k + 2];  // channels 8k to 8k + 7
+        store16(planes + 2 * k * kLanes,
+                __builtin_shufflevector(a, b, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23));
+        store16(planes + (2 * k + 1) * kLanes,
+                __builtin_shufflevector(a, b, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31));
+      }
+      return;
+    }
+  }
+  if (channels == kLanes && size == 1) {
+    std::copy(t, t + kLanes, planes);
+    return;
+  }
+  for (int64_t l = 0; l < channels; ++l)
+    for (int64_t p = 0; p < size; ++p) planes[l * size + p] = t[p * kLanes + l];
 }
 
 }  // namespace pt::cpu

@@ -674,6 +674,31 @@ TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
                             ConvCase{2, 8, 8, 8, {9, 20}, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}}})
     check_weight_gradient_on_every_copy(p);
 }
+// A 1x1 convolution's weight gradient on each copy (check_weight_gradient_on_every_copy), and each
+// entry against its definition in double: the sum over images and pixels of dY * X.
+void check_pointwise_weight_gradient(const ConvCase& p) {
+  check_weight_gradient_on_every_copy(p);
+  Dims x_shape{p.n, p.c};
+  x_shape.insert(x_shape.end(), p.in.begin(), p.in.end());
+  const Dims w_dims = p.in.size() == 1 ? Dims{p.m, p.c, 1} : Dims{p.m, p.c, 1, 1};
+  const Tensor x = uniform(x_shape, 31), dy = uniform(conv_out(p), 32);
+  auto attrs = conv_attrs(p);
+  attrs["weight_shape"] = w_dims;
+  const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_dims), attrs);
+  int64_t hw = 1;
+  for (int64_t d : p.in) hw *= d;
+  for (int64_t m = 0; m < p.m; ++m)
+    for (int64_t c = 0; c < p.c; ++c) {
+      double want = 0, scale = 0;
+      for (int64_t n = 0; n < p.n; ++n)
+        for (int64_t q = 0; q < hw; ++q) {
+          const double t = double(dy.as<float>()[(n * p.m + m) * hw + q]) * x.as<float>()[(n * p.c + c) * hw + q];
+          want += t;
+          scale += std::abs(t);
+        }
+      EXPECT_NEAR(dw.as<float>()[m * p.c + c], want, 1e-6 * scale) << m << " " << c;
+    }
+}
 // 1x1 convolutions of fewer input channels than 16 on planes of more than 16 pixels (MobileNetV2's
 // 8 -> 48 expansions on 16x16 and 8x8): pipetrain's lanes along the plane (PointwiseLanesGradWeight)
 // on each copy, with output rows and channels short of a block (7 and 6: blocks of 4 and the
@@ -681,33 +706,23 @@ TEST(ConvGrad, DepthwiseRowsOnEveryCopy) {
 TEST(ConvGrad, PointwiseFewChannelsOnEveryCopy) {
   for (const ConvCase& p : {ConvCase{8, 8, 48, 1, {16, 16}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
                             ConvCase{2, 6, 7, 1, {5, 7}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
-                            ConvCase{3, 15, 9, 1, {20}, {1}, {1}, {1}, {0, 0}}}) {
-    check_weight_gradient_on_every_copy(p);
-    // Each entry against its definition in double: sum over images and pixels of dY * X.
-    Dims x_shape{p.n, p.c};
-    x_shape.insert(x_shape.end(), p.in.begin(), p.in.end());
-    const Dims w_dims = p.in.size() == 1 ? Dims{p.m, p.c, 1} : Dims{p.m, p.c, 1, 1};
-    const Tensor x = uniform(x_shape, 31), dy = uniform(conv_out(p), 32);
-    auto attrs = conv_attrs(p);
-    attrs["weight_shape"] = w_dims;
-    const Tensor dw = run1("ConvGradWeight", {fed(dy), fed(x)}, out_f32(w_dims), attrs);
-    int64_t hw = 1;
-    for (int64_t d : p.in) hw *= d;
-    for (int64_t m = 0; m < p.m; ++m)
-      for (int64_t c = 0; c < p.c; ++c) {
-        double want = 0, scale = 0;
-        for (int64_t n = 0; n < p.n; ++n)
-          for (int64_t q = 0; q < hw; ++q) {
-            const double t = double(dy.as<float>()[(n * p.m + m) * hw + q]) * x.as<float>()[(n * p.c + c) * hw + q];
-            want += t;
-            scale += std::abs(t);
-          }
-        EXPECT_NEAR(dw.as<float>()[m * p.c + c], want, 1e-6 * scale) << m << " " << c;
-      }
-  }
-}// 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections):
-// the direct pointwise weight gradient from 32 input channels (1x1 and 4x4 planes), oneDNN's blocked
-// kernels below (4x4, 2x3 and a 1-D plane). On one pixel the input gradient is one matrix product
+                            ConvCase{3, 15, 9, 1, {20}, {1}, {1}, {1}, {0, 0}}})
+    check_pointwise_weight_gradient(p);
+}
+// 1x1 convolutions of fewer input channels than 32 on maps of at most 4 pixels (MobileNetV2's
+// 16 -> 96 and 24 -> 144 expansions on 2x2): 16 output channels a vector
+// (PointwiseSmallMapsGradWeight) on each copy; one pixel with a last block of 8 (40 outputs), a
+// 1-D plane of 3 with 7 outputs.
+TEST(ConvGrad, PointwiseSmallMapsOnEveryCopy) {
+  for (const ConvCase& p : {ConvCase{8, 16, 96, 1, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+                            ConvCase{8, 24, 144, 1, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+                            ConvCase{8, 16, 40, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+                            ConvCase{3, 5, 7, 1, {3}, {1}, {1}, {1}, {0, 0}}})
+    check_pointwise_weight_gradient(p);
+}
+// 1x1 convolutions on planes of at most 16 pixels (MobileNetV2's late expansions and projections):
+// the direct pointwise weight gradient from 32 input channels (1x1 and 4x4 planes), below it
+// oneDNN's blocked kernels (4x4, 2x3 and a 1-D plane of 5) but on maps of at most 4 pixels. On one pixel the input gradient is one matrix product
 // (build_pixel_grad_input): MobileNetV2's last conv, 1280 -> 80.
 TEST(ConvGrad, PointwiseSmallPlanes) {
   check_conv_adjoint({8, 40, 24, 1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}});

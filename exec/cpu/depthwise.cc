@@ -80,6 +80,20 @@ DepthwiseWindow depthwise_window(const Dims& x, const Dims& y, const Dims& w, co
 // thread, so the bits do not depend on the thread count; the AVX-512 and AVX2 copies fuse each
 // product into its sum, the baseline's rounds them apart.
 
+// Lists of pixel pairs, one per tap or per destination pixel, laid end to end: list i is
+// pairs[first[i], first[i + 1]).
+struct PairLists {
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  std::vector<int32_t> first;
+  explicit PairLists(const std::vector<std::vector<std::pair<int32_t, int32_t>>>& lists) {
+    for (const auto& l : lists) {
+      first.push_back(static_cast<int32_t>(pairs.size()));
+      pairs.insert(pairs.end(), l.begin(), l.end());
+    }
+    first.push_back(static_cast<int32_t>(pairs.size()));
+  }
+};
+
 // The channels' 16-lane blocks split into contiguous runs, one per thread where the work is large
 // enough: per run, images in order, each image's blocks in order, so that every image's planes are
 // read front to back (block by block per image, the images' planes interleaved, 240 channels of
@@ -100,13 +114,8 @@ class DepthwiseConvGradWeight final : public Kernel {
                           const std::vector<Pairs>& taps, int threads)
       : batch_(batch), channels_(channels), in_size_(in_size), out_size_(out_size),
         taps_(static_cast<int64_t>(taps.size())), threads_(std::max(threads, 1)), isa_(vector_isa()),
-        runs_(channels, batch * channels * pair_count(taps), threads_) {
-    for (const Pairs& t : taps) {
-      first_.push_back(static_cast<int32_t>(pairs_.size()));
-      pairs_.insert(pairs_.end(), t.begin(), t.end());
-    }
-    first_.push_back(static_cast<int32_t>(pairs_.size()));
-  }
+        by_tap_(taps),
+        runs_(channels, batch * channels * static_cast<int64_t>(by_tap_.pairs.size()), threads_) {}
 
   // Per run: the taps' sums of its blocks (blocks x taps x 16), one block's dY and X planes
   // transposed (pixels x 16 each).
@@ -122,11 +131,6 @@ class DepthwiseConvGradWeight final : public Kernel {
   }
 
  private:
-  static int64_t pair_count(const std::vector<Pairs>& taps) {
-    int64_t n = 0;
-    for (const Pairs& t : taps) n += static_cast<int64_t>(t.size());
-    return n;
-  }
   int64_t per_run() const { return (runs_.most() * taps_ + out_size_ + in_size_) * kLanes; }
 
   // Blocks [b0, b1) of dW, with `mine`: this run's scratch.
@@ -143,12 +147,13 @@ class DepthwiseConvGradWeight final : public Kernel {
           transpose_block<L>(dy + (n * channels_ + c0) * out_size_, out_size_, w, dt);
           transpose_block<L>(x + (n * channels_ + c0) * in_size_, in_size_, w, xt);
           for (int64_t t = 0; t < taps_; ++t) {
-            if (first_[t] == first_[t + 1]) continue;
+            const int32_t k0 = by_tap_.first[t], k1 = by_tap_.first[t + 1];
+            if (k0 == k1) continue;
             L sum, d, v;
             load16(sum, acc + t * kLanes);
-            for (int32_t k = first_[t]; k < first_[t + 1]; ++k) {
-              load16(d, dt + pairs_[k].first * kLanes);
-              load16(v, xt + pairs_[k].second * kLanes);
+            for (int32_t k = k0; k < k1; ++k) {
+              load16(d, dt + by_tap_.pairs[k].first * kLanes);
+              load16(v, xt + by_tap_.pairs[k].second * kLanes);
               sum += d * v;
             }
             store16(acc + t * kLanes, sum);
@@ -162,10 +167,9 @@ class DepthwiseConvGradWeight final : public Kernel {
   }
 
   int64_t batch_, channels_, in_size_, out_size_, taps_;
-  std::vector<std::pair<int32_t, int32_t>> pairs_;  // every tap's pairs, taps in row-major order
-  std::vector<int32_t> first_;                      // tap t's pairs: [first_[t], first_[t + 1])
   int threads_;
   VectorIsa isa_;
+  PairLists by_tap_;  // per tap in row-major order, its (output, input) pairs
   BlockRuns runs_;
 };
 
@@ -188,16 +192,10 @@ class DepthwiseSmallMaps final : public Kernel {
  public:
   using Pairs = std::vector<std::pair<int32_t, int32_t>>;  // (tap, source pixel)
   DepthwiseSmallMaps(int64_t batch, int64_t channels, int64_t src_size, int64_t dst_size, int64_t taps,
-                     std::vector<Pairs> per_dst, bool bias, int threads)
+                     const std::vector<Pairs>& per_dst, bool bias, int threads)
       : batch_(batch), channels_(channels), src_size_(src_size), dst_size_(dst_size), taps_(taps),
         bias_(bias), threads_(std::max(threads, 1)), isa_(vector_isa()),
-        runs_(channels, batch * channels * taps * dst_size, threads_) {
-    for (const Pairs& d : per_dst) {
-      first_.push_back(static_cast<int32_t>(pairs_.size()));
-      pairs_.insert(pairs_.end(), d.begin(), d.end());
-    }
-    first_.push_back(static_cast<int32_t>(pairs_.size()));
-  }
+        by_dst_(per_dst), runs_(channels, batch * channels * taps * dst_size, threads_) {}
 
   // Per run: its blocks' weights and B (blocks x (taps + 1) x 16), one block's source and
   // destination planes transposed (pixels x 16 each).
@@ -237,9 +235,9 @@ class DepthwiseSmallMaps final : public Kernel {
           for (int64_t d = 0; d < dst_size_; ++d) {
             L sum, x, v;
             load16(sum, wt + taps_ * kLanes);
-            for (int32_t k = first_[d]; k < first_[d + 1]; ++k) {
-              load16(x, st + pairs_[k].second * kLanes);
-              load16(v, wt + pairs_[k].first * kLanes);
+            for (int32_t k = by_dst_.first[d]; k < by_dst_.first[d + 1]; ++k) {
+              load16(x, st + by_dst_.pairs[k].second * kLanes);
+              load16(v, wt + by_dst_.pairs[k].first * kLanes);
               sum += x * v;
             }
             store16(dt + d * kLanes, sum);
@@ -251,10 +249,9 @@ class DepthwiseSmallMaps final : public Kernel {
 
   int64_t batch_, channels_, src_size_, dst_size_, taps_;
   bool bias_;
-  std::vector<std::pair<int32_t, int32_t>> pairs_;  // every destination pixel's pairs, in order
-  std::vector<int32_t> first_;                      // pixel d's pairs: [first_[d], first_[d + 1])
   int threads_;
   VectorIsa isa_;
+  PairLists by_dst_;  // per destination pixel, its (tap, source pixel) pairs in order
   BlockRuns runs_;
 };
 
@@ -272,7 +269,7 @@ std::unique_ptr<Kernel> make_depthwise_small_maps(const Dims& x, const Dims& y, 
   std::vector<DepthwiseSmallMaps::Pairs> per(static_cast<size_t>(forward ? d.out_size : d.in_size));
   for (const auto& [o, t, i] : d.triples) per[static_cast<size_t>(forward ? o : i)].emplace_back(t, forward ? i : o);
   const int64_t src = forward ? d.in_size : d.out_size, dst = forward ? d.out_size : d.in_size;
-  return std::make_unique<DepthwiseSmallMaps>(x[0], x[1], src, dst, d.taps, std::move(per), bias, threads);
+  return std::make_unique<DepthwiseSmallMaps>(x[0], x[1], src, dst, d.taps, per, bias, threads);
 }
 
 

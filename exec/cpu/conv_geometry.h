@@ -37,8 +37,7 @@ inline bool is_depthwise(int64_t group, const Dims& x, const Dims& w) {
 
 // Conv's shape rules as its gradients take them (conv_window, exec/window.h); nullopt when they
 // do not hold.
-inline std::optional<ConvGeometry> conv_geometry(const Node& n, const Dims& x, const Dims& w,
-                                          const Dims& y) {
+inline std::optional<ConvGeometry> conv_geometry(const Node& n, const Dims& x, const Dims& w, const Dims& y) {
   const auto window = conv_window(n, x, w, y, true);
   if (!window) return std::nullopt;
   ConvGeometry g{*window, n.attr_int("group", 1), x, w, y, w, false, false};
@@ -65,8 +64,7 @@ inline memory::desc conv_layout(const ConvGeometry& g, const Dims& dims) {
 }
 
 // The forward primitive_desc oneDNN takes as the hint for a backward one.
-inline dnnl::convolution_forward::primitive_desc conv_hint(const ConvGeometry& g,
-                                                    const dnnl::engine& engine) {
+inline dnnl::convolution_forward::primitive_desc conv_hint(const ConvGeometry& g, const dnnl::engine& engine) {
   const Window& w = g.window;
   return dnnl::convolution_forward::primitive_desc(
       {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,

@@ -272,7 +272,6 @@ std::unique_ptr<Kernel> make_depthwise_small_maps(const Dims& x, const Dims& y, 
   return std::make_unique<DepthwiseSmallMaps>(x[0], x[1], src, dst, d.taps, per, bias, threads);
 }
 
-
 // Whether oneDNN has a JIT kernel for the weight gradient of a depthwise Conv of geometry g.
 bool dnnl_depthwise_weights_jit(const KernelSpec& s, const ConvGeometry& g) {
   const dnnl::engine& engine = *s.cpu->engine;

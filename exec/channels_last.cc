@@ -9,6 +9,12 @@ namespace {
 
 bool is_conv(const Node& n) { return n.domain.empty() && n.op_type == "Conv"; }
 
+// Readers that take a channels-last X as it is: a Conv, and GlobalAveragePool (nn_channel.cc),
+// whose (N, C, 1, 1) output is the same bytes either way.
+bool reads_channels_last(const Node& n) {
+  return is_conv(n) || (n.domain.empty() && n.op_type == "GlobalAveragePool");
+}
+
 bool four_d_float(const Value& v) { return v.type.dtype == DType::kFloat32 && v.type.shape.size() == 4; }
 
 // A pointwise op whose full-size inputs have its output's shape, the rest one element each.
@@ -26,6 +32,16 @@ bool chain_pointwise(const Graph& g, const Node& n) {
   return true;
 }
 
+// A BatchNormalization of 4-D float data: Y is X normalised per channel, which its kernel does
+// channels-last as well as plain (exec/cpu/nn_channel.cc), with the same bits. It joins the
+// chain as a pointwise op does: X and Y chosen together, the per-channel inputs and the running
+// statistics (one dimension) never.
+bool chain_batch_norm(const Graph& g, const Node& n) {
+  return n.domain.empty() && n.op_type == "BatchNormalization" && !n.inputs.empty() && !n.outputs.empty() &&
+         n.outputs[0] != kNoValue && four_d_float(g.value(n.inputs[0])) &&
+         g.value(n.inputs[0]).type == g.value(n.outputs[0]).type;
+}
+
 bool full_size(const Graph& g, ValueId input, ValueId output) {
   return g.value(input).type.shape == g.value(output).type.shape;
 }
@@ -35,7 +51,8 @@ bool full_size(const Graph& g, ValueId input, ValueId output) {
 std::vector<bool> channels_last_values(const Graph& g) {
   std::vector<bool> chosen(g.values.size(), false);
   std::vector<bool> pointwise(g.nodes.size(), false);
-  for (size_t i = 0; i < g.nodes.size(); ++i) pointwise[i] = chain_pointwise(g, g.nodes[i]);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    pointwise[i] = chain_pointwise(g, g.nodes[i]) || chain_batch_norm(g, g.nodes[i]);
   std::vector<bool> is_output(g.values.size(), false);
   for (ValueId v : g.outputs) is_output[static_cast<size_t>(v)] = true;
 
@@ -50,7 +67,7 @@ std::vector<bool> channels_last_values(const Graph& g) {
       const Node& r = g.nodes[static_cast<size_t>(c)];
       for (size_t k = 0; k < r.inputs.size(); ++k) {
         if (r.inputs[k] != static_cast<ValueId>(v)) continue;
-        const bool as_x = is_conv(r) && k == 0;
+        const bool as_x = reads_channels_last(r) && k == 0;
         const bool as_operand = pointwise[static_cast<size_t>(c)] && full_size(g, r.inputs[k], r.outputs[0]);
         if (!as_x && !as_operand) readers_take_it = false;
       }

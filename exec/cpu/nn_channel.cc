@@ -4,6 +4,7 @@
 // 5 times slower than onnxruntime), and reordering to a blocked layout costs more than the op.
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "exec/cpu/channel_stats.h"
 #include "exec/cpu/lane_math.h"
 #include "exec/cpu/parallel.h"
+#include "exec/cpu/vector_clones.h"
 #include "exec/kernel_geometry.h"
 
 namespace pt::cpu {
@@ -18,6 +20,49 @@ namespace {
 
 // Below this many elements a kernel runs on one thread: a parallel region costs microseconds.
 constexpr int64_t kParallelMin = int64_t{1} << 15;
+
+// channel_moments's sums for channels [c0, c1) of one image held channels-last: x is the image's
+// s pixels of c values each. sums[k] gets lane_sum of channel k's s values where mean is null,
+// else lane_squared_deviation of them about mean[k]: the same 16 lanes over the pixels in steps
+// of 16, the leftover pixels in double, then the lanes, so the same bits, with the loops running
+// along the channels, which lie side by side here. At most kPixelMajorChannels channels a call.
+constexpr int64_t kPixelMajorChannels = 64;
+
+PT_VECTOR_CLONES PT_ROUNDED_TWICE void pixel_major_sums(const float* x, int64_t s, int64_t c, int64_t c0,
+                                                        int64_t c1, const float* mean, double* sums) {
+  const int64_t w = c1 - c0;
+  float lane[kLanes][kPixelMajorChannels] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= s; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const float* p = x + (i + k) * c + c0;
+      if (mean) {
+        for (int64_t j = 0; j < w; ++j) {
+          const float d = p[j] - mean[c0 + j];
+          lane[k][j] += d * d;
+        }
+      } else {
+        for (int64_t j = 0; j < w; ++j) lane[k][j] += p[j];
+      }
+    }
+  double total[kPixelMajorChannels] = {};
+  for (; i < s; ++i) {
+    const float* p = x + i * c + c0;
+    for (int64_t j = 0; j < w; ++j)
+      total[j] += mean ? double(p[j] - mean[c0 + j]) * double(p[j] - mean[c0 + j]) : double(p[j]);
+  }
+  for (int k = 0; k < kLanes; ++k)
+    for (int64_t j = 0; j < w; ++j) total[j] += lane[k][j];
+  for (int64_t j = 0; j < w; ++j) sums[c0 + j] = total[j];
+}
+
+// y = (x - mean) * a + b over pixels [p0, p1) of c channels each: normalize_channel's expression.
+PT_VECTOR_CLONES PT_ROUNDED_TWICE void normalize_pixels(const float* x, int64_t p0, int64_t p1, int64_t c,
+                                                        const float* mean, const float* a, const float* b,
+                                                        float* y) {
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t k = 0; k < c; ++k) y[p * c + k] = (x[p * c + k] - mean[k]) * a[k] + b[k];
+}
 
 // GlobalAveragePool: Y[n, c] = mean_s X[n, c, s]. X: (N, C, spatial...), Y: (N, C, 1...).
 class GlobalAveragePool final : public Kernel {
@@ -37,12 +82,44 @@ class GlobalAveragePool final : public Kernel {
   int threads_;
 };
 
+// GlobalAveragePool on a channels-last X, (N, S, C) in memory: GlobalAveragePool's bits, each
+// channel's lane_sum taken by pixel_major_sums.
+class GlobalAveragePoolChannelsLast final : public Kernel {
+ public:
+  GlobalAveragePoolChannelsLast(ChannelDims d, int threads) : d_(d), threads_(threads) {}
+
+  size_t scratch_bytes() const override { return sizeof(double) * static_cast<size_t>(d_.n * d_.c); }
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
+    const float* x = in[0].as<const float>();
+    double* sums = static_cast<double*>(scratch);
+    const int64_t blocks = (d_.c + kPixelMajorChannels - 1) / kPixelMajorChannels;
+    parallel_for(d_.n * blocks, threads_, d_.numel() >= kParallelMin, [&](int64_t task) {
+      const int64_t n = task / blocks, c0 = task % blocks * kPixelMajorChannels;
+      pixel_major_sums(x + n * d_.s * d_.c, d_.s, d_.c, c0, std::min(d_.c, c0 + kPixelMajorChannels), nullptr,
+                       sums + n * d_.c);
+    });
+    float* y = out[0].as<float>();
+    for (int64_t r = 0; r < d_.n * d_.c; ++r) y[r] = static_cast<float>(sums[r] / double(d_.s));
+  }
+
+ private:
+  ChannelDims d_;
+  int threads_;
+};
+
 // BatchNormalization. X: (N, C, spatial...); scale, B, input_mean, input_var: (C).
 //   Y = (X - mean) * scale / sqrt(var + epsilon) + B, per channel
 // Inference uses input_mean and input_var. training_mode=1 uses the batch's mean and biased
 // variance over (N, spatial) and writes, when asked for (opset 15):
 //   running_mean = input_mean * momentum + batch_mean * (1 - momentum)
 //   running_var  = input_var  * momentum + batch_var  * (1 - momentum)
+// running = running * momentum + batch * (1 - momentum) into output k, where it is asked for.
+void write_running(std::span<const Buffer> out, size_t k, int64_t c, float running, float batch,
+                   float momentum) {
+  if (k < out.size() && out[k].present()) out[k].as<float>()[c] = running * momentum + batch * (1.f - momentum);
+}
+
 class BatchNorm final : public ChannelKernel {
  public:
   BatchNorm(ChannelDims d, bool training, float epsilon, float momentum, int threads)
@@ -55,21 +132,83 @@ class BatchNorm final : public ChannelKernel {
     float var = in[4].as<const float>()[c];
     if (training_) {
       channel_moments(x, d_, c, &mean, &var);
-      update_running(out, 1, c, in[3].as<const float>()[c], mean);
-      update_running(out, 2, c, in[4].as<const float>()[c], var);
+      write_running(out, 1, c, in[3].as<const float>()[c], mean, momentum_);
+      write_running(out, 2, c, in[4].as<const float>()[c], var, momentum_);
     }
     const float a = in[1].as<const float>()[c] / std::sqrt(var + eps_);
     normalize_channel(x, d_, c, mean, a, in[2].as<const float>()[c], out[0].as<float>());
   }
 
-  void update_running(std::span<const Buffer> out, size_t k, int64_t c, float running,
-                      float batch) const {
-    if (k < out.size() && out[k].present())
-      out[k].as<float>()[c] = running * momentum_ + batch * (1.f - momentum_);
-  }
-
   bool training_;
   float momentum_;
+};
+
+// BatchNormalization on channels-last X and Y, (N, S, C) in memory (exec/channels_last.h: a
+// BatchNormalization between convs). The bits are BatchNorm's: each channel's moments are
+// channel_moments's, taken image by image (pixel_major_sums) and added in image order, and Y is
+// normalize_channel's expression. Images (in blocks of channels) are summed in parallel and Y's
+// pixels normalised in parallel: the bits do not depend on the thread count.
+class BatchNormChannelsLast final : public Kernel {
+ public:
+  BatchNormChannelsLast(ChannelDims d, bool training, float epsilon, float momentum, int threads)
+      : d_(d), training_(training), eps_(epsilon), momentum_(momentum), threads_(threads) {}
+
+  // Each image's sums per channel, then each channel's mean and a = scale / sqrt(var + eps).
+  size_t scratch_bytes() const override {
+    return sizeof(double) * static_cast<size_t>(d_.n * d_.c) + 2 * sizeof(float) * static_cast<size_t>(d_.c);
+  }
+
+  void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
+    const float* x = in[0].as<const float>();
+    double* per_image = static_cast<double*>(scratch);
+    float* mean = reinterpret_cast<float*>(per_image + d_.n * d_.c);
+    float* a = mean + d_.c;
+    const bool parallel = d_.numel() >= kChannelParallelMin;
+    const double count = double(d_.n) * double(d_.s);
+    const auto over_images = [&](int64_t c) {
+      double total = 0;
+      for (int64_t n = 0; n < d_.n; ++n) total += per_image[n * d_.c + c];
+      return total;
+    };
+    if (training_) {
+      image_sums(x, nullptr, per_image, parallel);
+      for (int64_t c = 0; c < d_.c; ++c) mean[c] = static_cast<float>(over_images(c) / count);
+      image_sums(x, mean, per_image, parallel);
+    }
+    for (int64_t c = 0; c < d_.c; ++c) {
+      float var = in[4].as<const float>()[c];
+      if (training_) {
+        var = static_cast<float>(over_images(c) / count);
+        write_running(out, 1, c, in[3].as<const float>()[c], mean[c], momentum_);
+        write_running(out, 2, c, in[4].as<const float>()[c], var, momentum_);
+      } else {
+        mean[c] = in[3].as<const float>()[c];
+      }
+      a[c] = in[1].as<const float>()[c] / std::sqrt(var + eps_);
+    }
+    // Y in one slice of pixels per thread.
+    const int64_t pixels = d_.n * d_.s, slices = parallel ? threads_ : 1;
+    parallel_for(slices, threads_, parallel, [&](int64_t t) {
+      normalize_pixels(x, pixels * t / slices, pixels * (t + 1) / slices, d_.c, mean, a, in[2].as<const float>(),
+                       out[0].as<float>());
+    });
+  }
+
+ private:
+  // per_image[n * C + c] = channel c's sum (or squared deviation about mean[c]) over image n.
+  void image_sums(const float* x, const float* mean, double* per_image, bool parallel) const {
+    const int64_t blocks = (d_.c + kPixelMajorChannels - 1) / kPixelMajorChannels;
+    parallel_for(d_.n * blocks, threads_, parallel, [&](int64_t task) {
+      const int64_t n = task / blocks, c0 = task % blocks * kPixelMajorChannels;
+      pixel_major_sums(x + n * d_.s * d_.c, d_.s, d_.c, c0, std::min(d_.c, c0 + kPixelMajorChannels), mean,
+                       per_image + n * d_.c);
+    });
+  }
+
+  ChannelDims d_;
+  bool training_;
+  float eps_, momentum_;
+  int threads_;
 };
 
 }  // namespace
@@ -92,8 +231,11 @@ std::unique_ptr<Kernel> make_batch_norm(const KernelSpec& s) {
   for (size_t i = 1; i < s.outputs.size(); ++i)
     extra_outputs = extra_outputs || s.outputs[i].dtype != DType::kUndefined;
   if (extra_outputs && (!training || s.graph.opset() < 14)) return nullptr;
-  return std::make_unique<BatchNorm>(channel_dims(x), training, s.node.attr_float("epsilon", 1e-5f),
-                                     s.node.attr_float("momentum", 0.9f), s.cpu->threads);
+  const float epsilon = s.node.attr_float("epsilon", 1e-5f), momentum = s.node.attr_float("momentum", 0.9f);
+  if (s.input_channels_last(0) != s.output_channels_last(0)) return nullptr;  // chosen together
+  if (s.input_channels_last(0))
+    return std::make_unique<BatchNormChannelsLast>(channel_dims(x), training, epsilon, momentum, s.cpu->threads);
+  return std::make_unique<BatchNorm>(channel_dims(x), training, epsilon, momentum, s.cpu->threads);
 }
 
 // GlobalAveragePool over every spatial dim. X: (N, C, spatial...), Y: (N, C, 1...).
@@ -104,6 +246,7 @@ std::unique_ptr<Kernel> make_global_average_pool(const KernelSpec& s) {
   if (x.size() < 3 || channel_dims(x).numel() == 0 || y.size() != x.size() || y[0] != x[0] ||
       y[1] != x[1] || s.outputs[0].numel() != x[0] * x[1])
     return nullptr;
+  if (s.input_channels_last(0)) return std::make_unique<GlobalAveragePoolChannelsLast>(channel_dims(x), s.cpu->threads);
   return std::make_unique<GlobalAveragePool>(channel_dims(x), s.cpu->threads);
 }
 

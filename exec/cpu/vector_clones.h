@@ -28,8 +28,12 @@
     !defined(PT_NO_VECTOR_CLONES)
 #define PT_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define PT_VECTOR_COPIES 1
+// Every copy rounds a * b + c twice, as the baseline does: for a loop whose bits must equal a
+// baseline loop's (nn_channel.cc's channels-last batch norm against the plain one).
+#define PT_ROUNDED_TWICE __attribute__((optimize("fp-contract=off")))
 #else
 #define PT_VECTOR_CLONES
+#define PT_ROUNDED_TWICE
 #endif
 
 namespace pt::cpu {

@@ -79,11 +79,12 @@ TEST(NnConformanceCount, EnoughCasesPassPerOp) {
 }
 
 // Runs one node built by hand (inputs in0.., outputs out0..) through `factory`, twice, as a
-// program would: the second run's outputs are returned.
+// program would: the second run's outputs are returned. channels_last: the first input and
+// output are stored channels-last (exec/channels_last.h).
 std::vector<std::vector<float>> run_node(Node node, KernelFactory factory,
                                          const std::vector<TensorType>& in,
                                          const std::vector<std::vector<float>>& data,
-                                         const std::vector<TensorType>& out) {
+                                         const std::vector<TensorType>& out, bool channels_last = false) {
   Graph g;
   g.opsets[""] = 17;
   for (size_t i = 0; i < in.size(); ++i)
@@ -94,7 +95,11 @@ std::vector<std::vector<float>> run_node(Node node, KernelFactory factory,
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
   CpuContext ctx{&engine, &stream, 2};
-  const KernelSpec spec{g, g.nodes[0], in, out, &ctx};
+  KernelSpec spec{g, g.nodes[0], in, out, &ctx};
+  if (channels_last) {
+    spec.channels_last_in = {true};
+    spec.channels_last_out = {true};
+  }
   const std::unique_ptr<Kernel> k = factory(spec);
   EXPECT_NE(k, nullptr);
   if (!k) return {};
@@ -267,6 +272,61 @@ TEST(BatchNormalization, TrainingMatchesDefinition) {
   testing::expect_near_all(outs[0], want_y);
   testing::expect_near_all(outs[1], want_mean);
   testing::expect_near_all(outs[2], want_var);
+}
+
+// (N, C, H, W) data to (N, H, W, C) and back.
+std::vector<float> to_channels_last(const std::vector<float>& x, const Dims& d, bool back = false) {
+  std::vector<float> y(x.size());
+  const int64_t c = d[1], s = d[2] * d[3];
+  for (int64_t n = 0; n < d[0]; ++n)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t p = 0; p < s; ++p) {
+        const size_t plain = static_cast<size_t>((n * c + k) * s + p), last = static_cast<size_t>((n * s + p) * c + k);
+        (back ? y[plain] : y[last]) = x[back ? last : plain];
+      }
+  return y;
+}
+
+// Between convs a BatchNormalization reads and writes channels-last data (exec/channels_last.h);
+// it gives the plain kernel's bits, Y and the running statistics, in training and inference
+// mode: on pixels in whole lanes of 16 and not (5 x 7 = 35, and 3 x 3 below a lane's width), on
+// channels in one block of 64 or more (70), and on data large enough to be split over threads.
+TEST(BatchNormalization, ChannelsLastGivesThePlainBits) {
+  for (const Dims& d : {Dims{3, 70, 5, 7}, Dims{2, 16, 3, 3}, Dims{8, 64, 16, 16}})
+    for (const bool training : {true, false}) {
+      const TensorType x{DType::kFloat32, d}, ch{DType::kFloat32, {d[1]}};
+      const std::vector<float> xd = testing::wave(x.numel(), 3.f);
+      std::vector<float> var_in = testing::wave(d[1], 1.f);
+      for (float& v : var_in) v = 0.5f + v * v;
+      const std::vector<std::vector<float>> data = {xd, testing::wave(d[1], 1.f), testing::wave(d[1] + 1, 0.5f),
+                                                    testing::wave(d[1] + 2, 0.25f), var_in};
+      Node node;
+      node.op_type = "BatchNormalization";
+      node.attrs = {{"training_mode", int64_t{training}}, {"epsilon", 1e-3f}, {"momentum", 0.8f}};
+      const std::vector<TensorType> outs = training ? std::vector<TensorType>{x, ch, ch} : std::vector<TensorType>{x};
+      const auto plain = run_node(node, cpu::make_batch_norm, {x, ch, ch, ch, ch}, data, outs);
+      std::vector<std::vector<float>> last_data = data;
+      last_data[0] = to_channels_last(xd, d);
+      const auto last = run_node(node, cpu::make_batch_norm, {x, ch, ch, ch, ch}, last_data, outs, true);
+      ASSERT_EQ(plain.size(), outs.size());
+      ASSERT_EQ(last.size(), outs.size());
+      EXPECT_EQ(to_channels_last(last[0], d, true), plain[0]) << d[1] << " channels, training " << training;
+      for (size_t k = 1; k < outs.size(); ++k) EXPECT_EQ(last[k], plain[k]) << "running statistic " << k;
+    }
+}
+
+// At the end of a chain GlobalAveragePool reads channels-last X as it is, with the plain bits.
+TEST(GlobalAveragePool, ChannelsLastGivesThePlainBits) {
+  for (const Dims& d : {Dims{3, 70, 5, 7}, Dims{2, 16, 3, 3}, Dims{8, 64, 16, 16}}) {
+    const TensorType x{DType::kFloat32, d}, y{DType::kFloat32, {d[0], d[1], 1, 1}};
+    const std::vector<float> xd = testing::wave(x.numel(), 3.f);
+    Node node;
+    node.op_type = "GlobalAveragePool";
+    const std::vector<float> plain = run_node(node, cpu::make_global_average_pool, {x}, {xd}, y);
+    const auto last = run_node(node, cpu::make_global_average_pool, {x}, {to_channels_last(xd, d)}, {y}, true);
+    ASSERT_EQ(last.size(), 1u);
+    EXPECT_EQ(last[0], plain) << d[1] << " channels of " << d[2] << "x" << d[3];
+  }
 }
 
 }  // namespace

@@ -557,6 +557,17 @@ TEST(ChannelsLast, ProgramsEqualThePlainOnes) {
   EXPECT_GT(std::count(last.begin(), last.end(), true), 60);
   std::vector<Tensor> images = random_inputs(mobilenet, 4);
   expect_close(run_once(mobilenet, cpu, images), run_once(mobilenet, plain, images), "mobilenet");
+  // ResNet's BatchNormalizations, in training mode (the batch's statistics), stay in the chain:
+  // every tensor between the stem and the pooling is channels-last.
+  const Graph resnet = import_model("samples/resnet/resnet.onnx", o);
+  const std::vector<bool> resnet_last = channels_last_values(resnet);
+  for (const Node& n : resnet.nodes)
+    if (n.op_type == "BatchNormalization") {
+      EXPECT_TRUE(resnet_last[static_cast<size_t>(n.inputs[0])]) << n.name;
+      EXPECT_TRUE(resnet_last[static_cast<size_t>(n.outputs[0])]) << n.name;
+    }
+  std::vector<Tensor> resnet_images = random_inputs(resnet, 6);
+  expect_close(run_once(resnet, cpu, resnet_images), run_once(resnet, plain, resnet_images), "resnet");
 }
 
 // A constant of `type` added to g: filled(type, seed), or `value` when it holds one element.
@@ -614,8 +625,8 @@ TEST(StageProgram, A1x1ConvOverOnePixelGivesTheChannelSums) {
 
 // x -> Conv(+bias) -> a -> BatchNormalization -> b -> Relu -> c -> Conv -> d ->
 // BatchNormalization -> y. fold_batch_norms folds both into their Convs: no BatchNormalization
-// is left, the outputs are the unfolded graph's within rounding, and b and c, which the
-// BatchNormalization kept plain, now sit between convs (channels-last). Not folded: a
+// is left, the outputs are the unfolded graph's within rounding, and b and c sit between convs
+// (channels-last), as they do unfolded (a BatchNormalization joins the chain). Not folded: a
 // BatchNormalization in training mode (the batch's statistics), and one whose Conv output is
 // also read elsewhere (here: a graph output).
 TEST(FoldBatchNorms, ConvsTakeTheirBatchNormalizationAndGiveItsOutputs) {
@@ -666,8 +677,10 @@ TEST(FoldBatchNorms, ConvsTakeTheirBatchNormalizationAndGiveItsOutputs) {
   ASSERT_EQ(folded.nodes.size(), 3u);
   std::vector<Tensor> inputs = random_inputs(plain, 9);
   expect_close(run_once(folded, cpu, inputs), run_once(plain, cpu, inputs), "folded");
-  const ValueId c = plain.find("c");
-  EXPECT_FALSE(channels_last_values(plain)[static_cast<size_t>(c)]);
+  // d goes plain with y, the graph's output, which the second BatchNormalization writes.
+  for (const char* v : {"a", "b", "c"})
+    EXPECT_TRUE(channels_last_values(plain)[static_cast<size_t>(plain.find(v))]) << v;
+  for (const char* v : {"d", "y"}) EXPECT_FALSE(channels_last_values(plain)[static_cast<size_t>(plain.find(v))]) << v;
   EXPECT_TRUE(channels_last_values(folded)[static_cast<size_t>(folded.find("c"))]);
   EXPECT_TRUE(channels_last_values(folded)[static_cast<size_t>(folded.find("b"))]);
 

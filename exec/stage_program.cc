@@ -41,7 +41,8 @@ bool is_graph_output(const Graph& g, ValueId v) {
   return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
 }
 
-// The chain offered to node i as its epilogue: its output's lone reader, reading it once, of the
+// The chain offered to node i as its epilogue: its output 0's lone reader (node i may have more
+// outputs, which its kernel writes as ever), reading it once, of the
 // output's type, with one output of its own and its other inputs made before node i (the fused
 // kernel reads them when node i runs), then that output's lone reader, and so on; no tensor of
 // the chain is a graph output, no link taken by another chain. Which links a kernel applies is
@@ -50,7 +51,7 @@ std::vector<Link> epilogue_chain(const Graph& g, int i, const std::vector<bool>&
   std::vector<Link> links;
   for (int at = i; links.size() < kMaxLinks;) {
     const Node& node = g.nodes[static_cast<size_t>(at)];
-    if (node.outputs.size() != 1 || node.outputs[0] == kNoValue) break;
+    if (node.outputs.empty() || node.outputs[0] == kNoValue) break;
     const ValueId y = node.outputs[0];
     const Value& val = g.value(y);
     if (val.consumers.size() != 1 || is_graph_output(g, y)) break;

@@ -24,12 +24,14 @@ const KernelRegistry<KernelFactory>& registry() {
 // Whether the spec's kernel applies the neighbours fused into it (KernelSpec::epilogue and
 // ::prologue); the other kernels would drop them. Conv, MatMul and Gemm take one epilogue reading
 // their output as its input 0; Softmax and LogSoftmax a prologue chain, their gradients an
-// epilogue chain (softmax.cc, which checks the links).
+// epilogue chain (softmax.cc, which checks the links); BatchNormalization an Add and a Relu
+// (nn_channel.cc, which checks them).
 bool takes_links(const KernelSpec& spec) {
   const std::string& op = spec.node.op_type;
   if (spec.node.domain.empty() && (op == "Conv" || op == "MatMul" || op == "Gemm"))
     return !spec.prologue && spec.epilogue && spec.epilogue->through == 0 && !spec.epilogue->epilogue;
   if (spec.node.domain.empty() && (op == "Softmax" || op == "LogSoftmax")) return !spec.epilogue;
+  if (spec.node.domain.empty() && op == "BatchNormalization") return !spec.prologue;
   if (spec.node.domain == "pipetrain" && (op == "SoftmaxGrad" || op == "LogSoftmaxGrad")) return !spec.prologue;
   return false;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "exec/cpu/cpu_kernels.h"
@@ -56,12 +57,54 @@ PT_VECTOR_CLONES PT_ROUNDED_TWICE void pixel_major_sums(const float* x, int64_t 
   for (int64_t j = 0; j < w; ++j) sums[c0 + j] = total[j];
 }
 
-// y = (x - mean) * a + b over pixels [p0, p1) of c channels each: normalize_channel's expression.
+// What a batch norm applies to Y as it writes it (KernelSpec::epilogue): an Add of a tensor of
+// Y's shape and layout (a residual), then a Relu, either or both. Each is the float operation of
+// the node's own kernel (the Relu's is oneDNN's eltwise_relu with alpha 0: x > 0 ? x : +0), so the
+// fused program has the unfused bits, in training programs too.
+struct NormEpilogue {
+  bool add = false;  // the residual is run()'s input 5
+  bool relu = false;
+};
+
+// The epilogue of s as a NormEpilogue, or nullopt where it holds anything else.
+std::optional<NormEpilogue> norm_epilogue(const KernelSpec& s) {
+  NormEpilogue e;
+  const KernelSpec* link = s.epilogue;
+  if (link && link->node.domain.empty() && link->node.op_type == "Add" && link->through == 0 &&
+      link->inputs.size() == 2 && link->inputs[1] == s.outputs[0] &&
+      link->input_channels_last(1) == s.output_channels_last(0)) {
+    e.add = true;
+    link = link->epilogue;
+  }
+  if (link && link->node.domain.empty() && link->node.op_type == "Relu") {
+    e.relu = true;
+    link = link->epilogue;
+  }
+  if (link) return std::nullopt;
+  return e;
+}
+
+// Elements [i0, i1) of y after the epilogue: y + residual, then the Relu.
+PT_VECTOR_CLONES void finish_elements(float* y, int64_t i0, int64_t i1, const float* residual, bool relu) {
+  if (residual)
+    for (int64_t i = i0; i < i1; ++i) y[i] += residual[i];
+  if (relu)
+    for (int64_t i = i0; i < i1; ++i) y[i] = y[i] > 0.f ? y[i] : 0.f;
+}
+
+// y = (x - mean) * a + b over pixels [p0, p1) of c channels each, normalize_channel's
+// expression, then the epilogue.
 PT_VECTOR_CLONES PT_ROUNDED_TWICE void normalize_pixels(const float* x, int64_t p0, int64_t p1, int64_t c,
                                                         const float* mean, const float* a, const float* b,
-                                                        float* y) {
-  for (int64_t p = p0; p < p1; ++p)
-    for (int64_t k = 0; k < c; ++k) y[p * c + k] = (x[p * c + k] - mean[k]) * a[k] + b[k];
+                                                        const float* residual, bool relu, float* y) {
+  for (int64_t p = p0; p < p1; ++p) {
+    float* yp = y + p * c;
+    for (int64_t k = 0; k < c; ++k) yp[k] = (x[p * c + k] - mean[k]) * a[k] + b[k];
+    if (residual)
+      for (int64_t k = 0; k < c; ++k) yp[k] += residual[p * c + k];
+    if (relu)
+      for (int64_t k = 0; k < c; ++k) yp[k] = yp[k] > 0.f ? yp[k] : 0.f;
+  }
 }
 
 // GlobalAveragePool: Y[n, c] = mean_s X[n, c, s]. X: (N, C, spatial...), Y: (N, C, 1...).
@@ -122,8 +165,8 @@ void write_running(std::span<const Buffer> out, size_t k, int64_t c, float runni
 
 class BatchNorm final : public ChannelKernel {
  public:
-  BatchNorm(ChannelDims d, bool training, float epsilon, float momentum, int threads)
-      : ChannelKernel(d, epsilon, threads), training_(training), momentum_(momentum) {}
+  BatchNorm(ChannelDims d, bool training, float epsilon, float momentum, int threads, bool add, bool relu)
+      : ChannelKernel(d, epsilon, threads), training_(training), momentum_(momentum), add_(add), relu_(relu) {}
 
  private:
   void channel(std::span<const Buffer> in, std::span<const Buffer> out, int64_t c) const override {
@@ -136,11 +179,18 @@ class BatchNorm final : public ChannelKernel {
       write_running(out, 2, c, in[4].as<const float>()[c], var, momentum_);
     }
     const float a = in[1].as<const float>()[c] / std::sqrt(var + eps_);
-    normalize_channel(x, d_, c, mean, a, in[2].as<const float>()[c], out[0].as<float>());
+    float* y = out[0].as<float>();
+    normalize_channel(x, d_, c, mean, a, in[2].as<const float>()[c], y);
+    if (!add_ && !relu_) return;
+    for (int64_t n = 0; n < d_.n; ++n) {
+      const int64_t at = (n * d_.c + c) * d_.s;
+      finish_elements(y, at, at + d_.s, add_ ? in[5].as<const float>() : nullptr, relu_);
+    }
   }
 
   bool training_;
   float momentum_;
+  bool add_, relu_;  // the epilogue (NormEpilogue)
 };
 
 // BatchNormalization on channels-last X and Y, (N, S, C) in memory (exec/channels_last.h: a
@@ -150,8 +200,9 @@ class BatchNorm final : public ChannelKernel {
 // pixels normalised in parallel: the bits do not depend on the thread count.
 class BatchNormChannelsLast final : public Kernel {
  public:
-  BatchNormChannelsLast(ChannelDims d, bool training, float epsilon, float momentum, int threads)
-      : d_(d), training_(training), eps_(epsilon), momentum_(momentum), threads_(threads) {}
+  BatchNormChannelsLast(ChannelDims d, bool training, float epsilon, float momentum, int threads, bool add,
+                        bool relu)
+      : d_(d), training_(training), eps_(epsilon), momentum_(momentum), threads_(threads), add_(add), relu_(relu) {}
 
   // Each image's sums per channel, then each channel's mean and a = scale / sqrt(var + eps).
   size_t scratch_bytes() const override {
@@ -190,7 +241,7 @@ class BatchNormChannelsLast final : public Kernel {
     const int64_t pixels = d_.n * d_.s, slices = parallel ? threads_ : 1;
     parallel_for(slices, threads_, parallel, [&](int64_t t) {
       normalize_pixels(x, pixels * t / slices, pixels * (t + 1) / slices, d_.c, mean, a, in[2].as<const float>(),
-                       out[0].as<float>());
+                       add_ ? in[5].as<const float>() : nullptr, relu_, out[0].as<float>());
     });
   }
 
@@ -209,6 +260,7 @@ class BatchNormChannelsLast final : public Kernel {
   bool training_;
   float eps_, momentum_;
   int threads_;
+  bool add_, relu_;  // the epilogue (NormEpilogue)
 };
 
 }  // namespace
@@ -233,9 +285,12 @@ std::unique_ptr<Kernel> make_batch_norm(const KernelSpec& s) {
   if (extra_outputs && (!training || s.graph.opset() < 14)) return nullptr;
   const float epsilon = s.node.attr_float("epsilon", 1e-5f), momentum = s.node.attr_float("momentum", 0.9f);
   if (s.input_channels_last(0) != s.output_channels_last(0)) return nullptr;  // chosen together
+  const std::optional<NormEpilogue> e = norm_epilogue(s);
+  if (!e) return nullptr;
   if (s.input_channels_last(0))
-    return std::make_unique<BatchNormChannelsLast>(channel_dims(x), training, epsilon, momentum, s.cpu->threads);
-  return std::make_unique<BatchNorm>(channel_dims(x), training, epsilon, momentum, s.cpu->threads);
+    return std::make_unique<BatchNormChannelsLast>(channel_dims(x), training, epsilon, momentum, s.cpu->threads,
+                                                   e->add, e->relu);
+  return std::make_unique<BatchNorm>(channel_dims(x), training, epsilon, momentum, s.cpu->threads, e->add, e->relu);
 }
 
 // GlobalAveragePool over every spatial dim. X: (N, C, spatial...), Y: (N, C, 1...).

@@ -763,6 +763,69 @@ TEST(StageProgram, InferenceConvsApplyTheirClipOrRelu) {
     }
 }
 
+// A CpuBackend that fuses but keeps every tensor plain.
+class PlainFusingCpuBackend : public CpuBackend {
+ public:
+  explicit PlainFusingCpuBackend(int threads) : CpuBackend(threads) {}
+  bool channels_last_convs() const override { return false; }
+};
+
+// A program's outputs, bit for bit, and which of its nodes run nothing.
+std::vector<std::byte> output_bytes(const Graph& g, Backend& backend, ProgramUse use, std::vector<Tensor>& inputs,
+                                    std::vector<bool>* runs_nothing) {
+  StageProgram program(g, backend, use);
+  program.run(buffers(g, inputs));
+  runs_nothing->clear();
+  for (size_t i = 0; i < g.nodes.size(); ++i) runs_nothing->push_back(program.runs_nothing(i));
+  std::vector<std::byte> all;
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const Buffer out = program.output(k);
+    all.insert(all.end(), out.as<std::byte>(), out.as<std::byte>() + out.numel() * sizeof(float));
+  }
+  return all;
+}
+
+// A BatchNormalization applies the residual Add and the Relu after it as it writes Y (in any
+// program, plain or channels-last): they run nothing, and the outputs keep the unfused bits, the
+// sign of the Relu's zeros included (x -> BatchNormalization -> Add(r) -> Relu -> y, the ResNet
+// sample's blocks).
+TEST(StageProgram, BatchNormalizationsApplyTheirAddAndRelu) {
+  Graph g;
+  const TensorType act{DType::kFloat32, {3, 8, 5, 5}}, per{DType::kFloat32, {8}};
+  const ValueId x = g.add_value("x", act), r = g.add_value("r", act);
+  const ValueId scale = add_constant(g, "scale", per, 1, 0), bias = add_constant(g, "bias", per, 2, 0);
+  const ValueId mean = add_constant(g, "mean", per, 3, 0), var = add_variance(g, "var", 8);
+  const ValueId b = g.add_value("b", act), c = g.add_value("c", act), y = g.add_value("y", act);
+  g.add_node(Node{"bn", "BatchNormalization", "", {x, scale, bias, mean, var}, {b}, {}});
+  g.add_node(Node{"add", "Add", "", {r, b}, {c}, {}});
+  g.add_node(Node{"relu", "Relu", "", {c}, {y}, {}});
+  g.inputs = {x, r};
+  g.outputs = {y};
+  g.name = "block";
+  g.rebuild_uses();
+  PlainFusingCpuBackend fusing(2);
+  PlainCpuBackend alone(2);
+  std::vector<Tensor> inputs = random_inputs(g, 4);
+  for (const ProgramUse use : {ProgramUse::kInference, ProgramUse::kTraining}) {
+    std::vector<bool> fused_steps, plain_steps;
+    EXPECT_EQ(output_bytes(g, fusing, use, inputs, &fused_steps), output_bytes(g, alone, use, inputs, &plain_steps));
+    EXPECT_EQ(fused_steps, (std::vector<bool>{false, true, true}));
+  }
+  // The ResNet sample, channels-last between its convs: every Add and Relu runs nothing.
+  ImportOptions o;
+  o.batch = 4;
+  const Graph resnet = import_model("samples/resnet/resnet.onnx", o);
+  CpuBackend cpu(2);
+  CpuBackend unfused(2, CpuBackend::Fusion::kNone);
+  std::vector<Tensor> images = random_inputs(resnet, 6);
+  std::vector<bool> fused_steps, plain_steps;
+  EXPECT_EQ(output_bytes(resnet, cpu, ProgramUse::kInference, images, &fused_steps),
+            output_bytes(resnet, unfused, ProgramUse::kInference, images, &plain_steps));
+  for (size_t i = 0; i < resnet.nodes.size(); ++i)
+    if (resnet.nodes[i].op_type == "Relu" || resnet.nodes[i].op_type == "Add")
+      EXPECT_TRUE(fused_steps[i]) << resnet.nodes[i].name;
+}
+
 // The same for a Gemm (torch's Linear) and its Relu, and a MatMul and its Clip.
 TEST(StageProgram, InferenceProductsApplyTheirReluOrClip) {
   Graph g;

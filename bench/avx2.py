@@ -19,7 +19,7 @@ microarchitecture stays the machine's: an AVX2 Zen 3 or Skylake has its own cach
 
     .venv/bin/python bench/avx2.py -- .venv/bin/python bench/forward.py --bench out/avx2/bin/forward_bench
     .venv/bin/python bench/avx2.py -- .venv-export/bin/python bench/cpu_step.py --pipetrain out/avx2/bin/pipetrain
-    .venv/bin/python bench/avx2.py --check    # prepare, and show that each copy sees AVX2 only
+    .venv/bin/python bench/avx2.py --check    # show that a trapped program sees AVX2 only
 """
 import argparse
 import os
@@ -96,20 +96,22 @@ def linked_library(binary, name):
     sys.exit(f"avx2.py: {binary} does not link {name}; build pipetrain first")
 
 
-def prepare(build, out):
+def prepare(build, out, binaries=True):
+    """Makes hold.so and the trapped copies (pipetrain's where binaries); returns hold.so's path."""
     hold = os.path.join(out, "hold.so")
     source = os.path.join(ROOT, "bench", "avx2_hold.c")
     if not fresh(hold, source):
         os.makedirs(out, exist_ok=True)
         subprocess.run(["cc", "-O2", "-Wall", "-shared", "-fPIC", "-nostdlib", source, "-o", hold],
                        check=True)
-    for name in ("pipetrain", "bench/forward_bench"):
+    for name in ("pipetrain", "bench/forward_bench") if binaries else ():
         binary = os.path.join(build, name)
         if not os.path.exists(binary):
             sys.exit(f"avx2.py: {binary} is missing; build pipetrain first (README)")
         held_copy(binary, os.path.join(out, "bin", os.path.basename(name)))
-    held_copy(linked_library(os.path.join(build, "pipetrain"), "libdnnl.so.2"),
-              os.path.join(out, "lib", "libdnnl.so.2"))
+    if binaries:
+        held_copy(linked_library(os.path.join(build, "pipetrain"), "libdnnl.so.2"),
+                  os.path.join(out, "lib", "libdnnl.so.2"))
     try:
         import onnxruntime
     except ImportError:
@@ -145,10 +147,15 @@ def held_environment(out, hold):
 
 
 PROBE = r"""
+#include <cpuid.h>
 #include <stdio.h>
 int main(void) {
+  unsigned a, b, c, d, xcr0, high;
   __builtin_cpu_init();
-  printf("%d %d\n", __builtin_cpu_supports("avx512f") != 0, __builtin_cpu_supports("avx2") != 0);
+  __cpuid_count(7, 0, a, b, c, d);
+  __asm__ volatile("xgetbv" : "=a"(xcr0), "=d"(high) : "c"(0));
+  printf("%d %d %d %d\n", __builtin_cpu_supports("avx512f") != 0, __builtin_cpu_supports("avx2") != 0,
+         (b >> 16) & 1, (xcr0 & 0xE0) != 0);
   return 0;
 }
 """
@@ -171,10 +178,11 @@ def check(out, env):
         plain = subprocess.run([probe], capture_output=True, text=True, check=True).stdout.split()
         write_traps(probe)
         held = subprocess.run([probe], env=env, capture_output=True, text=True, check=True).stdout.split()
-    print(f"a probe's __builtin_cpu_supports: avx512f {plain[0]}, avx2 {plain[1]} as the machine is; "
-          f"avx512f {held[0]}, avx2 {held[1]} held")
-    if held != ["0", "1"]:
-        sys.exit("avx2.py: the hold did not take: a trapped probe still sees AVX-512 or no AVX2")
+    say = lambda v: (f"__builtin_cpu_supports avx512f {v[0]}, avx2 {v[1]}; cpuid AVX512F {v[2]}; "
+                     f"XCR0 AVX-512 state {v[3]}")
+    print(f"a probe as the machine is: {say(plain)}\nheld: {say(held)}")
+    if held != ["0", plain[1], "0", "0"]:
+        sys.exit("avx2.py: the hold did not take: a trapped probe sees AVX-512, or AVX2 where the machine has none")
     where = subprocess.run([sys.executable, "-c", ORT_PROBE], env=env, capture_output=True,
                            text=True, check=True).stdout.strip()
     print(f"onnxruntime imported from {os.path.relpath(where)}")
@@ -186,14 +194,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "avx2"))
-    ap.add_argument("--check", action="store_true", help="prepare and check the hold, run nothing")
+    ap.add_argument("--check", action="store_true",
+                    help="prepare hold.so and onnxruntime's copy, check the hold on a probe, run nothing")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     out = os.path.abspath(args.out)
-    hold = prepare(os.path.abspath(args.build), out)
+    check_only = args.check or not command
+    hold = prepare(os.path.abspath(args.build), out, binaries=not check_only)
     env = held_environment(out, hold)
-    if args.check or not command:
+    if check_only:
         check(out, env)
         return
     sys.exit(subprocess.run(command, env=env).returncode)

@@ -23,6 +23,7 @@ import onnx
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "oracle"))
 import attention_vs_torch as layer  # noqa: E402
+from machine import cpu_name  # noqa: E402  (bench/machine.py)
 
 
 def main():
@@ -52,7 +53,7 @@ def main():
                                      capture_output=True, text=True, check=True)
                 wall, rss = res.stderr.strip().splitlines()[-1].split()
                 runs[b].append((float(wall), int(rss)))
-        print(f"context {t}, 6 heads of 64, batch 1, {args.threads} threads, load average {os.getloadavg()[0]:.1f}")
+        print(f"{cpu_name()}; context {t}, 6 heads of 64, batch 1, {args.threads} threads, load average {os.getloadavg()[0]:.1f}")
         for b, r in runs.items():
             walls = [w for w, _ in r]
             print(f"  {b}: {statistics.median(walls):.2f} s ({min(walls):.2f}-{max(walls):.2f}), "
@@ -69,7 +70,7 @@ def forward_turns(args, path, tmp):
                                   str(args.threads), "--repeats", "20", "--fuse-attention-from", "1"],
                                  capture_output=True, text=True, check=True)
             turns[b].append(float(re.search(r"forward ([\d.]+) ms", res.stdout).group(1)))
-    print(f"context {args.context}, 6 heads of 64, batch 1, {args.threads} threads, forward only, "
+    print(f"{cpu_name()}; context {args.context}, 6 heads of 64, batch 1, {args.threads} threads, forward only, "
           f"load average {os.getloadavg()[0]:.1f}")
     for b, ms in turns.items():
         print(f"  {b}: {statistics.median(ms):.2f} ms (least {min(ms):.2f})")

@@ -138,6 +138,7 @@ def held_environment(out, hold):
     env["LD_PRELOAD"] = prepend("LD_PRELOAD", hold).replace(os.pathsep, " ")
     env["LD_LIBRARY_PATH"] = prepend("LD_LIBRARY_PATH", os.path.join(out, "lib"))
     env["PYTHONPATH"] = prepend("PYTHONPATH", os.path.join(out, "python"))
+    env["PT_BENCH_HELD_ISA"] = "AVX2"  # bench/machine.py names it
     env["ATEN_CPU_CAPABILITY"] = "avx2"
     env["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"
     env["ONEDNN_MAX_CPU_ISA"] = "AVX2"

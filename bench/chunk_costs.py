@@ -29,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 
+from machine import cpu_name  # bench/machine.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name -> (model, batch, extra YAML lines); loss cross-entropy on the output, synthetic data.
@@ -189,7 +191,8 @@ def main():
         b = fmt(r[4]) if r[5] is not None else fmt(r[4]) + " (B+W)"
         print(f"{r[0]:<14}{r[1]:<13}{r[2]:>5}  {fmt(r[3]):<23}  {b:<23}  {fmt(r[5]):<23}")
     worst = [r for r in rows if any(c is not None and abs(c[2] - 1) > 0.25 for c in r[3:])]
-    print(f"{len(rows)} chunks, {len(worst)} with a cell outside 25%; measured: {', '.join(sorted(clocks))} time")
+    print(f"{cpu_name()}; {len(rows)} chunks, {len(worst)} with a cell outside 25%; measured: "
+          f"{', '.join(sorted(clocks))} time")
     print()
     print_summary(rows)
     if a.csv:

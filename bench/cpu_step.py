@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 
+from machine import cpu_name  # bench/machine.py
 from train import summary_of  # bench/train.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -227,7 +228,7 @@ def main():
     out = a.out or tempfile.mkdtemp(prefix="pt_bench_cpu_step_")
     os.makedirs(out, exist_ok=True)
     load = os.getloadavg()[0]
-    print(f"PyTorch {torch.__version__}, {os.cpu_count()} cores, load average {load:.2f} at the start\n")
+    print(f"{cpu_name()}; PyTorch {torch.__version__}, {os.cpu_count()} cores, load average {load:.2f} at the start\n")
     print("| d x blocks x context | threads | PyTorch eager ms | torch.compile ms | pipetrain 1 stage ms "
           "| pipetrain / eager | pipetrain 2 stages ms | MKL sgemm GFLOP/s | eager, pipetrain: share of sgemm |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -25,6 +25,8 @@ import time
 import numpy as np
 import onnxruntime as ort
 
+from machine import cpu_name  # bench/machine.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "pipetrain")
 DIR = os.path.join(ROOT, "samples", "exports")
@@ -83,7 +85,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--steps", type=int, default=6)
     args = ap.parse_args()
-    print(f"{os.cpu_count()} cores; forward: 2 rows, 1 thread; step: 4 stages, 1f1b, 2 micro-batches of 2")
+    print(f"{cpu_name()}; {os.cpu_count()} cores; forward: 2 rows, 1 thread; step: 4 stages, 1f1b, 2 micro-batches of 2")
     print("| fixture | forward, pipetrain | forward, onnxruntime | 4-stage step |")
     print("|---|---|---|---|")
     for name in args.names:

@@ -17,6 +17,7 @@ import onnxruntime as ort
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "oracle"))
 from stage_chain import make_inputs  # noqa: E402
+from machine import cpu_name  # noqa: E402  (bench/machine.py)
 
 SAMPLES = ["mlp", "gpt", "bert", "vit", "resnet", "mobilenet"]
 
@@ -51,7 +52,7 @@ def main():
     ap.add_argument("--bench", default="build/bench/forward_bench")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    print(f"onnxruntime {ort.__version__}; batch {args.batch}, {args.threads} threads; "
+    print(f"{cpu_name()}; onnxruntime {ort.__version__}; batch {args.batch}, {args.threads} threads; "
           f"{args.rounds} turns each of the median of {args.repeats} forwards; "
           f"load average {os.getloadavg()[0]:.2f} at the start\n")
     print("| model | pipetrain ms | onnxruntime ms | pipetrain / onnxruntime |")

@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 
+from machine import cpu_name  # bench/machine.py
 from train import summary_of  # bench/train.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -220,19 +221,6 @@ def pipetrain_turn(binary, config, metrics):
     _, rss = timed([binary, "train", config, "-q"])
     losses = [json.loads(line)["loss"] for line in open(metrics) if '"loss"' in line and "summary" not in line]
     return summary_of(metrics)["step_s_median"], rss, losses
-
-
-def cpu_name():
-    """The CPU's model name, family and widest vector ISA, from /proc/cpuinfo."""
-    info = {}
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if ":" in line:
-                k, v = (x.strip() for x in line.split(":", 1))
-                info.setdefault(k, v)
-    flags = info.get("flags", "").split()
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
-    return f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}), {isa}"
 
 
 def fmt_s(xs):

@@ -1,6 +1,7 @@
 #include "exec/kernel_geometry.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace pt {
 namespace {
@@ -205,6 +206,69 @@ std::optional<ScanGeometry> scan_geometry(const KernelSpec& s) {
   g.n = shape[a];
   g.exclusive = s.node.attr_int("exclusive", 0) != 0;
   g.reverse = s.node.attr_int("reverse", 0) != 0;
+  return g;
+}
+
+namespace {
+
+// g from Q, K, V (inputs q_at, +1, +2) and the optional mask (input mask_at).
+std::optional<AttentionGeometry> attention_inputs(const KernelSpec& s, size_t q_at, size_t mask_at) {
+  if (!s.has_input(q_at) || !s.has_input(q_at + 1) || !s.has_input(q_at + 2)) return std::nullopt;
+  const TensorType &q = s.inputs[q_at], &k = s.inputs[q_at + 1], &v = s.inputs[q_at + 2];
+  for (const TensorType* t : {&q, &k, &v})
+    if (t->dtype != DType::kFloat32 || t->shape.size() != 4) return std::nullopt;
+  AttentionGeometry g;
+  g.batch = q.shape[0];
+  g.heads = q.shape[1];
+  g.queries = q.shape[2];
+  g.dim = q.shape[3];
+  g.kv_heads = k.shape[1];
+  g.keys = k.shape[2];
+  g.vdim = v.shape[3];
+  if (k.shape[0] != g.batch || k.shape[3] != g.dim || v.shape[0] != g.batch || v.shape[1] != g.kv_heads ||
+      v.shape[2] != g.keys || g.kv_heads <= 0 || g.heads % g.kv_heads != 0 || g.keys <= 0)
+    return std::nullopt;
+  g.scale = s.node.attr_float("scale", 1.f / std::sqrt(static_cast<float>(g.dim)));
+  g.causal = s.node.attr_int("causal", 0) != 0;
+  if (!s.has_input(mask_at)) return g;
+  const TensorType& m = s.inputs[mask_at];
+  if (m.dtype == DType::kFloat32) g.mask = AttentionGeometry::Mask::kFloat;
+  else if (m.dtype == DType::kBool) g.mask = AttentionGeometry::Mask::kBool;
+  else return std::nullopt;
+  if (m.shape.size() > 4) return std::nullopt;
+  const int64_t full[4] = {g.batch, g.heads, g.queries, g.keys};
+  int64_t stride = 1;
+  for (int64_t a = 3, r = static_cast<int64_t>(m.shape.size()) - 1; a >= 0; --a, --r) {
+    const int64_t dim = r >= 0 ? m.shape[static_cast<size_t>(r)] : 1;
+    if (dim != 1 && dim != full[a]) return std::nullopt;
+    g.mask_stride[a] = dim == 1 ? 0 : stride;
+    stride *= dim;
+  }
+  return g;
+}
+
+}  // namespace
+
+std::optional<AttentionGeometry> fused_attention_geometry(const KernelSpec& s) {
+  if (s.inputs.size() < 3 || s.inputs.size() > 4 || s.outputs.empty() || s.outputs.size() > 2) return std::nullopt;
+  std::optional<AttentionGeometry> g = attention_inputs(s, 0, 3);
+  if (!g || s.outputs[0] != TensorType{DType::kFloat32, {g->batch, g->heads, g->queries, g->vdim}}) return std::nullopt;
+  if (s.outputs.size() > 1 && s.outputs[1].dtype != DType::kUndefined &&
+      s.outputs[1] != TensorType{DType::kFloat32, {g->batch, g->heads, g->queries}})
+    return std::nullopt;
+  return g;
+}
+
+std::optional<AttentionGeometry> fused_attention_grad_geometry(const KernelSpec& s) {
+  if (s.inputs.size() < 6 || s.inputs.size() > 7 || s.outputs.size() != 3) return std::nullopt;
+  std::optional<AttentionGeometry> g = attention_inputs(s, 1, 6);
+  if (!g) return std::nullopt;
+  const TensorType y{DType::kFloat32, {g->batch, g->heads, g->queries, g->vdim}};
+  if (s.inputs[0] != y || s.inputs[4] != y || s.inputs[5] != TensorType{DType::kFloat32, {g->batch, g->heads, g->queries}})
+    return std::nullopt;
+  for (size_t o = 0; o < 3; ++o)
+    if (s.outputs[o].dtype != DType::kUndefined && s.outputs[o] != s.inputs[o + 1]) return std::nullopt;
+  if ((s.outputs[1].dtype == DType::kUndefined) != (s.outputs[2].dtype == DType::kUndefined)) return std::nullopt;
   return g;
 }
 

@@ -118,4 +118,22 @@ struct ScanGeometry {
 };
 std::optional<ScanGeometry> scan_geometry(const KernelSpec& s);
 
+// FusedAttention and FusedAttentionGrad (core/pipetrain_ops.h): Q [batch, heads, queries, dim],
+// K [batch, kv_heads, keys, dim], V [batch, kv_heads, keys, vdim], all float32, heads a multiple
+// of kv_heads, at least one key; the mask float32 (added) or bool (false hides the key),
+// broadcast to [batch, heads, queries, keys] by mask_stride (0 along the dims it broadcasts);
+// scale (default 1/sqrt(dim)) and causal from the node.
+struct AttentionGeometry {
+  int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, dim = 0, vdim = 0;
+  float scale = 1.f;
+  bool causal = false;
+  enum class Mask { kNone, kFloat, kBool } mask = Mask::kNone;
+  int64_t mask_stride[4] = {0, 0, 0, 0};  // along b, h, i, j
+};
+// FusedAttention(Q, K, V, Mask?) -> (Y, LogSumExp?); nullopt outside the contract.
+std::optional<AttentionGeometry> fused_attention_geometry(const KernelSpec& s);
+// FusedAttentionGrad(dY, Q, K, V, Y, LogSumExp, Mask?) -> (dQ?, dK?, dV?), dK and dV both or
+// neither; nullopt outside the contract.
+std::optional<AttentionGeometry> fused_attention_grad_geometry(const KernelSpec& s);
+
 }  // namespace pt

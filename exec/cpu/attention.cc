@@ -23,12 +23,14 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <type_traits>
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/lane_math.h"
 #include "exec/cpu/vector_clones.h"
+#include "exec/kernel_geometry.h"
 
 namespace pt::cpu {
 namespace {
@@ -72,14 +74,10 @@ inline int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 // exp(x), 0 below the smallest normal float's log and at -inf.
 inline float exp_or_zero(float x) { return x < -87.33f ? 0.f : exp_poly(x); }
 
-// The attention's geometry, its attributes and its mask's strides (0 where the mask broadcasts).
-struct Geometry {
-  int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, dim = 0, vdim = 0;
-  float scale = 1.f;
-  VectorIsa isa = VectorIsa::kBaseline;  // the copy of the vector loops this kernel runs
-  bool causal = false;
-  enum class Mask { kNone, kFloat, kBool } mask = Mask::kNone;
-  int64_t mask_stride[4] = {0, 0, 0, 0};  // along b, h, i, j
+// The attention's geometry, its attributes and its mask's strides (kernel_geometry.h), and the
+// copy of the vector loops this kernel runs.
+struct Geometry : AttentionGeometry {
+  VectorIsa isa = VectorIsa::kBaseline;
 
   int64_t group() const { return heads / kv_heads; }
   // Keys row i sees at most: [0, key_end(i)).
@@ -665,71 +663,20 @@ class FusedAttentionGrad final : public Kernel {
   int threads_;
 };
 
-// g from Q, K, V (inputs q_at, +1, +2) and the optional mask (input mask_at); false when the
-// types are outside the op's contract.
-bool make_geometry(const KernelSpec& s, size_t q_at, size_t mask_at, Geometry& g) {
-  if (!s.has_input(q_at) || !s.has_input(q_at + 1) || !s.has_input(q_at + 2)) return false;
-  const TensorType &q = s.inputs[q_at], &k = s.inputs[q_at + 1], &v = s.inputs[q_at + 2];
-  for (const TensorType* t : {&q, &k, &v})
-    if (t->dtype != DType::kFloat32 || t->shape.size() != 4) return false;
-  g.batch = q.shape[0];
-  g.heads = q.shape[1];
-  g.queries = q.shape[2];
-  g.dim = q.shape[3];
-  g.kv_heads = k.shape[1];
-  g.keys = k.shape[2];
-  g.vdim = v.shape[3];
-  if (k.shape[0] != g.batch || k.shape[3] != g.dim || v.shape[0] != g.batch || v.shape[1] != g.kv_heads ||
-      v.shape[2] != g.keys || g.kv_heads <= 0 || g.heads % g.kv_heads != 0 || g.keys <= 0)
-    return false;
-  g.scale = s.node.attr_float("scale", 1.f / std::sqrt(static_cast<float>(g.dim)));
-  g.causal = s.node.attr_int("causal", 0) != 0;
-  g.isa = vector_isa();
-  if (!s.has_input(mask_at)) return true;
-  const TensorType& m = s.inputs[mask_at];
-  if (m.dtype == DType::kFloat32) g.mask = Geometry::Mask::kFloat;
-  else if (m.dtype == DType::kBool) g.mask = Geometry::Mask::kBool;
-  else return false;
-  if (m.shape.size() > 4) return false;
-  const int64_t full[4] = {g.batch, g.heads, g.queries, g.keys};
-  int64_t stride = 1;
-  for (int64_t a = 3, r = static_cast<int64_t>(m.shape.size()) - 1; a >= 0; --a, --r) {
-    const int64_t dim = r >= 0 ? m.shape[r] : 1;
-    if (dim != 1 && dim != full[a]) return false;
-    g.mask_stride[a] = dim == 1 ? 0 : stride;
-    stride *= dim;
-  }
-  return true;
-}
-
 }  // namespace
 
 // FusedAttention(Q, K, V, Mask?) -> (Y, LogSumExp?), scale, causal.
 std::unique_ptr<Kernel> make_fused_attention(const KernelSpec& s) {
-  Geometry g;
-  if (s.inputs.size() < 3 || s.inputs.size() > 4 || s.outputs.empty() || s.outputs.size() > 2 ||
-      !make_geometry(s, 0, 3, g))
-    return nullptr;
-  if (s.outputs[0] != TensorType{DType::kFloat32, {g.batch, g.heads, g.queries, g.vdim}}) return nullptr;
-  if (s.outputs.size() > 1 && s.outputs[1].dtype != DType::kUndefined &&
-      s.outputs[1] != TensorType{DType::kFloat32, {g.batch, g.heads, g.queries}})
-    return nullptr;
-  return std::make_unique<FusedAttention>(g, s.cpu->threads);
+  const std::optional<AttentionGeometry> g = fused_attention_geometry(s);
+  if (!g) return nullptr;
+  return std::make_unique<FusedAttention>(Geometry{*g, vector_isa()}, s.cpu->threads);
 }
 
 // FusedAttentionGrad(dY, Q, K, V, Y, LogSumExp, Mask?) -> (dQ?, dK, dV), scale, causal.
 std::unique_ptr<Kernel> make_fused_attention_grad(const KernelSpec& s) {
-  Geometry g;
-  if (s.inputs.size() < 6 || s.inputs.size() > 7 || s.outputs.size() != 3 || !make_geometry(s, 1, 6, g))
-    return nullptr;
-  const TensorType y{DType::kFloat32, {g.batch, g.heads, g.queries, g.vdim}};
-  if (s.inputs[0] != y || s.inputs[4] != y || s.inputs[5] != TensorType{DType::kFloat32, {g.batch, g.heads, g.queries}})
-    return nullptr;
-  // dK and dV both or neither (one key tile pass makes both).
-  for (size_t o = 0; o < 3; ++o)
-    if (s.outputs[o].dtype != DType::kUndefined && s.outputs[o] != s.inputs[o + 1]) return nullptr;
-  if ((s.outputs[1].dtype == DType::kUndefined) != (s.outputs[2].dtype == DType::kUndefined)) return nullptr;
-  return std::make_unique<FusedAttentionGrad>(g, s.cpu->threads);
+  const std::optional<AttentionGeometry> g = fused_attention_grad_geometry(s);
+  if (!g) return nullptr;
+  return std::make_unique<FusedAttentionGrad>(Geometry{*g, vector_isa()}, s.cpu->threads);
 }
 
 }  // namespace pt::cpu

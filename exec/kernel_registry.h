@@ -109,12 +109,7 @@
   X("pipetrain::AveragePoolGrad", average_pool_grad)                                       \
   X("pipetrain::GatherGrad", gather_grad)                                                  \
   X("pipetrain::SoftmaxCrossEntropy", softmax_cross_entropy)                               \
-  X("pipetrain::SoftmaxCrossEntropyGrad", softmax_cross_entropy_grad)
-
-// X(key, name) as above for the ops only the CPU backend runs: the CPU registry is PT_KERNEL_OPS
-// followed by these. A pass that emits one does so only for a CPU program (the CUDA backend
-// would report the node as unsupported).
-#define PT_CPU_ONLY_KERNEL_OPS(X)                                                          \
+  X("pipetrain::SoftmaxCrossEntropyGrad", softmax_cross_entropy_grad)                     \
   X("pipetrain::FusedAttention", fused_attention)                                          \
   X("pipetrain::FusedAttentionGrad", fused_attention_grad)
 

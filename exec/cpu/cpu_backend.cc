@@ -16,7 +16,7 @@ namespace {
 // factories of cpu_kernels.h.
 const KernelRegistry<KernelFactory>& registry() {
 #define PT_CPU_ENTRY(key, name) {key, cpu::make_##name},
-  static const KernelRegistry<KernelFactory> r({PT_KERNEL_OPS(PT_CPU_ENTRY) PT_CPU_ONLY_KERNEL_OPS(PT_CPU_ENTRY)});
+  static const KernelRegistry<KernelFactory> r({PT_KERNEL_OPS(PT_CPU_ENTRY)});
 #undef PT_CPU_ENTRY
   return r;
 }

@@ -138,7 +138,6 @@ std::unique_ptr<Kernel> make_softmax_cross_entropy(const KernelSpec& s);
 std::unique_ptr<Kernel> make_softmax_cross_entropy_grad(const KernelSpec& s);
 
 // attention.cc: FusedAttention and FusedAttentionGrad, tiled loops that never hold the scores
-// (CPU only: exec/kernel_registry.h PT_CPU_ONLY_KERNEL_OPS)
 std::unique_ptr<Kernel> make_fused_attention(const KernelSpec& s);
 std::unique_ptr<Kernel> make_fused_attention_grad(const KernelSpec& s);
 

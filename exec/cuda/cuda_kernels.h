@@ -122,4 +122,9 @@ std::unique_ptr<Kernel> make_gather_grad(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_softmax_cross_entropy(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_softmax_cross_entropy_grad(const KernelSpec& s, CudaContext& ctx);
 
+// attention.cc: FusedAttention and FusedAttentionGrad in fp32, tiled kernels that never hold the
+// scores (attention.cu)
+std::unique_ptr<Kernel> make_fused_attention(const KernelSpec& s, CudaContext& ctx);
+std::unique_ptr<Kernel> make_fused_attention_grad(const KernelSpec& s, CudaContext& ctx);
+
 }  // namespace pt::cuda

@@ -385,6 +385,47 @@ void gradients(Cases& c) {
          {{"ignore_index", int64_t{2}}});
 }
 
+// FusedAttention and its gradient: lengths that are not multiples of the CUDA tiles (16 queries,
+// 32 keys), causal, float and bool masks broadcast, grouped-query heads, wide heads, omitted
+// outputs, and a fully masked row (its LogSumExp -inf in the gradient's input, as the forward
+// writes it).
+void attention(Cases& c) {
+  const Attrs causal{{"causal", int64_t{1}}};
+  c.grad("FusedAttention_Causal", "FusedAttention", {f32({2, 3, 37, 16}), f32({2, 3, 45, 16}), f32({2, 3, 45, 8})},
+         {F({2, 3, 37, 8}), F({2, 3, 37})}, causal);
+  c.grad("FusedAttention_GroupedHeadsFloatMask", "FusedAttention",
+         {f32({1, 4, 20, 32}), f32({1, 2, 33, 32}), f32({1, 2, 33, 32}), f32({20, 33}, -2, 0)},
+         {F({1, 4, 20, 32}), kNone}, {{"scale", 0.3f}});
+  std::vector<double> seen(35, 1);
+  for (int j = 0; j < 7; ++j) seen[2 * 7 + j] = 0;  // query 2 sees no key
+  for (int j = 4; j < 7; ++j) seen[j] = 0;
+  c.grad("FusedAttention_BoolMaskFullyMaskedRow", "FusedAttention",
+         {f32({1, 2, 5, 8}), f32({1, 2, 7, 8}), f32({1, 2, 7, 8}), vals(kBool, {1, 1, 5, 7}, seen)},
+         {F({1, 2, 5, 8}), kNone});  // LogSumExp's -inf would make any difference fit the tolerance
+  c.grad("FusedAttention_WideHeads", "FusedAttention", {f32({1, 2, 70, 128}), f32({1, 2, 70, 128}), f32({1, 2, 70, 96})},
+         {F({1, 2, 70, 96}), F({1, 2, 70})}, causal);
+  // The gradient's Y and LogSumExp are inputs like any other: LogSumExp above every score
+  // (|scale q . k| < 3 here) keeps each p below 1.
+  c.grad("FusedAttentionGrad_Causal", "FusedAttentionGrad",
+         {f32({2, 3, 37, 8}), f32({2, 3, 37, 16}), f32({2, 3, 45, 16}), f32({2, 3, 45, 8}), f32({2, 3, 37, 8}),
+          f32({2, 3, 37}, 3, 5)},
+         {F({2, 3, 37, 16}), F({2, 3, 45, 16}), F({2, 3, 45, 8})}, causal);
+  c.grad("FusedAttentionGrad_GroupedHeadsFloatMaskNoDQ", "FusedAttentionGrad",
+         {f32({1, 4, 20, 32}), f32({1, 4, 20, 32}), f32({1, 2, 33, 32}), f32({1, 2, 33, 32}), f32({1, 4, 20, 32}),
+          f32({1, 4, 20}, 3, 5), f32({1, 4, 1, 33}, -2, 0)},
+         {kNone, F({1, 2, 33, 32}), F({1, 2, 33, 32})}, {{"scale", 0.3f}});
+  std::vector<double> lse(10, 4);
+  lse[2] = lse[7] = -std::numeric_limits<double>::infinity();  // query 2 of each head
+  c.grad("FusedAttentionGrad_FullyMaskedRow", "FusedAttentionGrad",
+         {f32({1, 2, 5, 8}), f32({1, 2, 5, 8}), f32({1, 2, 7, 8}), f32({1, 2, 7, 8}), f32({1, 2, 5, 8}),
+          vals(kF32, {1, 2, 5}, lse), vals(kBool, {1, 1, 5, 7}, seen)},
+         {F({1, 2, 5, 8}), F({1, 2, 7, 8}), F({1, 2, 7, 8})});
+  c.grad("FusedAttentionGrad_OnlyDQ", "FusedAttentionGrad",
+         {f32({1, 2, 70, 64}), f32({1, 2, 70, 64}), f32({1, 2, 70, 64}), f32({1, 2, 70, 64}), f32({1, 2, 70, 64}),
+          f32({1, 2, 70}, 5, 7)},
+         {F({1, 2, 70, 64}), kNone, kNone});
+}
+
 // The bytes of one input, from the case's seed.
 Tensor generate(const CaseInput& in, std::mt19937& rng) {
   Tensor t;
@@ -429,6 +470,7 @@ std::vector<KernelCase> kernel_cases() {
   softmax(c);
   movement(c);
   gradients(c);
+  attention(c);
   return c.all;
 }
 

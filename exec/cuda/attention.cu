@@ -179,28 +179,48 @@ __device__ void probabilities(const AttentionGeom& g, const float* qs, const flo
   }
 }
 
-// dK and dV of one key tile of one kv head: every query tile of every head reading it. Thread t
-// owns keys t / 8 and columns t % 8 + 8 c of dK and dV. Shared: K [kCols][dim], V [kCols][vdim],
+// The backward's tiles in shared memory (grad_shared's bytes): K [kCols][dim], V [kCols][vdim],
 // Q [kRows][dim], dY [kRows][vdim], P and dS [kRows][kCols], LogSumExp and delta [kRows].
+struct GradTiles {
+  float *ks, *vs, *qs, *dys, *ps, *dss, *lses, *deltas;
+  __device__ GradTiles(float* smem, int dim, int vdim) {
+    ks = smem;
+    vs = ks + kCols * dim;
+    qs = vs + kCols * vdim;
+    dys = qs + kRows * dim;
+    ps = dys + kRows * vdim;
+    dss = ps + kRows * kCols;
+    lses = dss + kRows * kCols;
+    deltas = lses + kRows;
+  }
+  // Query tile i0 of head bh: its Q, dY, LogSumExp and delta rows (zeros past the last query).
+  __device__ void load_queries(const AttentionGeom& g, int64_t bh, int64_t i0, const float* q, const float* dy,
+                               const float* lse, const float* delta) {
+    const int dim = static_cast<int>(g.dim), vdim = static_cast<int>(g.vdim);
+    load_rows(qs, q + bh * g.queries * dim, i0, g.queries, kRows, dim);
+    load_rows(dys, dy + bh * g.queries * vdim, i0, g.queries, kRows, vdim);
+    if (threadIdx.x < kRows) {
+      const int64_t i = i0 + threadIdx.x;
+      lses[threadIdx.x] = i < g.queries ? lse[bh * g.queries + i] : 0.f;
+      deltas[threadIdx.x] = i < g.queries ? delta[bh * g.queries + i] : 0.f;
+    }
+  }
+};
+
+// dK and dV of one key tile of one kv head: every query tile of every head reading it. Thread t
+// owns key t / 8 and columns t % 8 + 8 c of its dK and dV.
 constexpr int kKeyLanes = kThreads / kCols;  // 8 threads per key
 constexpr int kMaxKeyColumns = kMaxAttentionDim / kKeyLanes;
 __global__ void attention_grad_kv(AttentionGeom g, const float* dy, const float* q, const float* k, const float* v,
                                   const float* lse, const float* delta, const void* mask, float* dk, float* dv) {
   extern __shared__ float smem[];
   const int dim = static_cast<int>(g.dim), vdim = static_cast<int>(g.vdim);
-  float* ks = smem;
-  float* vs = ks + kCols * dim;
-  float* qs = vs + kCols * vdim;
-  float* dys = qs + kRows * dim;
-  float* ps = dys + kRows * vdim;
-  float* dss = ps + kRows * kCols;
-  float* lses = dss + kRows * kCols;
-  float* deltas = lses + kRows;
+  GradTiles t(smem, dim, vdim);
   const int64_t bkv = blockIdx.x, b = bkv / g.kv_heads, hk = bkv % g.kv_heads;
   const int64_t group = g.heads / g.kv_heads;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kCols;
-  load_rows(ks, k + bkv * g.keys * dim, j0, g.keys, kCols, dim);
-  load_rows(vs, v + bkv * g.keys * vdim, j0, g.keys, kCols, vdim);
+  load_rows(t.ks, k + bkv * g.keys * dim, j0, g.keys, kCols, dim);
+  load_rows(t.vs, v + bkv * g.keys * vdim, j0, g.keys, kCols, vdim);
   const int c = threadIdx.x / kKeyLanes, lane = threadIdx.x % kKeyLanes;
   float dk_acc[kMaxKeyColumns], dv_acc[kMaxKeyColumns];
   for (int e = 0; e < kMaxKeyColumns; ++e) dk_acc[e] = dv_acc[e] = 0.f;
@@ -210,26 +230,20 @@ __global__ void attention_grad_kv(AttentionGeom g, const float* dy, const float*
     const int64_t bh = b * g.heads + hh;
     for (int64_t i0 = i_start; i0 < g.queries; i0 += kRows) {
       __syncthreads();
-      load_rows(qs, q + bh * g.queries * dim, i0, g.queries, kRows, dim);
-      load_rows(dys, dy + bh * g.queries * vdim, i0, g.queries, kRows, vdim);
-      if (threadIdx.x < kRows) {
-        const int64_t i = i0 + threadIdx.x;
-        lses[threadIdx.x] = i < g.queries ? lse[bh * g.queries + i] : 0.f;
-        deltas[threadIdx.x] = i < g.queries ? delta[bh * g.queries + i] : 0.f;
-      }
+      t.load_queries(g, bh, i0, q, dy, lse, delta);
       __syncthreads();
-      probabilities(g, qs, dys, ks, vs, lses, deltas, mask, b, hh, i0, j0, ps, dss);
+      probabilities(g, t.qs, t.dys, t.ks, t.vs, t.lses, t.deltas, mask, b, hh, i0, j0, t.ps, t.dss);
       __syncthreads();
       for (int e = 0; e < kMaxKeyColumns; ++e) {
         const int d = lane + e * kKeyLanes;
         if (d < vdim) {
           float a = dv_acc[e];
-          for (int rr = 0; rr < kRows; ++rr) a += ps[rr * kCols + c] * dys[rr * vdim + d];
+          for (int rr = 0; rr < kRows; ++rr) a += t.ps[rr * kCols + c] * t.dys[rr * vdim + d];
           dv_acc[e] = a;
         }
         if (d < dim) {
           float a = dk_acc[e];
-          for (int rr = 0; rr < kRows; ++rr) a += dss[rr * kCols + c] * qs[rr * dim + d];
+          for (int rr = 0; rr < kRows; ++rr) a += t.dss[rr * kCols + c] * t.qs[rr * dim + d];
           dk_acc[e] = a;
         }
       }
@@ -243,31 +257,17 @@ __global__ void attention_grad_kv(AttentionGeom g, const float* dy, const float*
   }
 }
 
-// dQ of one query tile of one head: every key tile. Thread layout as the forward's. Shared: Q,
-// dY, K, V, P, dS, LogSumExp and delta, as attention_grad_kv.
+// dQ of one query tile of one head: every key tile. Thread layout as the forward's.
 __global__ void attention_grad_q(AttentionGeom g, const float* dy, const float* q, const float* k, const float* v,
                                  const float* lse, const float* delta, const void* mask, float* dq) {
   extern __shared__ float smem[];
   const int dim = static_cast<int>(g.dim), vdim = static_cast<int>(g.vdim);
-  float* ks = smem;
-  float* vs = ks + kCols * dim;
-  float* qs = vs + kCols * vdim;
-  float* dys = qs + kRows * dim;
-  float* ps = dys + kRows * vdim;
-  float* dss = ps + kRows * kCols;
-  float* lses = dss + kRows * kCols;
-  float* deltas = lses + kRows;
+  GradTiles t(smem, dim, vdim);
   const int64_t bh = blockIdx.x, b = bh / g.heads, h = bh % g.heads;
   const int64_t kv = b * g.kv_heads + h / (g.heads / g.kv_heads);
   const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kRows;
   const int r = threadIdx.x / kLanesPerRow, lane = threadIdx.x % kLanesPerRow;
-  load_rows(qs, q + bh * g.queries * dim, i0, g.queries, kRows, dim);
-  load_rows(dys, dy + bh * g.queries * vdim, i0, g.queries, kRows, vdim);
-  if (threadIdx.x < kRows) {
-    const int64_t i = i0 + threadIdx.x;
-    lses[threadIdx.x] = i < g.queries ? lse[bh * g.queries + i] : 0.f;
-    deltas[threadIdx.x] = i < g.queries ? delta[bh * g.queries + i] : 0.f;
-  }
+  t.load_queries(g, bh, i0, q, dy, lse, delta);
   float acc[kMaxColumns];
   for (int e = 0; e < kMaxColumns; ++e) acc[e] = 0.f;
   // A fully masked row has no gradient through its scores, so causal tiles past the diagonal
@@ -275,16 +275,16 @@ __global__ void attention_grad_q(AttentionGeom g, const float* dy, const float* 
   const int64_t key_end = g.causal && i0 + kRows < g.keys ? i0 + kRows : g.keys;
   for (int64_t j0 = 0; j0 < key_end; j0 += kCols) {
     __syncthreads();
-    load_rows(ks, k + kv * g.keys * dim, j0, g.keys, kCols, dim);
-    load_rows(vs, v + kv * g.keys * vdim, j0, g.keys, kCols, vdim);
+    load_rows(t.ks, k + kv * g.keys * dim, j0, g.keys, kCols, dim);
+    load_rows(t.vs, v + kv * g.keys * vdim, j0, g.keys, kCols, vdim);
     __syncthreads();
-    probabilities(g, qs, dys, ks, vs, lses, deltas, mask, b, h, i0, j0, ps, dss);
+    probabilities(g, t.qs, t.dys, t.ks, t.vs, t.lses, t.deltas, mask, b, h, i0, j0, t.ps, t.dss);
     __syncthreads();
     for (int e = 0; e < kMaxColumns; ++e) {
       const int d = lane + e * kLanesPerRow;
       if (d >= dim) break;
       float a = acc[e];
-      for (int j = 0; j < kCols; ++j) a += dss[r * kCols + j] * ks[j * dim + d];
+      for (int j = 0; j < kCols; ++j) a += t.dss[r * kCols + j] * t.ks[j * dim + d];
       acc[e] = a;
     }
   }

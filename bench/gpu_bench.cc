@@ -156,6 +156,17 @@ std::vector<Op> ops() {
   v.push_back({"GatherGrad embedding 50257x768, 4096 ids", "GatherGrad", kPipetrainDomain,
                {in({4096, 768}), {{DType::kInt64, {4096}}, 0, 50256}}, {f({50257, 768})},
                {{"data_shape", Dims{50257, 768}}}, 0});
+  // Causal attention at context 2048, 2 x 16 heads of 64, fp32: FLOPs as FlashAttention counts
+  // them, 4 B H S T D / 2 forward and 2.5 times that backward. The gradient's LogSumExp lies
+  // above every score, as a forward's does.
+  const Dims qd{2, 16, 2048, 64};
+  const double attention = 4.0 * 2 * 16 * 2048 * 2048 * 64 / 2;
+  const Attrs causal{{"causal", int64_t{1}}};
+  v.push_back({"FusedAttention causal 2x16x2048x64", "FusedAttention", kPipetrainDomain, {in(qd), in(qd), in(qd)},
+               {f(qd), f({2, 16, 2048})}, causal, attention});
+  v.push_back({"FusedAttentionGrad causal 2x16x2048x64", "FusedAttentionGrad", kPipetrainDomain,
+               {in(qd), in(qd), in(qd), in(qd), in(qd), in({2, 16, 2048}, 8, 10)}, {f(qd), f(qd), f(qd)}, causal,
+               2.5 * attention});
   return v;
 }
 

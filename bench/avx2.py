@@ -201,6 +201,9 @@ def main():
     args = ap.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     out = os.path.abspath(args.out)
+    for tool in ("objdump", "cc", "ldd"):
+        if not shutil.which(tool):
+            sys.exit(f"avx2.py: {tool} is not on PATH; install build-essential (scripts/setup.sh does)")
     check_only = args.check or not command
     hold = prepare(os.path.abspath(args.build), out, binaries=not check_only)
     env = held_environment(out, hold)

@@ -57,6 +57,16 @@ PT_VECTOR_CLONES PT_ROUNDED_TWICE void pixel_major_sums(const float* x, int64_t 
   for (int64_t j = 0; j < w; ++j) sums[c0 + j] = total[j];
 }
 
+// sums[n * C + c] = pixel_major_sums of channel c over image n of channels-last x, images and
+// blocks of channels in parallel (each sum in its one order, whatever the thread count).
+void image_sums(const ChannelDims& d, const float* x, const float* mean, double* sums, int threads, bool parallel) {
+  const int64_t blocks = (d.c + kPixelMajorChannels - 1) / kPixelMajorChannels;
+  parallel_for(d.n * blocks, threads, parallel, [&](int64_t task) {
+    const int64_t n = task / blocks, c0 = task % blocks * kPixelMajorChannels;
+    pixel_major_sums(x + n * d.s * d.c, d.s, d.c, c0, std::min(d.c, c0 + kPixelMajorChannels), mean, sums + n * d.c);
+  });
+}
+
 // What a batch norm applies to Y as it writes it (KernelSpec::epilogue): an Add of a tensor of
 // Y's shape and layout (a residual), then a Relu, either or both. Each is the float operation of
 // the node's own kernel (the Relu's is oneDNN's eltwise_relu with alpha 0: x > 0 ? x : +0), so the
@@ -84,12 +94,17 @@ std::optional<NormEpilogue> norm_epilogue(const KernelSpec& s) {
   return e;
 }
 
-// Elements [i0, i1) of y after the epilogue: y + residual, then the Relu.
-PT_VECTOR_CLONES void finish_elements(float* y, int64_t i0, int64_t i1, const float* residual, bool relu) {
+// The epilogue on n elements of y: y + residual (where not null), then the Relu.
+[[gnu::always_inline]] inline void apply_epilogue(float* y, int64_t n, const float* residual, bool relu) {
   if (residual)
-    for (int64_t i = i0; i < i1; ++i) y[i] += residual[i];
+    for (int64_t i = 0; i < n; ++i) y[i] += residual[i];
   if (relu)
-    for (int64_t i = i0; i < i1; ++i) y[i] = y[i] > 0.f ? y[i] : 0.f;
+    for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0.f ? y[i] : 0.f;
+}
+
+// Elements [i0, i1) of y after the epilogue.
+PT_VECTOR_CLONES void finish_elements(float* y, int64_t i0, int64_t i1, const float* residual, bool relu) {
+  apply_epilogue(y + i0, i1 - i0, residual ? residual + i0 : nullptr, relu);
 }
 
 // y = (x - mean) * a + b over pixels [p0, p1) of c channels each, normalize_channel's
@@ -100,10 +115,7 @@ PT_VECTOR_CLONES PT_ROUNDED_TWICE void normalize_pixels(const float* x, int64_t 
   for (int64_t p = p0; p < p1; ++p) {
     float* yp = y + p * c;
     for (int64_t k = 0; k < c; ++k) yp[k] = (x[p * c + k] - mean[k]) * a[k] + b[k];
-    if (residual)
-      for (int64_t k = 0; k < c; ++k) yp[k] += residual[p * c + k];
-    if (relu)
-      for (int64_t k = 0; k < c; ++k) yp[k] = yp[k] > 0.f ? yp[k] : 0.f;
+    apply_epilogue(yp, c, residual ? residual + p * c : nullptr, relu);
   }
 }
 
@@ -134,14 +146,8 @@ class GlobalAveragePoolChannelsLast final : public Kernel {
   size_t scratch_bytes() const override { return sizeof(double) * static_cast<size_t>(d_.n * d_.c); }
 
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
-    const float* x = in[0].as<const float>();
     double* sums = static_cast<double*>(scratch);
-    const int64_t blocks = (d_.c + kPixelMajorChannels - 1) / kPixelMajorChannels;
-    parallel_for(d_.n * blocks, threads_, d_.numel() >= kParallelMin, [&](int64_t task) {
-      const int64_t n = task / blocks, c0 = task % blocks * kPixelMajorChannels;
-      pixel_major_sums(x + n * d_.s * d_.c, d_.s, d_.c, c0, std::min(d_.c, c0 + kPixelMajorChannels), nullptr,
-                       sums + n * d_.c);
-    });
+    image_sums(d_, in[0].as<const float>(), nullptr, sums, threads_, d_.numel() >= kParallelMin);
     float* y = out[0].as<float>();
     for (int64_t r = 0; r < d_.n * d_.c; ++r) y[r] = static_cast<float>(sums[r] / double(d_.s));
   }
@@ -222,9 +228,9 @@ class BatchNormChannelsLast final : public Kernel {
       return total;
     };
     if (training_) {
-      image_sums(x, nullptr, per_image, parallel);
+      image_sums(d_, x, nullptr, per_image, threads_, parallel);
       for (int64_t c = 0; c < d_.c; ++c) mean[c] = static_cast<float>(over_images(c) / count);
-      image_sums(x, mean, per_image, parallel);
+      image_sums(d_, x, mean, per_image, threads_, parallel);
     }
     for (int64_t c = 0; c < d_.c; ++c) {
       float var = in[4].as<const float>()[c];
@@ -246,16 +252,6 @@ class BatchNormChannelsLast final : public Kernel {
   }
 
  private:
-  // per_image[n * C + c] = channel c's sum (or squared deviation about mean[c]) over image n.
-  void image_sums(const float* x, const float* mean, double* per_image, bool parallel) const {
-    const int64_t blocks = (d_.c + kPixelMajorChannels - 1) / kPixelMajorChannels;
-    parallel_for(d_.n * blocks, threads_, parallel, [&](int64_t task) {
-      const int64_t n = task / blocks, c0 = task % blocks * kPixelMajorChannels;
-      pixel_major_sums(x + n * d_.s * d_.c, d_.s, d_.c, c0, std::min(d_.c, c0 + kPixelMajorChannels), mean,
-                       per_image + n * d_.c);
-    });
-  }
-
   ChannelDims d_;
   bool training_;
   float eps_, momentum_;

@@ -14,24 +14,9 @@
 namespace pt::cuda {
 namespace {
 
-// kernel_geometry.h's geometry as the launchers take it; nullopt where they do not.
-std::optional<AttentionGeom> launch_geometry(const std::optional<AttentionGeometry>& a) {
-  if (!a) return std::nullopt;
-  AttentionGeom g;
-  g.batch = a->batch;
-  g.heads = a->heads;
-  g.kv_heads = a->kv_heads;
-  g.queries = a->queries;
-  g.keys = a->keys;
-  g.dim = a->dim;
-  g.vdim = a->vdim;
-  g.scale = a->scale;
-  g.causal = a->causal;
-  g.mask_kind = a->mask == AttentionGeometry::Mask::kFloat  ? AttentionGeom::kFloatMask
-                : a->mask == AttentionGeometry::Mask::kBool ? AttentionGeom::kBoolMask
-                                                            : AttentionGeom::kNoMask;
-  for (int d = 0; d < 4; ++d) g.mask_stride[d] = a->mask_stride[d];
-  if (!attention_supported(g)) return std::nullopt;
+// The geometry where the launchers take it, else nullopt.
+std::optional<AttentionGeometry> supported(std::optional<AttentionGeometry> g) {
+  if (g && !attention_supported(*g)) return std::nullopt;
   return g;
 }
 
@@ -41,7 +26,7 @@ float* output_or_null(Args out, size_t k) { return k < out.size() && out[k].pres
 
 // FusedAttention(Q, K, V, Mask?) -> (Y, LogSumExp?).
 std::unique_ptr<Kernel> make_fused_attention(const KernelSpec& s, CudaContext& ctx) {
-  const std::optional<AttentionGeom> g = launch_geometry(fused_attention_geometry(s));
+  const std::optional<AttentionGeometry> g = supported(fused_attention_geometry(s));
   if (!g) return nullptr;
   const bool masked = s.has_input(3);
   const cudaStream_t stream = ctx.stream;
@@ -53,7 +38,7 @@ std::unique_ptr<Kernel> make_fused_attention(const KernelSpec& s, CudaContext& c
 
 // FusedAttentionGrad(dY, Q, K, V, Y, LogSumExp, Mask?) -> (dQ?, dK?, dV?).
 std::unique_ptr<Kernel> make_fused_attention_grad(const KernelSpec& s, CudaContext& ctx) {
-  const std::optional<AttentionGeom> g = launch_geometry(fused_attention_grad_geometry(s));
+  const std::optional<AttentionGeometry> g = supported(fused_attention_grad_geometry(s));
   if (!g) return nullptr;
   const bool masked = s.has_input(6);
   const cudaStream_t stream = ctx.stream;

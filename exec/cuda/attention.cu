@@ -32,15 +32,15 @@ static_assert(kRows * kLanesPerRow == kThreads);
 
 // The score of query i (head h of batch b) and key j: scale * q . k + mask, -inf where causal
 // hides j or a bool mask is false, or past the last key.
-__device__ float score(const AttentionGeom& g, const float* q, const float* k, int dim, int64_t b, int64_t h,
+__device__ float score(const AttentionGeometry& g, const float* q, const float* k, int dim, int64_t b, int64_t h,
                        int64_t i, int64_t j, const void* mask) {
   if (j >= g.keys || (g.causal && j > i)) return -INFINITY;
   float dot = 0.f;
   for (int d = 0; d < dim; ++d) dot += q[d] * k[d];
   float s = g.scale * dot;
-  if (g.mask_kind != AttentionGeom::kNoMask) {
+  if (g.mask != AttentionGeometry::Mask::kNone) {
     const int64_t at = b * g.mask_stride[0] + h * g.mask_stride[1] + i * g.mask_stride[2] + j * g.mask_stride[3];
-    if (g.mask_kind == AttentionGeom::kFloatMask) s += static_cast<const float*>(mask)[at];
+    if (g.mask == AttentionGeometry::Mask::kFloat) s += static_cast<const float*>(mask)[at];
     else if (!static_cast<const bool*>(mask)[at]) s = -INFINITY;
   }
   return s;
@@ -66,7 +66,7 @@ __device__ void load_rows(float* dst, const float* src, int64_t row0, int64_t ro
 
 // Y and LogSumExp of kRows queries of one head. Shared: Q [kRows][dim], K [kCols][dim],
 // V [kCols][vdim], P [kRows][kCols].
-__global__ void attention_forward(AttentionGeom g, const float* q, const float* k, const float* v, const void* mask,
+__global__ void attention_forward(AttentionGeometry g, const float* q, const float* k, const float* v, const void* mask,
                                   float* y, float* lse) {
   extern __shared__ float smem[];
   const int dim = static_cast<int>(g.dim), vdim = static_cast<int>(g.vdim);
@@ -154,7 +154,7 @@ __global__ void attention_delta(int64_t rows, int64_t vdim, const float* dy, con
 // For row r of a query tile against the key tile in shared memory: P and dS into ps and dss
 // (kRows x kCols). p_ij = exp(s_ij - LogSumExp_i), 1/T on a fully masked row; ds_ij = p_ij
 // (dY_i . v_j - delta_i), 0 on a fully masked row.
-__device__ void probabilities(const AttentionGeom& g, const float* qs, const float* dys, const float* ks,
+__device__ void probabilities(const AttentionGeometry& g, const float* qs, const float* dys, const float* ks,
                               const float* vs, const float* lses, const float* deltas, const void* mask, int64_t b,
                               int64_t h, int64_t i0, int64_t j0, float* ps, float* dss) {
   const int dim = static_cast<int>(g.dim), vdim = static_cast<int>(g.vdim);
@@ -194,7 +194,7 @@ struct GradTiles {
     deltas = lses + kRows;
   }
   // Query tile i0 of head bh: its Q, dY, LogSumExp and delta rows (zeros past the last query).
-  __device__ void load_queries(const AttentionGeom& g, int64_t bh, int64_t i0, const float* q, const float* dy,
+  __device__ void load_queries(const AttentionGeometry& g, int64_t bh, int64_t i0, const float* q, const float* dy,
                                const float* lse, const float* delta) {
     const int dim = static_cast<int>(g.dim), vdim = static_cast<int>(g.vdim);
     load_rows(qs, q + bh * g.queries * dim, i0, g.queries, kRows, dim);
@@ -211,7 +211,7 @@ struct GradTiles {
 // owns key t / 8 and columns t % 8 + 8 c of its dK and dV.
 constexpr int kKeyLanes = kThreads / kCols;  // 8 threads per key
 constexpr int kMaxKeyColumns = kMaxAttentionDim / kKeyLanes;
-__global__ void attention_grad_kv(AttentionGeom g, const float* dy, const float* q, const float* k, const float* v,
+__global__ void attention_grad_kv(AttentionGeometry g, const float* dy, const float* q, const float* k, const float* v,
                                   const float* lse, const float* delta, const void* mask, float* dk, float* dv) {
   extern __shared__ float smem[];
   const int dim = static_cast<int>(g.dim), vdim = static_cast<int>(g.vdim);
@@ -225,7 +225,7 @@ __global__ void attention_grad_kv(AttentionGeom g, const float* dy, const float*
   float dk_acc[kMaxKeyColumns], dv_acc[kMaxKeyColumns];
   for (int e = 0; e < kMaxKeyColumns; ++e) dk_acc[e] = dv_acc[e] = 0.f;
   // Causal without a mask: no row is fully masked, and queries before j0 see none of these keys.
-  const int64_t i_start = g.causal && g.mask_kind == AttentionGeom::kNoMask ? j0 / kRows * kRows : 0;
+  const int64_t i_start = g.causal && g.mask == AttentionGeometry::Mask::kNone ? j0 / kRows * kRows : 0;
   for (int64_t hh = hk * group; hh < (hk + 1) * group; ++hh) {
     const int64_t bh = b * g.heads + hh;
     for (int64_t i0 = i_start; i0 < g.queries; i0 += kRows) {
@@ -258,7 +258,7 @@ __global__ void attention_grad_kv(AttentionGeom g, const float* dy, const float*
 }
 
 // dQ of one query tile of one head: every key tile. Thread layout as the forward's.
-__global__ void attention_grad_q(AttentionGeom g, const float* dy, const float* q, const float* k, const float* v,
+__global__ void attention_grad_q(AttentionGeometry g, const float* dy, const float* q, const float* k, const float* v,
                                  const float* lse, const float* delta, const void* mask, float* dq) {
   extern __shared__ float smem[];
   const int dim = static_cast<int>(g.dim), vdim = static_cast<int>(g.vdim);
@@ -297,10 +297,10 @@ __global__ void attention_grad_q(AttentionGeom g, const float* dy, const float* 
   }
 }
 
-size_t forward_shared(const AttentionGeom& g) {
+size_t forward_shared(const AttentionGeometry& g) {
   return sizeof(float) * static_cast<size_t>(kRows * g.dim + kCols * (g.dim + g.vdim) + kRows * kCols);
 }
-size_t grad_shared(const AttentionGeom& g) {
+size_t grad_shared(const AttentionGeometry& g) {
   return sizeof(float) *
          static_cast<size_t>(kCols * (g.dim + g.vdim) + kRows * (g.dim + g.vdim) + 2 * kRows * kCols + 2 * kRows);
 }
@@ -316,7 +316,7 @@ unsigned tiles(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) 
 
 }  // namespace
 
-bool attention_supported(const AttentionGeom& g) {
+bool attention_supported(const AttentionGeometry& g) {
   if (g.dim <= 0 || g.vdim <= 0 || g.dim > kMaxAttentionDim || g.vdim > kMaxAttentionDim) return false;
   if (g.batch * g.heads > 2147483647 || tiles(g.queries, kRows) > 65535 || tiles(g.keys, kCols) > 65535) return false;
   int device = 0, most = 0;
@@ -326,7 +326,7 @@ bool attention_supported(const AttentionGeom& g) {
   return std::max(forward_shared(g), grad_shared(g)) <= static_cast<size_t>(most);
 }
 
-void launch_fused_attention(const AttentionGeom& g, const float* q, const float* k, const float* v, const void* mask,
+void launch_fused_attention(const AttentionGeometry& g, const float* q, const float* k, const float* v, const void* mask,
                             float* y, float* lse, cudaStream_t stream) {
   if (g.batch * g.heads == 0 || g.queries == 0) return;
   const size_t shared = forward_shared(g);
@@ -336,11 +336,11 @@ void launch_fused_attention(const AttentionGeom& g, const float* q, const float*
   PT_CUDA_LAUNCH_CHECK();
 }
 
-size_t fused_attention_grad_scratch(const AttentionGeom& g) {
+size_t fused_attention_grad_scratch(const AttentionGeometry& g) {
   return sizeof(float) * static_cast<size_t>(g.batch * g.heads * g.queries);
 }
 
-void launch_fused_attention_grad(const AttentionGeom& g, const float* dy, const float* q, const float* k,
+void launch_fused_attention_grad(const AttentionGeometry& g, const float* dy, const float* q, const float* k,
                                  const float* v, const float* y, const float* lse, const void* mask, float* dq,
                                  float* dk, float* dv, void* scratch, cudaStream_t stream) {
   const int64_t rows = g.batch * g.heads * g.queries;

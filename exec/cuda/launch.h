@@ -12,6 +12,7 @@
 
 #include "core/ir.h"
 #include "exec/cuda/cuda_context.h"
+#include "exec/kernel_geometry.h"
 #include "exec/parameter_update.h"
 
 namespace pt::cuda {
@@ -217,28 +218,18 @@ void launch_average_pool_grad(const PoolGeom& g, bool include_pad, const float* 
 
 // ---- attention (attention.cu) ---------------------------------------------------------------
 
-// FusedAttention's geometry (core/pipetrain_ops.h): Q [batch, heads, queries, dim], K [batch,
-// kv_heads, keys, dim], V [batch, kv_heads, keys, vdim], head h reading kv head h / (heads /
-// kv_heads); the mask (float added, or bool: false hides the key) broadcast to [batch, heads,
-// queries, keys] by its strides (0 where it broadcasts).
+// FusedAttention's geometry is kernel_geometry.h's AttentionGeometry, as the CPU kernel's.
 constexpr int64_t kMaxAttentionDim = 256;
-struct AttentionGeom {
-  int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, dim = 0, vdim = 0;
-  float scale = 1.f;
-  bool causal = false;
-  enum MaskKind { kNoMask, kFloatMask, kBoolMask } mask_kind = kNoMask;
-  int64_t mask_stride[4] = {0, 0, 0, 0};
-};
 // Whether the kernels take g: dim and vdim up to kMaxAttentionDim, and their tiles in the
 // device's shared memory.
-bool attention_supported(const AttentionGeom& g);
+bool attention_supported(const AttentionGeometry& g);
 // Y [batch, heads, queries, vdim] and, where lse is not null, LogSumExp [batch, heads, queries].
-void launch_fused_attention(const AttentionGeom& g, const float* q, const float* k, const float* v,
+void launch_fused_attention(const AttentionGeometry& g, const float* q, const float* k, const float* v,
                             const void* mask, float* y, float* lse, cudaStream_t stream);
 // FusedAttentionGrad: dq may be null; dk and dv both or neither. scratch holds
 // fused_attention_grad_scratch(g) bytes (delta_i = dY_i . Y_i).
-size_t fused_attention_grad_scratch(const AttentionGeom& g);
-void launch_fused_attention_grad(const AttentionGeom& g, const float* dy, const float* q, const float* k,
+size_t fused_attention_grad_scratch(const AttentionGeometry& g);
+void launch_fused_attention_grad(const AttentionGeometry& g, const float* dy, const float* q, const float* k,
                                  const float* v, const float* y, const float* lse, const void* mask,
                                  float* dq, float* dk, float* dv, void* scratch, cudaStream_t stream);
 

@@ -6,8 +6,8 @@
 // else without a reorder, and a 1x1 conv on it is one GEMM over N x H x W rows), and a chain of
 // convs that hands such tensors from one to the next pays no reorder between them. A value is
 // chosen when its producer is a Conv or a pointwise op of the chain, every reader is a Conv or a
-// GlobalAveragePool (as its X) or a pointwise op of the chain, and it is neither a graph input nor a graph output
-// (what callers see is always the plain layout). A pointwise op of the chain (Clip, Relu, Add
+// GlobalAveragePool (as its X) or a pointwise op of the chain, and it is neither a graph input
+// nor a graph output (what callers see is always the plain layout). A pointwise op of the chain (Clip, Relu, Add
 // ...) has every full-size input of its output's shape; its other inputs hold one element. Its
 // output and full-size inputs are chosen together or not at all: an elementwise kernel reads
 // them element by element in the same order, whatever the layout. A BatchNormalization joins as

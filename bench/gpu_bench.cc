@@ -2,7 +2,7 @@
 // same one-node graphs (scripts/gpu_check.sh runs it on a GPU machine). Per op: the GPU's time
 // per run (mean of runs after a warm-up, StageProgram::run including its synchronisation), its
 // rate (TFLOP/s for GEMMs and convolutions, GB/s of compulsory traffic for the rest), the CPU's
-// time on `--threads` threads, and the speed-up. MatMul also in bf16 mode.
+// time on `--threads` threads, and the speed-up. MatMul and FusedAttention also in bf16 mode.
 //
 // Usage: gpu_bench [--threads N] [--runs N] [--no-cpu]
 #include <chrono>
@@ -167,6 +167,13 @@ std::vector<Op> ops() {
   v.push_back({"FusedAttentionGrad causal 2x16x2048x64", "FusedAttentionGrad", kPipetrainDomain,
                {in(qd), in(qd), in(qd), in(qd), in(qd), in({2, 16, 2048}, 8, 10)}, {f(qd), f(qd), f(qd)}, causal,
                2.5 * attention});
+  // The same in bf16 mode: cuDNN's fused attention (exec/cuda/cudnn_attention.cc), the bf16
+  // copies of the inputs and outputs included.
+  v.push_back({"FusedAttention causal 2x16x2048x64 bf16", "FusedAttention", kPipetrainDomain,
+               {in(qd), in(qd), in(qd)}, {f(qd), f({2, 16, 2048})}, causal, attention, true});
+  v.push_back({"FusedAttentionGrad causal 2x16x2048x64 bf16", "FusedAttentionGrad", kPipetrainDomain,
+               {in(qd), in(qd), in(qd), in(qd), in(qd), in({2, 16, 2048}, 8, 10)}, {f(qd), f(qd), f(qd)}, causal,
+               2.5 * attention, true});
   return v;
 }
 

@@ -32,6 +32,14 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import onnxruntime, onnx,
   .venv/bin/python -m pip install -q --disable-pip-version-check "numpy<2" onnx onnxruntime
 fi
 
+# The CUDA backend (built where nvcc is found) composes attention with cuDNN's frontend, whose
+# headers come from PyPI.
+CUDNN_FRONTEND=nvidia-cudnn-frontend==1.32.0
+if command -v nvcc >/dev/null && ! .venv/bin/python -m pip show -q nvidia-cudnn-frontend 2>/dev/null; then
+  echo "setup: adding $CUDNN_FRONTEND's headers to .venv (the CUDA backend's attention)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$CUDNN_FRONTEND"
+fi
+
 [ "${1:-}" = "--deps-only" ] && exit 0
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPT_PYTHON="$PWD/.venv/bin/python" >/dev/null

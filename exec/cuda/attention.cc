@@ -1,9 +1,7 @@
-// exec/cuda/attention.cc: FusedAttention and FusedAttentionGrad (core/pipetrain_ops.h) in fp32 on
-// the tiled kernels of attention.cu, which take the CPU kernel's algorithm and its fully masked
-// rows. The geometry is kernel_geometry.h's, as the CPU's; heads of up to 256 dims.
-// Not yet run on a GPU: the import passes fuse attention for CPU programs only
-// (TrainConfig::attention_fused_from), so these kernels run in the CUDA kernel tests alone
-// (tests/exec/cuda/kernel_cases.cc) until those have passed on one.
+// exec/cuda/attention.cc: FusedAttention and FusedAttentionGrad (core/pipetrain_ops.h): under
+// Precision::kBf16 cuDNN's fused attention where it takes the node (cudnn_attention.cc), else in
+// fp32 on the tiled kernels of attention.cu, which take the CPU kernel's algorithm and its fully
+// masked rows. The geometry is kernel_geometry.h's, as the CPU's; heads of up to 256 dims.
 #include <optional>
 
 #include "exec/cuda/cuda_kernels.h"
@@ -14,20 +12,16 @@
 namespace pt::cuda {
 namespace {
 
-// The geometry where the launchers take it, else nullopt.
-std::optional<AttentionGeometry> supported(std::optional<AttentionGeometry> g) {
-  if (g && !attention_supported(*g)) return std::nullopt;
-  return g;
-}
-
 float* output_or_null(Args out, size_t k) { return k < out.size() && out[k].present() ? out[k].as<float>() : nullptr; }
 
 }  // namespace
 
 // FusedAttention(Q, K, V, Mask?) -> (Y, LogSumExp?).
 std::unique_ptr<Kernel> make_fused_attention(const KernelSpec& s, CudaContext& ctx) {
-  const std::optional<AttentionGeometry> g = supported(fused_attention_geometry(s));
+  const std::optional<AttentionGeometry> g = fused_attention_geometry(s);
   if (!g) return nullptr;
+  if (std::unique_ptr<Kernel> k = make_cudnn_attention(*g, ctx)) return k;
+  if (!attention_supported(*g)) return nullptr;
   const bool masked = s.has_input(3);
   const cudaStream_t stream = ctx.stream;
   return fn_kernel([g = *g, masked, stream](Args in, Args out, void*) {
@@ -38,8 +32,10 @@ std::unique_ptr<Kernel> make_fused_attention(const KernelSpec& s, CudaContext& c
 
 // FusedAttentionGrad(dY, Q, K, V, Y, LogSumExp, Mask?) -> (dQ?, dK?, dV?).
 std::unique_ptr<Kernel> make_fused_attention_grad(const KernelSpec& s, CudaContext& ctx) {
-  const std::optional<AttentionGeometry> g = supported(fused_attention_grad_geometry(s));
+  const std::optional<AttentionGeometry> g = fused_attention_grad_geometry(s);
   if (!g) return nullptr;
+  if (std::unique_ptr<Kernel> k = make_cudnn_attention_grad(*g, ctx)) return k;
+  if (!attention_supported(*g)) return nullptr;
   const bool masked = s.has_input(6);
   const cudaStream_t stream = ctx.stream;
   return fn_kernel(

@@ -12,6 +12,7 @@
 // the forward, p = 1/T and no gradient through its scores in the backward, as the CPU kernel.
 // Threads: kThreads (256); within a tile, row r is served by the 16 threads r * 16 .. r * 16 + 15
 // (half a warp), each holding every 16th column of the row's output.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -362,6 +363,32 @@ void launch_fused_attention_grad(const AttentionGeometry& g, const float* dy, co
     attention_grad_q<<<grid, kThreads, shared, stream>>>(g, dy, q, k, v, lse, delta, mask, dq);
     PT_CUDA_LAUNCH_CHECK();
   }
+}
+
+// ---- bf16 copies for cuDNN's attention (cudnn_attention.cc) ----------------------------------
+
+namespace {
+
+__global__ void round_to_bf16(int64_t n, const float* x, __nv_bfloat16* y) {
+  PT_GRID_STRIDE(i, n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void widen_bf16(int64_t n, const __nv_bfloat16* x, float* y) {
+  PT_GRID_STRIDE(i, n) y[i] = __bfloat162float(x[i]);
+}
+
+}  // namespace
+
+void launch_to_bf16(const float* x, void* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  round_to_bf16<<<grid_for(n), kThreads, 0, stream>>>(n, x, static_cast<__nv_bfloat16*>(y));
+  PT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_from_bf16(const void* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  widen_bf16<<<grid_for(n), kThreads, 0, stream>>>(n, static_cast<const __nv_bfloat16*>(x), y);
+  PT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace pt::cuda

@@ -156,9 +156,15 @@ struct TrainConfig {
   }
   // The link preset that prices transfers where pipeline.link names none (plan/pipeline.h).
   std::string default_link() const { return device == "cuda" ? "nvlink" : "cpu"; }
-  // The keys from which train fuses an attention: fuse_attention_from on the CPU, 0 (none) on
-  // CUDA, whose backend has no FusedAttention kernel.
-  int64_t attention_fused_from() const { return device == "cpu" ? fuse_attention_from : 0; }
+  // The keys from which train fuses an attention: fuse_attention_from on the CPU and on CUDA in
+  // bf16 (cuDNN's fused attention), 0 (none) on CUDA in fp32, where cuBLAS's products and the
+  // softmax kernel outrun the backend's fp32 attention kernel (docs/measured.md).
+  int64_t attention_fused_from() const {
+    return device == "cpu" || precision == "bf16" ? fuse_attention_from : 0;
+  }
+  // Whether train fuses attentions that read a mask: on the CPU; not on CUDA, where they would run
+  // on the fp32 kernel (cuDNN's takes no mask).
+  bool attention_masks_fused() const { return device == "cpu"; }
   // Where a relative path at `key` was read from, for the errors of a file that is not there.
   std::string path_rule(const std::string& key) const {
     return relative_to == "config" && where(key).rfind("--set ", 0) != 0

@@ -53,7 +53,7 @@ TrainerPlan plan_training(const TrainConfig& cfg, bool quiet) {
                     "name one of the model's outputs");
   t.train = t.model;
   t.form = at_key(cfg, "model", [&] { return to_training_mode(t.train, TrainingModeOptions{cfg.dropout}); });
-  if (const int64_t from = cfg.attention_fused_from()) fuse_attention(t.train, from);
+  if (const int64_t from = cfg.attention_fused_from()) fuse_attention(t.train, from, cfg.attention_masks_fused());
   t.sites = split_parameter_sites(t.train, frozen_parameters(t.train, cfg.frozen));
   PipelinePlan p = plan_pipeline(t.train, pipeline_request(cfg, t.loss));
   if (!quiet)

@@ -496,6 +496,8 @@ class Rewriter {
 
   // Nodes to insert after a node index (the row ops), for fuse_attention's final order.
   std::map<int, std::vector<Node>>& after() { return after_; }
+  // The masks the causal flag replaced (constant_causal).
+  const std::vector<ValueId>& dropped() const { return dropped_; }
 
  private:
   std::string fresh(const std::string& stem) {
@@ -544,8 +546,8 @@ class Rewriter {
   }
 
   // Whether the mask, its value known (known_value), removes every key after its query (then
-  // causal); where it is an initializer that removes nothing else, *mask becomes kNoValue (a
-  // computed one stays: the nodes computing it have other readers to check).
+  // causal); where it removes nothing else, *mask becomes kNoValue and the mask is listed in
+  // dropped() (fuse_attention removes the nodes that computed it for this node alone).
   bool constant_causal(const Match& m, ValueId* mask) {
     const Value& v = g_.value(*mask);
     const Dims& s = g_.value(g_.nodes[static_cast<size_t>(m.softmax)].inputs[0]).type.shape;
@@ -566,7 +568,10 @@ class Rewriter {
           else rest_zero = rest_zero && zero;
         }
     if (!after_removed) return false;
-    if (rest_zero && v.init) *mask = kNoValue;
+    if (rest_zero) {
+      dropped_.push_back(*mask);
+      *mask = kNoValue;
+    }
     return true;
   }
 
@@ -601,27 +606,72 @@ class Rewriter {
   Graph& g_;
   std::vector<bool>& gone_;
   ValueId mask_ = kNoValue;
+  std::vector<ValueId> dropped_;
   std::map<int, std::vector<Node>> after_;
 };
 
 // The keys of a match: the last dim of K transposed, [B, H, D, T].
 int64_t keys_of(const Graph& g, const Match& m) { return g.value(m.kt).type.shape.back(); }
 
+// Removes the nodes that computed only masks the fusion dropped: walking up from each, a producer
+// goes when nothing but removed nodes reads its outputs and none is a graph output (uses rebuilt).
+void prune_dropped_masks(Graph& g, const std::vector<ValueId>& dropped) {
+  std::vector<bool> gone(g.nodes.size(), false);
+  std::vector<ValueId> todo = dropped;
+  bool any = false;
+  while (!todo.empty()) {
+    const int p = g.value(todo.back()).producer;
+    todo.pop_back();
+    if (p < 0 || gone[static_cast<size_t>(p)]) continue;
+    const Node& n = g.nodes[static_cast<size_t>(p)];
+    bool unread = true;
+    for (ValueId o : n.outputs) {
+      if (o == kNoValue) continue;
+      if (is_graph_output(g, o)) unread = false;
+      for (int c : g.value(o).consumers) unread = unread && gone[static_cast<size_t>(c)];
+    }
+    if (!unread) continue;
+    gone[static_cast<size_t>(p)] = any = true;
+    for (ValueId in : n.inputs)
+      if (in != kNoValue) todo.push_back(in);
+  }
+  if (!any) return;
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!gone[i]) nodes.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(nodes);
+  g.rebuild_uses();
+}
+
 }  // namespace
 
-int fuse_attention(Graph& g, int64_t min_keys) {
+int fuse_attention(Graph& g, int64_t min_keys, bool masked) {
+  // Without masks: the fused nodes of a trial on a copy (initializers shared) that read one, by
+  // name (a fused node takes its second MatMul's).
+  std::set<std::string> leave;
+  if (!masked) {
+    Graph trial = g;
+    fuse_attention(trial, min_keys, true);
+    for (const Node& n : trial.nodes)
+      if (n.domain == kPipetrainDomain && n.op_type == "FusedAttention" && n.inputs.size() > 3 &&
+          n.inputs[3] != kNoValue)
+        leave.insert(n.name);
+  }
   std::vector<bool> gone(g.nodes.size(), false);
   std::vector<Match> matches;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Match m;
-    if (is_op(&g.nodes[i], "Softmax") && match_at(g, static_cast<int>(i), m).empty() && keys_of(g, m) >= min_keys)
+    if (is_op(&g.nodes[i], "Softmax") && match_at(g, static_cast<int>(i), m).empty() && keys_of(g, m) >= min_keys &&
+        !leave.count(g.nodes[static_cast<size_t>(m.pv)].name))
       matches.push_back(m);
   }
   std::map<int, std::vector<Node>> after;
+  std::vector<ValueId> dropped;
   for (const Match& m : matches) {
     Rewriter r(g, gone);
     r.rewrite(m);
     for (auto& [i, nodes] : r.after()) after[i] = std::move(nodes);
+    dropped.insert(dropped.end(), r.dropped().begin(), r.dropped().end());
   }
   if (matches.empty()) return 0;
   g.opsets[kPipetrainDomain] = std::max<int64_t>(g.opsets[kPipetrainDomain], 1);
@@ -633,7 +683,8 @@ int fuse_attention(Graph& g, int64_t min_keys) {
   }
   g.nodes = std::move(nodes);
   g.rebuild_uses();
-  std::vector<ValueId> initializers;  // the scalars only the removed nodes read leave
+  prune_dropped_masks(g, dropped);
+  std::vector<ValueId> initializers;  // the scalars and masks only the removed nodes read leave
   for (ValueId v : g.initializers) {
     if (!g.value(v).consumers.empty() || is_graph_output(g, v)) initializers.push_back(v);
     else g.buffers.erase(g.value(v).name);

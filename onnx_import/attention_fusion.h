@@ -48,8 +48,10 @@ namespace pt {
 constexpr int64_t kFusedAttentionMinKeys = 256;
 
 // Rewrites each attention of g over at least min_keys keys as above, in place; returns how many.
-// (import_model runs it when ImportOptions::fuse_attention is set.)
-int fuse_attention(Graph& g, int64_t min_keys = kFusedAttentionMinKeys);
+// (import_model runs it when ImportOptions::fuse_attention is set.) masked false leaves the
+// attentions whose fused node would read a mask as they are: CUDA in bf16, whose cuDNN kernel
+// takes no mask (exec/cuda/cudnn_attention.cc), fuses only the others.
+int fuse_attention(Graph& g, int64_t min_keys = kFusedAttentionMinKeys, bool masked = true);
 
 // One line per attention of g for `pipetrain inspect`: "fused: <node> (causal, mask bool[...])"
 // for each FusedAttention node, "unfused: <Softmax node>: <why>" for each Softmax between two

@@ -64,7 +64,7 @@ struct Expected {
 // per head (Unsqueeze, Expand, Reshape; K's through torch's SDPA decomposition) dropped.
 const Expected kFiles[] = {
     {"samples/gpt/gpt.onnx", 8, true},        // a causal mask sliced from a buffer: causal, and
-    {"samples/charlm/charlm.onnx", 4, true},  // the bool mask it computes kept
+    {"samples/charlm/charlm.onnx", 4, true},  // the nodes computing the mask dropped with it
     {"samples/bert/bert.onnx", 4, false},      // no mask
     {"samples/vit/vit.onnx", 4, false},
     {"samples/exports/gpt2.onnx", 2, true},  // torch's SDPA decomposition: sqrt-scales, IsNaN
@@ -90,6 +90,8 @@ TEST(AttentionFusion, SamplesAndExportsFuseEveryAttention) {
     for (const Node& n : g.nodes) {
       if (n.op_type != "FusedAttention") continue;
       EXPECT_EQ(n.attr_int("causal", 0) != 0, e.causal) << n.name;
+      // A causal mask that removes nothing else is the causal flag alone (cuDNN takes no mask).
+      if (e.causal) EXPECT_TRUE(n.inputs.size() < 4 || n.inputs[3] == kNoValue) << n.name << " reads a mask";
       const int64_t heads = g.value(n.inputs[0]).type.shape[1];
       for (int k : {1, 2}) EXPECT_EQ(g.value(n.inputs[k]).type.shape[1], e.kv_heads ? e.kv_heads : heads) << n.name;
     }
@@ -98,6 +100,29 @@ TEST(AttentionFusion, SamplesAndExportsFuseEveryAttention) {
     ASSERT_EQ(static_cast<int>(lines.size()), e.fused);
     for (const std::string& l : lines) EXPECT_EQ(l.rfind("fused: ", 0), 0u) << l;
   }
+}
+
+bool reads_mask(const Node& n) { return n.inputs.size() > 3 && n.inputs[3] != kNoValue; }
+
+// masked = false (CUDA in bf16) fuses exactly the attentions whose fused node reads no mask and
+// leaves the others as the exporter wrote them.
+TEST(AttentionFusion, WithoutMasksFusesOnlyTheMasklessOnes) {
+  int left_somewhere = 0;
+  for (const Expected& e : kFiles) {
+    if (!std::filesystem::exists(e.path)) continue;
+    SCOPED_TRACE(e.path);
+    const Graph all = import(e.path, true);
+    Graph some = import(e.path, false);
+    int maskless = 0, masked = 0;
+    for (const Node& n : all.nodes)
+      if (n.op_type == "FusedAttention") ++(reads_mask(n) ? masked : maskless);
+    EXPECT_EQ(fuse_attention(some, 1, false), maskless);
+    for (const Node& n : some.nodes)
+      if (n.op_type == "FusedAttention") EXPECT_FALSE(reads_mask(n)) << n.name;
+    EXPECT_EQ(count(some, "Softmax"), count(import(e.path, false), "Softmax") - maskless);
+    left_somewhere += masked;
+  }
+  EXPECT_GT(left_somewhere, 0) << "no file has a masked attention: the test shows nothing";
 }
 
 // By default an attention over fewer than kFusedAttentionMinKeys keys stays as the exporter wrote

@@ -85,8 +85,9 @@ echo "two_hosts: 2 ranks in 2 network namespaces over TCP: the bytes of one proc
 # rank, its note that a process returned a non-zero exit code: the survivor's own exit) but with
 # nothing of the survivor's in mpirun's output, neither this line nor Open MPI's peer-disconnect
 # warning (50 tries here, idle, loaded and killed at other points of a step, on this machine and
-# in a fresh root, never did). Such a try is shown and run once more; two in a row fail the
-# test, as does any other outcome.
+# in a fresh root, never did); a later CI run under AddressSanitizer, whose slower survivor gives
+# mpirun more time to end it first, had two such tries in a row. Such a try is shown and run
+# again, up to three tries; three in a row fail the test, as does any other outcome.
 kill_try() {  # $1: the try's number. Exit 0: as it should; 2: the line missing; 1: anything else.
   local marker="$work/long$1.onnx" log="$work/killed$1.log" metrics="$work/killed$1.jsonl"
   "${launch[@]}" "$bin" train samples/charlm/train.yaml "${sets[@]}" --set steps=100000 \
@@ -119,11 +120,11 @@ kill_try() {  # $1: the try's number. Exit 0: as it should; 2: the line missing;
   $ended && grep -q "process rank 1 .* exited on signal 9" "$log" && return 2
   return 1
 }
-status=0
-kill_try 1 || status=$?
-if [ "$status" = 2 ]; then
-  echo "two_hosts: the survivor's line did not come through mpirun; once more"
+status=2
+for try in 1 2 3; do
+  [ "$status" = 2 ] || break
+  [ "$try" = 1 ] || echo "two_hosts: the survivor's line did not come through mpirun; once more"
   status=0
-  kill_try 2 || status=$?
-fi
+  kill_try "$try" || status=$?
+done
 [ "$status" = 0 ] || exit 1

@@ -2,7 +2,8 @@
 // same one-node graphs (scripts/gpu_check.sh runs it on a GPU machine). Per op: the GPU's time
 // per run (mean of runs after a warm-up, StageProgram::run including its synchronisation), its
 // rate (TFLOP/s for GEMMs and convolutions, GB/s of compulsory traffic for the rest), the CPU's
-// time on `--threads` threads, and the speed-up. MatMul and FusedAttention also in bf16 mode.
+// time on `--threads` threads, and the speed-up. MatMul and FusedAttention also in bf16 and
+// fp16 modes.
 //
 // Usage: gpu_bench [--threads N] [--runs N] [--no-cpu]
 #include <chrono>
@@ -40,7 +41,7 @@ struct Op {
   std::vector<TensorType> outputs;
   Attrs attrs;
   double flops = 0;  // 0: rate in GB/s of inputs + outputs
-  bool bf16 = false;
+  cuda::Precision precision = cuda::Precision::kFloat32;
 };
 
 Tensor make(const In& in, std::mt19937& rng) {
@@ -122,7 +123,10 @@ std::vector<Op> ops() {
   const int64_t m = 4096;
   std::vector<Op> v;
   v.push_back({"MatMul 4096^3 fp32", "MatMul", "", {in({m, m}), in({m, m})}, {f({m, m})}, {}, 2.0 * m * m * m});
-  v.push_back({"MatMul 4096^3 bf16", "MatMul", "", {in({m, m}), in({m, m})}, {f({m, m})}, {}, 2.0 * m * m * m, true});
+  v.push_back({"MatMul 4096^3 bf16", "MatMul", "", {in({m, m}), in({m, m})}, {f({m, m})}, {}, 2.0 * m * m * m,
+               cuda::Precision::kBf16});
+  v.push_back({"MatMul 4096^3 fp16", "MatMul", "", {in({m, m}), in({m, m})}, {f({m, m})}, {}, 2.0 * m * m * m,
+               cuda::Precision::kFp16});
   v.push_back({"Gemm+bias 8192x1024x4096", "Gemm", "", {in({8192, 1024}), in({4096, 1024}), in({4096})},
                {f({8192, 4096})}, {{"transB", int64_t{1}}}, 2.0 * 8192 * 1024 * 4096});
   v.push_back({"MatMul attn 16x12x512x64x512", "MatMul", "", {in({16, 12, 512, 64}), in({16, 12, 64, 512})},
@@ -167,13 +171,15 @@ std::vector<Op> ops() {
   v.push_back({"FusedAttentionGrad causal 2x16x2048x64", "FusedAttentionGrad", kPipetrainDomain,
                {in(qd), in(qd), in(qd), in(qd), in(qd), in({2, 16, 2048}, 8, 10)}, {f(qd), f(qd), f(qd)}, causal,
                2.5 * attention});
-  // The same in bf16 mode: cuDNN's fused attention (exec/cuda/cudnn_attention.cc), the bf16
-  // copies of the inputs and outputs included.
-  v.push_back({"FusedAttention causal 2x16x2048x64 bf16", "FusedAttention", kPipetrainDomain,
-               {in(qd), in(qd), in(qd)}, {f(qd), f({2, 16, 2048})}, causal, attention, true});
-  v.push_back({"FusedAttentionGrad causal 2x16x2048x64 bf16", "FusedAttentionGrad", kPipetrainDomain,
-               {in(qd), in(qd), in(qd), in(qd), in(qd), in({2, 16, 2048}, 8, 10)}, {f(qd), f(qd), f(qd)}, causal,
-               2.5 * attention, true});
+  // The same in bf16 and fp16 modes: cuDNN's fused attention (exec/cuda/cudnn_attention.cc), the
+  // 16-bit copies of the inputs and outputs included.
+  for (const auto& [suffix, p] : {std::pair{" bf16", cuda::Precision::kBf16}, std::pair{" fp16", cuda::Precision::kFp16}}) {
+    v.push_back({"FusedAttention causal 2x16x2048x64" + std::string(suffix), "FusedAttention", kPipetrainDomain,
+                 {in(qd), in(qd), in(qd)}, {f(qd), f({2, 16, 2048})}, causal, attention, p});
+    v.push_back({"FusedAttentionGrad causal 2x16x2048x64" + std::string(suffix), "FusedAttentionGrad",
+                 kPipetrainDomain, {in(qd), in(qd), in(qd), in(qd), in(qd), in({2, 16, 2048}, 8, 10)},
+                 {f(qd), f(qd), f(qd)}, causal, 2.5 * attention, p});
+  }
   return v;
 }
 
@@ -197,16 +203,19 @@ int run(int argc, char** argv) {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("GPU: %s; CPU backend on %d threads; %d runs each\n\n", prop.name, threads, runs);
   std::printf("%-44s %10s %12s %10s %9s\n", "op", "GPU ms", "GPU rate", "CPU ms", "speed-up");
-  cuda::CudaBackend fp32;
-  cuda::CudaBackend bf16({0, cuda::Precision::kBf16});
+  cuda::CudaBackend fp32, bf16({0, cuda::Precision::kBf16}), fp16({0, cuda::Precision::kFp16});
   CpuBackend host(threads);
   for (const Op& o : ops()) {
     const Built b = build(o);
-    const double g = time_runs(b, o.bf16 ? bf16 : fp32, runs);
+    const double g = time_runs(b,
+                               o.precision == cuda::Precision::kBf16   ? bf16
+                               : o.precision == cuda::Precision::kFp16 ? fp16
+                                                                       : fp32,
+                               runs);
     char rate[32];
     if (o.flops > 0) std::snprintf(rate, sizeof rate, "%.1f TF/s", o.flops / g / 1e12);
     else std::snprintf(rate, sizeof rate, "%.0f GB/s", double(b.bytes) / g / 1e9);
-    if (cpu && !o.bf16) {
+    if (cpu && o.precision == cuda::Precision::kFloat32) {
       const double c = time_runs(b, host, std::max(1, runs / 5));
       std::printf("%-44s %10.3f %12s %10.2f %8.1fx\n", o.name.c_str(), g * 1e3, rate, c * 1e3, c / g);
     } else {

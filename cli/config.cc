@@ -219,10 +219,10 @@ void read_sections(const Reader& r, const YAML::Node& root, TrainConfig* c) {
       throw UserError(r.where(par["zero"], "parallel.zero"), "must be 0 or 1, got " + std::to_string(c->parallel.zero),
                       "use zero: 1 (optimizer state sharded over the data-parallel replicas) or 0");
   }
-  r.read(root, "", "precision", &c->precision, "fp32 or bf16");
-  r.one_of(root, "", "precision", c->precision, {"fp32", "bf16"});
-  if (c->precision == "bf16" && c->device != "cuda")
-    throw UserError(r.where(root["precision"], "precision"), "bf16 runs on the CUDA backend only",
+  r.read(root, "", "precision", &c->precision, "fp32, bf16 or fp16");
+  r.one_of(root, "", "precision", c->precision, {"fp32", "bf16", "fp16"});
+  if (c->precision != "fp32" && c->device != "cuda")
+    throw UserError(r.where(root["precision"], "precision"), c->precision + " runs on the CUDA backend only",
                     "set device: cuda, or precision: fp32");
   r.read(root, "", "threads", &c->threads, "a whole number");
   r.positive(root, "", "threads", c->threads, 1);

@@ -29,8 +29,9 @@
 //                                    # multiple; each replica pipeline.micro_batches of its own);
 //                                    # zero: 1 shards the optimizer state over the replicas;
 //                                    # pipeline: P is pipeline.stages by another name
-//   precision: fp32                  # fp32 | bf16 (CUDA: GEMM inputs rounded to bf16, fp32
-//                                    # accumulation, fp32 tensors and master weights)
+//   precision: fp32                  # fp32 | bf16 | fp16 (CUDA: GEMM and attention inputs rounded
+//                                    # to 16 bits, fp32 accumulation, fp32 tensors and master
+//                                    # weights; fp16 without loss scaling)
 //   threads: 1                       # per stage (CPU)
 //   seed: 0
 //   dropout: on                      # off: every Dropout the identity, every stochastic-depth
@@ -117,7 +118,7 @@ struct TrainConfig {
   ParameterChoices parameters;      // parameters.tied / untied / trained (onnx_import/module_params.h)
   std::string device = "cpu";       // cpu | cuda (the `device:` text up to a ':')
   std::vector<int> gpus;            // cuda:I,J,...: the GPU indices as written; empty: d mod G
-  std::string precision = "fp32";   // fp32 | bf16 (device: cuda only)
+  std::string precision = "fp32";   // fp32 | bf16 | fp16 (device: cuda only)
   struct Parallel {
     int data = 1;  // replicas of the pipeline over the processes (mpirun), each its own micro-batches
     int zero = 0;  // 1: ZeRO-1, each replica keeps and steps the optimizer state of a shard
@@ -157,10 +158,10 @@ struct TrainConfig {
   // The link preset that prices transfers where pipeline.link names none (plan/pipeline.h).
   std::string default_link() const { return device == "cuda" ? "nvlink" : "cpu"; }
   // The keys from which train fuses an attention: fuse_attention_from on the CPU and on CUDA in
-  // bf16 (cuDNN's fused attention), 0 (none) on CUDA in fp32, where cuBLAS's products and the
-  // softmax kernel outrun the backend's fp32 attention kernel (docs/measured.md).
+  // bf16 or fp16 (cuDNN's fused attention), 0 (none) on CUDA in fp32, where cuBLAS's products and
+  // the softmax kernel outrun the backend's fp32 attention kernel (docs/measured.md).
   int64_t attention_fused_from() const {
-    return device == "cpu" || precision == "bf16" ? fuse_attention_from : 0;
+    return device == "cpu" || precision != "fp32" ? fuse_attention_from : 0;
   }
   // Whether train fuses attentions that read a mask: on the CPU; not on CUDA, where they would run
   // on the fp32 kernel (cuDNN's takes no mask).

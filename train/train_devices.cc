@@ -126,7 +126,9 @@ TrainDevices cuda_devices(const TrainDeviceOptions& cfg, const Schedule& lowered
   TrainDevices t;
   std::vector<cuda::CudaBackend*> cuda;
   std::vector<int> used;
-  const cuda::Precision precision = cfg.precision == "bf16" ? cuda::Precision::kBf16 : cuda::Precision::kFloat32;
+  const cuda::Precision precision = cfg.precision == "bf16"   ? cuda::Precision::kBf16
+                                    : cfg.precision == "fp16" ? cuda::Precision::kFp16
+                                                              : cuda::Precision::kFloat32;
   for (int g : gpus) {
     if (g < 0) {  // another process runs it
       cuda.push_back(nullptr);
@@ -144,7 +146,7 @@ TrainDevices cuda_devices(const TrainDeviceOptions& cfg, const Schedule& lowered
     t.summary += i ? "," : " ";
     t.summary += std::to_string(used[i]);
   }
-  if (cfg.precision == "bf16") t.summary += ", bf16 GEMMs";
+  if (cfg.precision != "fp32") t.summary += ", " + cfg.precision + " GEMMs";
   const std::vector<std::pair<int, int>> links = links_of(lowered, [&](int a, int b) {
     return rank_of[static_cast<size_t>(a)] == rank && rank_of[static_cast<size_t>(b)] == rank;
   });

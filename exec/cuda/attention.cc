@@ -1,5 +1,5 @@
 // exec/cuda/attention.cc: FusedAttention and FusedAttentionGrad (core/pipetrain_ops.h): under
-// Precision::kBf16 cuDNN's fused attention where it takes the node (cudnn_attention.cc), else in
+// Precision::kBf16 and kFp16 cuDNN's fused attention where it takes the node (cudnn_attention.cc), else in
 // fp32 on the tiled kernels of attention.cu, which take the CPU kernel's algorithm and its fully
 // masked rows. The geometry is kernel_geometry.h's, as the CPU's; heads of up to 256 dims.
 #include <optional>

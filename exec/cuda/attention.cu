@@ -13,6 +13,7 @@
 // Threads: kThreads (256); within a tile, row r is served by the 16 threads r * 16 .. r * 16 + 15
 // (half a warp), each holding every 16th column of the row's output.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -365,29 +366,40 @@ void launch_fused_attention_grad(const AttentionGeometry& g, const float* dy, co
   }
 }
 
-// ---- bf16 copies for cuDNN's attention (cudnn_attention.cc) ----------------------------------
+// ---- 16-bit copies for cuDNN's attention (cudnn_attention.cc) --------------------------------
 
 namespace {
 
-__global__ void round_to_bf16(int64_t n, const float* x, __nv_bfloat16* y) {
-  PT_GRID_STRIDE(i, n) y[i] = __float2bfloat16_rn(x[i]);
+template <class Half>
+__device__ Half narrow(float x);
+template <>
+__device__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __half narrow<__half>(float x) { return __float2half_rn(x); }
+
+template <class Half>
+__global__ void round_to_half(int64_t n, const float* x, Half* y) {
+  PT_GRID_STRIDE(i, n) y[i] = narrow<Half>(x[i]);
 }
 
-__global__ void widen_bf16(int64_t n, const __nv_bfloat16* x, float* y) {
-  PT_GRID_STRIDE(i, n) y[i] = __bfloat162float(x[i]);
+template <class Half>
+__global__ void widen_half(int64_t n, const Half* x, float* y) {
+  PT_GRID_STRIDE(i, n) y[i] = static_cast<float>(x[i]);
 }
 
 }  // namespace
 
-void launch_to_bf16(const float* x, void* y, int64_t n, cudaStream_t stream) {
+void launch_to_half(const float* x, void* y, int64_t n, bool bf16, cudaStream_t stream) {
   if (n <= 0) return;
-  round_to_bf16<<<grid_for(n), kThreads, 0, stream>>>(n, x, static_cast<__nv_bfloat16*>(y));
+  if (bf16) round_to_half<<<grid_for(n), kThreads, 0, stream>>>(n, x, static_cast<__nv_bfloat16*>(y));
+  else round_to_half<<<grid_for(n), kThreads, 0, stream>>>(n, x, static_cast<__half*>(y));
   PT_CUDA_LAUNCH_CHECK();
 }
 
-void launch_from_bf16(const void* x, float* y, int64_t n, cudaStream_t stream) {
+void launch_from_half(const void* x, float* y, int64_t n, bool bf16, cudaStream_t stream) {
   if (n <= 0) return;
-  widen_bf16<<<grid_for(n), kThreads, 0, stream>>>(n, static_cast<const __nv_bfloat16*>(x), y);
+  if (bf16) widen_half<<<grid_for(n), kThreads, 0, stream>>>(n, static_cast<const __nv_bfloat16*>(x), y);
+  else widen_half<<<grid_for(n), kThreads, 0, stream>>>(n, static_cast<const __half*>(x), y);
   PT_CUDA_LAUNCH_CHECK();
 }
 

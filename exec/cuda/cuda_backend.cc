@@ -67,7 +67,7 @@ CudaBackend::CudaBackend(CudaOptions options) {
   PT_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
   PT_CUBLAS_CHECK(blas.cublasCreate(&ctx_.cublas));
   PT_CUBLAS_CHECK(blas.cublasSetStream(ctx_.cublas, ctx_.stream));
-  // No TF32 behind our back: fp32 GEMMs stay fp32 unless Precision::kBf16 asks otherwise.
+  // No TF32 behind our back: fp32 GEMMs stay fp32 (bf16 and fp16 modes hand cuBLAS 16-bit copies).
   PT_CUBLAS_CHECK(blas.cublasSetMathMode(ctx_.cublas, CUBLAS_DEFAULT_MATH));
   PT_CUBLAS_CHECK(blas.cublasLtCreate(&ctx_.cublas_lt));
   PT_CUDNN_CHECK(cudnnCreate(&ctx_.cudnn));

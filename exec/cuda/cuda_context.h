@@ -23,8 +23,13 @@ namespace pt::cuda {
 enum class Precision {
   kFloat32,  // every kernel in fp32 (cuBLAS and cuDNN with TF32 off)
   kBf16,     // GEMMs take bf16-rounded inputs with fp32 accumulation (fp32 tensors and master
-             // weights; CUBLAS_COMPUTE_32F_FAST_16BF); convolutions may use tensor cores (TF32)
+             // weights; the backend rounds the operands, linalg.cc); convolutions may use tensor
+             // cores (TF32); unmasked attention on cuDNN in bf16
+  kFp16,     // the same with fp16 (11 significant bits, |x| <= 65504; no loss scaling)
 };
+
+// Whether GEMMs and attention may round their inputs to 16 bits (bf16 or fp16).
+inline bool half_products(Precision p) { return p != Precision::kFloat32; }
 
 // One slot, written by the device: flag != 0 when a value was out of range.
 struct DeviceFault {

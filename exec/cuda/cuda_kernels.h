@@ -123,12 +123,12 @@ std::unique_ptr<Kernel> make_gather_grad(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_softmax_cross_entropy(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_softmax_cross_entropy_grad(const KernelSpec& s, CudaContext& ctx);
 
-// attention.cc: FusedAttention and FusedAttentionGrad: cuDNN's in bf16 mode where it takes them,
+// attention.cc: FusedAttention and FusedAttentionGrad: cuDNN's in bf16 and fp16 modes where it takes them,
 // else fp32 tiled kernels that never hold the scores (attention.cu)
 std::unique_ptr<Kernel> make_fused_attention(const KernelSpec& s, CudaContext& ctx);
 std::unique_ptr<Kernel> make_fused_attention_grad(const KernelSpec& s, CudaContext& ctx);
-// cudnn_attention.cc: the same two in bf16 through cuDNN's fused attention, under
-// Precision::kBf16 and without a mask; nullptr elsewhere or where cuDNN refuses the geometry
+// cudnn_attention.cc: the same two in bf16 or fp16 through cuDNN's fused attention, under
+// Precision::kBf16 or kFp16 and without a mask; nullptr elsewhere or where cuDNN refuses the geometry
 // (attention.cc's factories ask these first)
 std::unique_ptr<Kernel> make_cudnn_attention(const AttentionGeometry& g, CudaContext& ctx);
 std::unique_ptr<Kernel> make_cudnn_attention_grad(const AttentionGeometry& g, CudaContext& ctx);

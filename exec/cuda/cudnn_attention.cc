@@ -1,8 +1,8 @@
 // exec/cuda/cudnn_attention.cc: FusedAttention and FusedAttentionGrad (core/pipetrain_ops.h)
-// under Precision::kBf16 on cuDNN's fused flash attention, composed with the cudnn frontend's
-// graph API (cuDNN 9). Q, K and V (the gradient: also Y and dY) are rounded to bf16 into the
-// kernel's scratch; scores, softmax and sums stay fp32 inside cuDNN; the outputs are widened
-// back to fp32. LogSumExp is cuDNN's softmax statistic, the natural log of the sum of exp of the
+// under Precision::kBf16 and kFp16 on cuDNN's fused flash attention, composed with the cudnn
+// frontend's graph API (cuDNN 9). Q, K and V (the gradient: also Y and dY) are rounded to bf16 or
+// fp16 into the kernel's scratch; scores, softmax and sums stay fp32 inside cuDNN; the outputs
+// are widened back to fp32. LogSumExp is cuDNN's softmax statistic, the natural log of the sum of exp of the
 // scaled scores: the quantity the CPU and fp32 kernels write, so either gradient reads it.
 //
 // cuDNN is given no mask: the contract's fully masked rows (Y the mean of V, no gradient) have no
@@ -84,9 +84,9 @@ void mark_output(const TensorPtr& t, Uid uid, const Dims4& dims) {
   t->set_output(true).set_uid(uid).set_dim(dims).set_stride(packed(dims));
 }
 
-std::shared_ptr<fe::graph::Graph> bf16_graph() {
+std::shared_ptr<fe::graph::Graph> half_graph(bool bf16) {
   auto graph = std::make_shared<fe::graph::Graph>();
-  graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+  graph->set_io_data_type(bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   return graph;
@@ -106,9 +106,9 @@ void execute(const fe::graph::Graph& graph, cudnnHandle_t handle, std::unordered
                     e.get_message().c_str());
 }
 
-// Whether cuDNN is asked at all: bf16 mode, no mask (see the top of the file).
+// Whether cuDNN is asked at all: bf16 or fp16 mode, no mask (see the top of the file).
 bool wanted(const AttentionGeometry& g, const CudaContext& ctx) {
-  return ctx.precision == Precision::kBf16 && g.mask == AttentionGeometry::Mask::kNone && g.batch * g.heads > 0 &&
+  return half_products(ctx.precision) && g.mask == AttentionGeometry::Mask::kNone && g.batch * g.heads > 0 &&
          g.queries > 0;
 }
 
@@ -120,7 +120,8 @@ std::unique_ptr<Kernel> make_cudnn_attention(const AttentionGeometry& g, CudaCon
   if (!wanted(g, ctx)) return nullptr;
   find_cudnn();
   const Shapes d = shapes(g);
-  std::shared_ptr<fe::graph::Graph> graph = bf16_graph();
+  const bool bf16 = ctx.precision == Precision::kBf16;
+  std::shared_ptr<fe::graph::Graph> graph = half_graph(bf16);
   const TensorPtr q = input(*graph, "Q", kQ, d.q), k = input(*graph, "K", kK, d.k), v = input(*graph, "V", kV, d.v);
   auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(g.scale);
   if (g.causal) options.set_causal_mask(true);
@@ -140,16 +141,16 @@ std::unique_ptr<Kernel> make_cudnn_attention(const AttentionGeometry& g, CudaCon
   const cudaStream_t stream = ctx.stream;
   const cudnnHandle_t handle = ctx.cudnn;
   return fn_kernel(
-      [graph = GraphPtr(graph), d, q16, k16, v16, y16, lse32, ws, stream, handle](Args in, Args out, void* scratch) {
-        launch_to_bf16(in[0].as<const float>(), at(scratch, q16), count(d.q), stream);
-        launch_to_bf16(in[1].as<const float>(), at(scratch, k16), count(d.k), stream);
-        launch_to_bf16(in[2].as<const float>(), at(scratch, v16), count(d.v), stream);
+      [graph = GraphPtr(graph), d, q16, k16, v16, y16, lse32, ws, bf16, stream, handle](Args in, Args out, void* scratch) {
+        launch_to_half(in[0].as<const float>(), at(scratch, q16), count(d.q), bf16, stream);
+        launch_to_half(in[1].as<const float>(), at(scratch, k16), count(d.k), bf16, stream);
+        launch_to_half(in[2].as<const float>(), at(scratch, v16), count(d.v), bf16, stream);
         void* lse = out.size() > 1 && out[1].present() ? out[1].data : at(scratch, lse32);
         std::unordered_map<int64_t, void*> pack{{kQ, at(scratch, q16)}, {kK, at(scratch, k16)},
                                                 {kV, at(scratch, v16)}, {kY, at(scratch, y16)},
                                                 {kLse, lse}};
         execute(*graph, handle, pack, at(scratch, ws));
-        launch_from_bf16(at(scratch, y16), out[0].as<float>(), count(d.y), stream);
+        launch_from_half(at(scratch, y16), out[0].as<float>(), count(d.y), bf16, stream);
       },
       layout.bytes());
 }
@@ -158,7 +159,8 @@ std::unique_ptr<Kernel> make_cudnn_attention_grad(const AttentionGeometry& g, Cu
   if (!wanted(g, ctx)) return nullptr;
   find_cudnn();
   const Shapes d = shapes(g);
-  std::shared_ptr<fe::graph::Graph> graph = bf16_graph();
+  const bool bf16 = ctx.precision == Precision::kBf16;
+  std::shared_ptr<fe::graph::Graph> graph = half_graph(bf16);
   const TensorPtr q = input(*graph, "Q", kQ, d.q), k = input(*graph, "K", kK, d.k), v = input(*graph, "V", kV, d.v),
                   y = input(*graph, "Y", kY, d.y), dy = input(*graph, "dY", kDy, d.y),
                   lse = input(*graph, "LogSumExp", kLse, d.lse);
@@ -189,20 +191,20 @@ std::unique_ptr<Kernel> make_cudnn_attention_grad(const AttentionGeometry& g, Cu
   const cudnnHandle_t handle = ctx.cudnn;
   // FusedAttentionGrad(dY, Q, K, V, Y, LogSumExp) -> (dQ?, dK?, dV?): cuDNN writes all three.
   return fn_kernel(
-      [graph = GraphPtr(graph), d, r, stream, handle](Args in, Args out, void* scratch) {
-        launch_to_bf16(in[0].as<const float>(), at(scratch, r.dy), count(d.y), stream);
-        launch_to_bf16(in[1].as<const float>(), at(scratch, r.q), count(d.q), stream);
-        launch_to_bf16(in[2].as<const float>(), at(scratch, r.k), count(d.k), stream);
-        launch_to_bf16(in[3].as<const float>(), at(scratch, r.v), count(d.v), stream);
-        launch_to_bf16(in[4].as<const float>(), at(scratch, r.y), count(d.y), stream);
+      [graph = GraphPtr(graph), d, r, bf16, stream, handle](Args in, Args out, void* scratch) {
+        launch_to_half(in[0].as<const float>(), at(scratch, r.dy), count(d.y), bf16, stream);
+        launch_to_half(in[1].as<const float>(), at(scratch, r.q), count(d.q), bf16, stream);
+        launch_to_half(in[2].as<const float>(), at(scratch, r.k), count(d.k), bf16, stream);
+        launch_to_half(in[3].as<const float>(), at(scratch, r.v), count(d.v), bf16, stream);
+        launch_to_half(in[4].as<const float>(), at(scratch, r.y), count(d.y), bf16, stream);
         std::unordered_map<int64_t, void*> pack{
             {kQ, at(scratch, r.q)},   {kK, at(scratch, r.k)},   {kV, at(scratch, r.v)},
             {kY, at(scratch, r.y)},   {kDy, at(scratch, r.dy)}, {kLse, in[5].data},
             {kDq, at(scratch, r.dq)}, {kDk, at(scratch, r.dk)}, {kDv, at(scratch, r.dv)}};
         execute(*graph, handle, pack, at(scratch, r.ws));
-        if (out[0].present()) launch_from_bf16(at(scratch, r.dq), out[0].as<float>(), count(d.q), stream);
-        if (out[1].present()) launch_from_bf16(at(scratch, r.dk), out[1].as<float>(), count(d.k), stream);
-        if (out[2].present()) launch_from_bf16(at(scratch, r.dv), out[2].as<float>(), count(d.v), stream);
+        if (out[0].present()) launch_from_half(at(scratch, r.dq), out[0].as<float>(), count(d.q), bf16, stream);
+        if (out[1].present()) launch_from_half(at(scratch, r.dk), out[1].as<float>(), count(d.k), bf16, stream);
+        if (out[2].present()) launch_from_half(at(scratch, r.dv), out[2].as<float>(), count(d.v), bf16, stream);
       },
       layout.bytes());
 }

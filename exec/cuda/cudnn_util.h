@@ -70,14 +70,14 @@ class PoolDesc {
 };
 
 // The math a convolution may use: FMA only in fp32 mode (cuDNN's default would use TF32 on
-// tensor cores), tensor cores allowed in bf16 mode.
+// tensor cores), tensor cores allowed in bf16 and fp16 modes.
 inline cudnnMathType_t conv_math(const CudaContext& ctx) {
-  return ctx.precision == Precision::kBf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  return half_products(ctx.precision) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
 }
 
 // Whether a convolution algorithm's reported math type fits the context's precision.
 inline bool math_allowed(const CudaContext& ctx, cudnnMathType_t m) {
-  return ctx.precision == Precision::kBf16 || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+  return half_products(ctx.precision) || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
 }
 
 // Regions of a kernel's scratch, each 256-byte aligned; bytes() is what to ask the plan for.

@@ -232,10 +232,10 @@ size_t fused_attention_grad_scratch(const AttentionGeometry& g);
 void launch_fused_attention_grad(const AttentionGeometry& g, const float* dy, const float* q, const float* k,
                                  const float* v, const float* y, const float* lse, const void* mask,
                                  float* dq, float* dk, float* dv, void* scratch, cudaStream_t stream);
-// fp32 to bf16 (round to nearest even) and back, n elements: the copies cuDNN's bf16 attention
-// reads and writes (cudnn_attention.cc).
-void launch_to_bf16(const float* x, void* y, int64_t n, cudaStream_t stream);
-void launch_from_bf16(const void* x, float* y, int64_t n, cudaStream_t stream);
+// fp32 to bf16 (bf16 true) or fp16 (round to nearest even) and back, n elements: the copies
+// cuDNN's attention reads and writes (cudnn_attention.cc).
+void launch_to_half(const float* x, void* y, int64_t n, bool bf16, cudaStream_t stream);
+void launch_from_half(const void* x, float* y, int64_t n, bool bf16, cudaStream_t stream);
 
 // ---- loss (loss.cu) -------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 // Y^T = B^T @ A^T, so every call passes B first. MatMul is one strided-batched GEMM (a batch
 // stride of 0 broadcasts an operand), or one GEMM per batch when the batch dims broadcast
 // partially; Gemm with a row bias (torch's Linear) runs on cublasLt with the bias epilogue, any
-// other C is broadcast into Y and added with beta. Precision::kBf16 runs the products on bf16
-// tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF).
+// other C is broadcast into Y and added with beta. Precision::kBf16 and kFp16 run the products on
+// 16-bit copies of the operands (HalfCopies below) with fp32 accumulation.
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -13,13 +13,47 @@
 #include "exec/cuda/cublas_api.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_kernels.h"
+#include "exec/cuda/cudnn_util.h"
+#include "exec/cuda/launch.h"
 #include "exec/cuda/plan.h"
 
 namespace pt::cuda {
 namespace {
 
-cublasComputeType_t compute_type(const CudaContext& ctx) {
-  return ctx.precision == Precision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+// In bf16 and fp16 modes the GEMM operands are rounded by the backend into 16-bit copies in the
+// kernel's scratch, and cuBLAS multiplies those with fp32 accumulation: the products see exactly
+// bf16 or fp16 inputs. (cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF and _FAST_16F on fp32 operands,
+// which this backend used before, left the inputs unrounded on an H200: a permission, not a
+// rounding.) Elements of our A (input 0) and B (input 1); none in fp32 mode.
+struct HalfCopies {
+  bool bf16 = true;
+  int64_t a = 0, b = 0;
+  size_t a_at = 0, b_at = 0;
+  bool on() const { return a > 0; }
+};
+
+HalfCopies half_copies(const KernelSpec& s, const CudaContext& ctx, ScratchLayout& layout) {
+  HalfCopies h;
+  if (!half_products(ctx.precision)) return h;
+  h.bf16 = ctx.precision == Precision::kBf16;
+  h.a = s.inputs[0].numel(), h.b = s.inputs[1].numel();
+  h.a_at = layout.reserve(sizeof(uint16_t) * static_cast<size_t>(h.a));
+  h.b_at = layout.reserve(sizeof(uint16_t) * static_cast<size_t>(h.b));
+  return h;
+}
+
+// The operands as the GEMM reads them (our A and B): fp32 as they are, or their 16-bit copies.
+struct Operands {
+  const void* a;
+  const void* b;
+  cudaDataType_t type;
+};
+Operands operands(const HalfCopies& h, Args in, void* scratch, cudaStream_t stream) {
+  if (!h.on()) return {in[0].data, in[1].data, CUDA_R_32F};
+  std::byte* base = ScratchLayout::base(scratch);
+  launch_to_half(in[0].as<const float>(), base + h.a_at, h.a, h.bf16, stream);
+  launch_to_half(in[1].as<const float>(), base + h.b_at, h.b, h.bf16, stream);
+  return {base + h.a_at, base + h.b_at, h.bf16 ? CUDA_R_16BF : CUDA_R_16F};
 }
 
 // One column-major GEMM call (cuBLAS's view): C (m x n) = alpha * op(A) op(B) + beta * C,
@@ -33,20 +67,23 @@ struct GemmCall {
   std::vector<std::array<int64_t, 3>> offsets;  // empty: one strided-batched call
 };
 
-void gemm(const CudaContext& ctx, const GemmCall& g, float alpha, float beta, const float* a,
-          const float* b, float* c) {
-  const cublasComputeType_t ct = compute_type(ctx);
+// cuBLAS's A and B are our B and A (column-major view), both of `type`; C is fp32.
+void gemm(const CudaContext& ctx, const GemmCall& g, float alpha, float beta, const Operands& ours, float* c) {
+  const void *a = ours.b, *b = ours.a;
   if (g.offsets.empty()) {
     PT_CUBLAS_CHECK(cublas_api().cublasGemmStridedBatchedEx(
-        ctx.cublas, g.op_a, g.op_b, g.m, g.n, g.k, &alpha, a, CUDA_R_32F, g.lda, g.stride_a, b,
-        CUDA_R_32F, g.ldb, g.stride_b, &beta, c, CUDA_R_32F, g.ldc, g.stride_c, g.batch, ct,
-        CUBLAS_GEMM_DEFAULT));
+        ctx.cublas, g.op_a, g.op_b, g.m, g.n, g.k, &alpha, a, ours.type, g.lda, g.stride_a, b, ours.type, g.ldb,
+        g.stride_b, &beta, c, CUDA_R_32F, g.ldc, g.stride_c, g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
+  const size_t esize = ours.type == CUDA_R_32F ? sizeof(float) : sizeof(uint16_t);
+  const auto at = [esize](const void* p, int64_t offset) {
+    return static_cast<const void*>(static_cast<const std::byte*>(p) + offset * static_cast<int64_t>(esize));
+  };
   for (const auto& [oa, ob, oc] : g.offsets)
-    PT_CUBLAS_CHECK(cublas_api().cublasGemmEx(ctx.cublas, g.op_a, g.op_b, g.m, g.n, g.k, &alpha, a + oa,
-                                              CUDA_R_32F, g.lda, b + ob, CUDA_R_32F, g.ldb, &beta, c + oc,
-                                              CUDA_R_32F, g.ldc, ct, CUBLAS_GEMM_DEFAULT));
+    PT_CUBLAS_CHECK(cublas_api().cublasGemmEx(ctx.cublas, g.op_a, g.op_b, g.m, g.n, g.k, &alpha, at(a, oa), ours.type,
+                                              g.lda, at(b, ob), ours.type, g.ldb, &beta, c + oc, CUDA_R_32F, g.ldc,
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 bool fits_int(int64_t v) { return v > 0 && v <= std::numeric_limits<int>::max(); }
@@ -106,18 +143,19 @@ std::optional<GemmCall> plan_matmul(const Dims& a0, const Dims& b0, const Dims& 
 class LtBiasGemm final : public Kernel {
  public:
   static constexpr size_t kWorkspace = 4 << 20;
-  static constexpr size_t kAlign = 256;
 
-  LtBiasGemm(const CudaContext& ctx, const GemmCall& g) : ctx_(ctx) {
+  LtBiasGemm(const CudaContext& ctx, const GemmCall& g, const KernelSpec& s) : ctx_(ctx) {
     const CublasApi& blas = cublas_api();
-    PT_CUBLAS_CHECK(blas.cublasLtMatmulDescCreate(&desc_, compute_type(ctx), CUDA_R_32F));
+    half_ = half_copies(s, ctx, layout_);
+    const cudaDataType_t ab = !half_.on() ? CUDA_R_32F : half_.bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    PT_CUBLAS_CHECK(blas.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set(CUBLASLT_MATMUL_DESC_TRANSA, g.op_a);
     set(CUBLASLT_MATMUL_DESC_TRANSB, g.op_b);
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
     const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
-    PT_CUBLAS_CHECK(blas.cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, ta ? g.k : g.m, ta ? g.m : g.k, g.lda));
-    PT_CUBLAS_CHECK(blas.cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb));
+    PT_CUBLAS_CHECK(blas.cublasLtMatrixLayoutCreate(&a_, ab, ta ? g.k : g.m, ta ? g.m : g.k, g.lda));
+    PT_CUBLAS_CHECK(blas.cublasLtMatrixLayoutCreate(&b_, ab, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb));
     PT_CUBLAS_CHECK(blas.cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, g.m, g.n, g.ldc));
     cublasLtMatmulPreference_t pref;
     PT_CUBLAS_CHECK(blas.cublasLtMatmulPreferenceCreate(&pref));
@@ -138,6 +176,7 @@ class LtBiasGemm final : public Kernel {
     if (ok_) {
       algo_ = result.algo;
       workspace_ = result.workspaceSize;
+      workspace_at_ = layout_.reserve(workspace_);
     }
   }
   ~LtBiasGemm() override {
@@ -147,18 +186,18 @@ class LtBiasGemm final : public Kernel {
     cublas_api().cublasLtMatmulDescDestroy(desc_);
   }
   bool ok() const { return ok_; }
-  size_t scratch_bytes() const override { return workspace_ ? workspace_ + kAlign : 0; }
+  size_t scratch_bytes() const override { return layout_.bytes(); }
 
   // in: A, B, bias; out: Y.
   void run(std::span<const Buffer> in, std::span<const Buffer> out, void* scratch) override {
     const void* bias = in[2].data;
     set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     const float one = 1.f, zero = 0.f;
-    const auto p = reinterpret_cast<uintptr_t>(scratch);
-    void* ws = workspace_ ? reinterpret_cast<void*>((p + kAlign - 1) / kAlign * kAlign) : nullptr;
-    PT_CUBLAS_CHECK(cublas_api().cublasLtMatmul(ctx_.cublas_lt, desc_, &one, in[1].data, a_, in[0].data, b_,
-                                                &zero, out[0].data, c_, out[0].data, c_, &algo_, ws,
-                                                workspace_, ctx_.stream));
+    const Operands ours = operands(half_, in, scratch, ctx_.stream);
+    void* ws = workspace_ ? ScratchLayout::base(scratch) + workspace_at_ : nullptr;
+    PT_CUBLAS_CHECK(cublas_api().cublasLtMatmul(ctx_.cublas_lt, desc_, &one, ours.b, a_, ours.a, b_, &zero,
+                                                out[0].data, c_, out[0].data, c_, &algo_, ws, workspace_,
+                                                ctx_.stream));
   }
 
  private:
@@ -171,7 +210,9 @@ class LtBiasGemm final : public Kernel {
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
-  size_t workspace_ = 0;
+  ScratchLayout layout_;
+  HalfCopies half_;
+  size_t workspace_ = 0, workspace_at_ = 0;
   bool ok_ = false;
 };
 
@@ -183,9 +224,13 @@ std::unique_ptr<Kernel> make_matmul(const KernelSpec& s, CudaContext& ctx) {
   const auto g = plan_matmul(s.inputs[0].shape, s.inputs[1].shape, s.outputs[0].shape);
   if (!g) return nullptr;
   const CudaContext* c = &ctx;
-  return fn_kernel([c, g = *g](Args in, Args out, void*) {
-    gemm(*c, g, 1.f, 0.f, in[1].as<const float>(), in[0].as<const float>(), out[0].as<float>());
-  });
+  ScratchLayout layout;
+  const HalfCopies h = half_copies(s, ctx, layout);
+  return fn_kernel(
+      [c, g = *g, h](Args in, Args out, void* scratch) {
+        gemm(*c, g, 1.f, 0.f, operands(h, in, scratch, c->stream), out[0].as<float>());
+      },
+      layout.bytes());
 }
 
 // Gemm: Y = alpha * A' @ B' + beta * C, A' = transA ? A^T : A (M, K), B' likewise (K, N), C
@@ -208,21 +253,26 @@ std::unique_ptr<Kernel> make_gemm(const KernelSpec& s, CudaContext& ctx) {
   g.ldc = static_cast<int>(n);
   const float alpha = gg->alpha, beta = gg->beta;
   const CudaContext* c = &ctx;
+  ScratchLayout layout;
+  const HalfCopies h = half_copies(s, ctx, layout);
   if (beta == 0.f)
-    return fn_kernel([c, g, alpha](Args in, Args out, void*) {
-      gemm(*c, g, alpha, 0.f, in[1].as<const float>(), in[0].as<const float>(), out[0].as<float>());
-    });
+    return fn_kernel(
+        [c, g, alpha, h](Args in, Args out, void* scratch) {
+          gemm(*c, g, alpha, 0.f, operands(h, in, scratch, c->stream), out[0].as<float>());
+        },
+        layout.bytes());
 
   if (gg->row_bias()) {
-    auto lt = std::make_unique<LtBiasGemm>(ctx, g);
+    auto lt = std::make_unique<LtBiasGemm>(ctx, g, s);
     if (lt->ok()) return lt;
   }
   const int64_t rows = gg->c_rows, cols = gg->c_cols;
-  return fn_kernel([c, g, alpha, beta, m, n, rows, cols](Args in, Args out, void*) {
-    launch_broadcast_matrix(m, n, rows, cols, in[2].as<const float>(), out[0].as<float>(),
-                            c->stream);
-    gemm(*c, g, alpha, beta, in[1].as<const float>(), in[0].as<const float>(), out[0].as<float>());
-  });
+  return fn_kernel(
+      [c, g, alpha, beta, m, n, rows, cols, h](Args in, Args out, void* scratch) {
+        launch_broadcast_matrix(m, n, rows, cols, in[2].as<const float>(), out[0].as<float>(), c->stream);
+        gemm(*c, g, alpha, beta, operands(h, in, scratch, c->stream), out[0].as<float>());
+      },
+      layout.bytes());
 }
 
 }  // namespace pt::cuda

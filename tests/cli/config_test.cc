@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "onnx_import/attention_fusion.h"
 
 namespace pt {
 namespace {
@@ -197,15 +198,23 @@ TEST(Config, ParallelPipelineIsTheStages) {
             "replicas) or 0");
 }
 
-// precision: fp32 (default) | bf16, and bf16 only where the CUDA backend runs.
-TEST(Config, PrecisionIsFp32OrBf16OnCuda) {
+// precision: fp32 (default) | bf16 | fp16, and the 16-bit ones only where the CUDA backend runs;
+// train fuses attention on CUDA only in them (cuDNN's kernel), and never a masked one there.
+TEST(Config, PrecisionIsFp32Bf16OrFp16OnCuda) {
   const std::string path = write("pt_cfg_precision.yaml", "model: samples/mlp/mlp.onnx\ndevice: cuda\n");
   EXPECT_EQ(load_config(path).precision, "fp32");
-  EXPECT_EQ(load_config(path, {"precision=bf16"}).precision, "bf16");
-  EXPECT_EQ(error_of(path, {"precision=fp16"}),
-            "--set precision: unknown value 'fp16'; use one of bf16, fp32");
-  EXPECT_EQ(error_of(path, {"precision=bf16", "device=cpu"}),
-            "--set precision: bf16 runs on the CUDA backend only; set device: cuda, or precision: fp32");
+  EXPECT_EQ(load_config(path).attention_fused_from(), 0);
+  for (const char* half : {"bf16", "fp16"}) {
+    const TrainConfig c = load_config(path, {std::string("precision=") + half});
+    EXPECT_EQ(c.precision, half);
+    EXPECT_EQ(c.attention_fused_from(), kFusedAttentionMinKeys);
+    EXPECT_FALSE(c.attention_masks_fused());
+  }
+  EXPECT_EQ(error_of(path, {"precision=fp8"}),
+            "--set precision: unknown value 'fp8'; use one of bf16, fp16, fp32");
+  EXPECT_EQ(error_of(path, {"precision=fp16", "device=cpu"}),
+            "--set precision: fp16 runs on the CUDA backend only; set device: cuda, or precision: fp32");
+  EXPECT_TRUE(load_config(path, {"device=cpu"}).attention_masks_fused());
 }
 
 TEST(ConfigErrors, UnknownKeyNamesTheLine) {

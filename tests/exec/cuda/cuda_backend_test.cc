@@ -1,7 +1,7 @@
 // tests/exec/cuda/cuda_backend_test.cc: the CUDA backend beside its kernels: the caching
 // allocator (reuse, statistics), the memory hooks StageProgram uses (copy, fill, constants and
 // their refresh, the planned arena against what the allocator hands out, the measured peak),
-// bf16 GEMMs within their bound, pinned host memory, the optimizer's updates on the GPU, and user
+// bf16 and fp16 GEMMs within their bounds, pinned host memory, the optimizer's updates on the GPU, and user
 // data errors reported from the device as UserErrors. Every test needs a GPU and is SKIPPED
 // without one.
 #include <gtest/gtest.h>
@@ -237,6 +237,53 @@ TEST(CudaBackend, Bf16MatMulWithinItsBound) {
   }
   // And not fp32 in disguise: bf16 rounding shows well above fp32's 1e-6.
   EXPECT_GT(worst, 1e-5);
+}
+
+// fp16 products with fp32 accumulation: unit roundoff 2^-11 per input, so a product is off by
+// at most about 2^-10 of itself: |y - exact| <= 2e-3 * sum_k |x_ik w_kj|.
+TEST(CudaBackend, Fp16MatMulWithinItsBound) {
+  PT_REQUIRE_GPU();
+  const Tensor w = uniform({512, 64}, 5), x = uniform({96, 512}, 6);
+  const Graph g = matmul_graph(w, 96);
+  CudaBackend b({0, Precision::kFp16});
+  StageProgram p(g, b);
+  const std::vector<float> y = run_host(p, b, g, x);
+  const std::vector<double> exact = matmul_ref(x, w, false), scale = matmul_ref(x, w, true);
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_LE(std::fabs(y[i] - exact[i]), 2e-3 * scale[i]) << i;
+    worst = std::max(worst, std::fabs(y[i] - exact[i]) / scale[i]);
+  }
+  EXPECT_GT(worst, 1e-6);  // fp16's rounding shows above fp32's
+}
+
+// Which rounding the GEMM inputs see, told apart by values each format holds or not: every x is
+// 1 + 2^-9 (10 significant bits: fp32, TF32 and fp16 hold it, bf16 rounds it to 1) or 3 * 2^-26
+// (fp32, TF32 and bf16 hold it, fp16's smallest subnormal is 2^-24: rounded to that), w is 1, so
+// y = 512 x exactly where x is held.
+std::vector<float> ones_product(float x, Precision precision) {
+  Tensor w = uniform({512, 4}, 1), in = uniform({8, 512}, 2);
+  for (int64_t i = 0; i < w.type.numel(); ++i) w.as<float>()[i] = 1.f;
+  for (int64_t i = 0; i < in.type.numel(); ++i) in.as<float>()[i] = x;
+  const Graph g = matmul_graph(w, 8);
+  CudaBackend b({0, precision});
+  StageProgram p(g, b);
+  return run_host(p, b, g, in);
+}
+
+TEST(CudaBackend, Bf16ModeRoundsGemmInputsToBf16) {
+  PT_REQUIRE_GPU();
+  const float x = 1.f + std::ldexp(1.f, -9);
+  for (float y : ones_product(x, Precision::kFloat32)) EXPECT_EQ(y, 512.f * x);
+  for (float y : ones_product(x, Precision::kBf16)) EXPECT_EQ(y, 512.f) << "the inputs were not rounded to bf16";
+}
+
+TEST(CudaBackend, Fp16ModeRoundsGemmInputsToFp16) {
+  PT_REQUIRE_GPU();
+  const float x = 3.f * std::ldexp(1.f, -26);
+  for (float y : ones_product(x, Precision::kFloat32)) EXPECT_EQ(y, 512.f * x);
+  for (float y : ones_product(x, Precision::kFp16))
+    EXPECT_EQ(y, std::ldexp(1.f, -15)) << "the inputs were not rounded to fp16";
 }
 
 TEST(CudaBackend, Fp32MatMulWithin1e4) {

@@ -149,22 +149,36 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaVsCpu, ::testing::ValuesIn(kernel_cases())
                            return info.param.name;
                          });
 
-// cuDNN's fused attention in bf16 mode (exec/cuda/cudnn_attention.cc) against the CPU's fp32
-// kernel, within each case's bf16 tolerance and bitwise repeatable; and bf16 indeed: its rounding
-// shows (an fp32 kernel in its place would sit about a thousand times inside the bound).
-class CudaBf16VsCpu : public ::testing::TestWithParam<KernelCase> {};
+// cuDNN's fused attention in bf16 and fp16 modes (exec/cuda/cudnn_attention.cc) against the CPU's
+// fp32 kernel, within each case's bound (bf16's: fp16 rounds finer) and bitwise repeatable; and
+// 16-bit indeed: the rounding shows (an fp32 kernel in its place would sit about a thousand times
+// inside the bound).
+struct HalfCase {
+  KernelCase c;
+  cuda::Precision precision;
+  std::string name() const { return (precision == cuda::Precision::kBf16 ? "Bf16_" : "Fp16_") + c.name; }
+};
 
-TEST_P(CudaBf16VsCpu, WithinTheBf16Bound) {
-  const KernelCase& c = GetParam();
+std::vector<HalfCase> half_cases() {
+  std::vector<HalfCase> out;
+  for (cuda::Precision p : {cuda::Precision::kBf16, cuda::Precision::kFp16})
+    for (const KernelCase& c : half_attention_cases()) out.push_back({c, p});
+  return out;
+}
+
+class CudaHalfVsCpu : public ::testing::TestWithParam<HalfCase> {};
+
+TEST_P(CudaHalfVsCpu, WithinTheBound) {
+  const KernelCase& c = GetParam().c;
   const std::string reason = cuda::no_device_reason();
-  if (!reason.empty()) GTEST_SKIP() << reason << ": the bf16 CUDA kernel of " << c.key() << " was not run";
+  if (!reason.empty()) GTEST_SKIP() << reason << ": the 16-bit CUDA kernel of " << c.key() << " was not run";
   const OneNode one = build_case(c, 1234);
   CpuBackend cpu(2);
   const Runs want = run_twice(one, cpu);
-  cuda::CudaBackend gpu({0, cuda::Precision::kBf16});
+  cuda::CudaBackend gpu({0, GetParam().precision});
   const Runs have = run_twice(one, gpu);
   ASSERT_EQ(have.second.size(), want.second.size());
-  Figure fig{c.name, c.key() + " bf16", 0, want.seconds * 1e6, have.seconds * 1e6};
+  Figure fig{GetParam().name(), c.key(), 0, want.seconds * 1e6, have.seconds * 1e6};
   for (size_t k = 0; k < want.second.size(); ++k) {
     ASSERT_EQ(have.second[k].type, want.second[k].type) << "output " << k;
     EXPECT_EQ(have.first[k].data, have.second[k].data) << "output " << k << ": other bits on the second run";
@@ -173,15 +187,13 @@ TEST_P(CudaBf16VsCpu, WithinTheBf16Bound) {
     fig.worst = std::max(fig.worst, e);
     EXPECT_LE(e, 1.0) << "output " << k << " " << where << " (tolerance " << c.tol << ")";
   }
-  EXPECT_GT(fig.worst, 1e-3) << "no bf16 rounding shows: the fp32 kernel ran in place of cuDNN's";
+  EXPECT_GT(fig.worst, 1e-4) << "no 16-bit rounding shows: the fp32 kernel ran in place of cuDNN's";
   std::lock_guard<std::mutex> lock(figures_mu);
   figures.push_back(fig);
 }
 
-INSTANTIATE_TEST_SUITE_P(Bf16Attention, CudaBf16VsCpu, ::testing::ValuesIn(bf16_attention_cases()),
-                         [](const ::testing::TestParamInfo<KernelCase>& info) {
-                           return info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(HalfAttention, CudaHalfVsCpu, ::testing::ValuesIn(half_cases()),
+                         [](const ::testing::TestParamInfo<HalfCase>& info) { return info.param.name(); });
 
 // ---- without a GPU ----
 

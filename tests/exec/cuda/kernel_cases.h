@@ -40,9 +40,9 @@ struct KernelCase {
 };
 
 std::vector<KernelCase> kernel_cases();
-// FusedAttention and its gradient for cuDNN's bf16 path (CudaBackend in Precision::kBf16), each
-// with its bf16 tolerance.
-std::vector<KernelCase> bf16_attention_cases();
+// FusedAttention and its gradient for cuDNN's 16-bit path (CudaBackend in Precision::kBf16 or
+// kFp16), each with its bf16 tolerance.
+std::vector<KernelCase> half_attention_cases();
 
 // The node, with its inputs, as a one-node graph (tests/exec/one_node.h; opset 17 for the ONNX
 // domain), and the data fed to it (graph-input order).

@@ -219,42 +219,37 @@ TEST(CudaBackend, DeviceOptimizerMatchesTheHostOne) {
   }
 }
 
-// bf16 products with fp32 accumulation: each input rounded to bf16 (8 significant bits, unit
-// roundoff 2^-8) makes a product off by at most about 2^-7 of itself, so
-// |y - exact| <= 1e-2 * sum_k |x_ik w_kj| (2^-7 = 7.8e-3, plus the fp32 sum).
-TEST(CudaBackend, Bf16MatMulWithinItsBound) {
-  PT_REQUIRE_GPU();
+// A 96 x 512 x 64 product in `precision` against the exact one: every |y - exact| within
+// bound * sum_k |x_ik w_kj|; returns the worst |y - exact| / sum_k |x_ik w_kj|.
+double worst_product_error(Precision precision, double bound) {
   const Tensor w = uniform({512, 64}, 5), x = uniform({96, 512}, 6);
   const Graph g = matmul_graph(w, 96);
-  CudaBackend b({0, Precision::kBf16});
+  CudaBackend b({0, precision});
   StageProgram p(g, b);
   const std::vector<float> y = run_host(p, b, g, x);
   const std::vector<double> exact = matmul_ref(x, w, false), scale = matmul_ref(x, w, true);
   double worst = 0;
   for (size_t i = 0; i < y.size(); ++i) {
-    EXPECT_LE(std::fabs(y[i] - exact[i]), 1e-2 * scale[i]) << i;
+    EXPECT_LE(std::fabs(y[i] - exact[i]), bound * scale[i]) << i;
     worst = std::max(worst, std::fabs(y[i] - exact[i]) / scale[i]);
   }
-  // And not fp32 in disguise: bf16 rounding shows well above fp32's 1e-6.
-  EXPECT_GT(worst, 1e-5);
+  return worst;
 }
 
-// fp16 products with fp32 accumulation: unit roundoff 2^-11 per input, so a product is off by
-// at most about 2^-10 of itself: |y - exact| <= 2e-3 * sum_k |x_ik w_kj|.
+// bf16 products with fp32 accumulation: each input rounded to bf16 (8 significant bits, unit
+// roundoff 2^-8) makes a product off by at most about 2^-7 of itself, so
+// |y - exact| <= 1e-2 * sum_k |x_ik w_kj| (2^-7 = 7.8e-3, plus the fp32 sum); and not fp32 in
+// disguise: bf16 rounding shows well above fp32's 1e-6.
+TEST(CudaBackend, Bf16MatMulWithinItsBound) {
+  PT_REQUIRE_GPU();
+  EXPECT_GT(worst_product_error(Precision::kBf16, 1e-2), 1e-5);
+}
+
+// fp16: unit roundoff 2^-11 per input, so a product is off by at most about 2^-10 of itself:
+// |y - exact| <= 2e-3 * sum_k |x_ik w_kj|; its rounding shows above fp32's.
 TEST(CudaBackend, Fp16MatMulWithinItsBound) {
   PT_REQUIRE_GPU();
-  const Tensor w = uniform({512, 64}, 5), x = uniform({96, 512}, 6);
-  const Graph g = matmul_graph(w, 96);
-  CudaBackend b({0, Precision::kFp16});
-  StageProgram p(g, b);
-  const std::vector<float> y = run_host(p, b, g, x);
-  const std::vector<double> exact = matmul_ref(x, w, false), scale = matmul_ref(x, w, true);
-  double worst = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    EXPECT_LE(std::fabs(y[i] - exact[i]), 2e-3 * scale[i]) << i;
-    worst = std::max(worst, std::fabs(y[i] - exact[i]) / scale[i]);
-  }
-  EXPECT_GT(worst, 1e-6);  // fp16's rounding shows above fp32's
+  EXPECT_GT(worst_product_error(Precision::kFp16, 2e-3), 1e-6);
 }
 
 // Which rounding the GEMM inputs see, told apart by values each format holds or not: every x is

@@ -54,15 +54,17 @@ struct PlanFile {
   LinkArgs link;
   std::vector<std::string> frozen;
   bool dropout = true;
-  int64_t fuse_attention_from = kFusedAttentionMinKeys;  // 0: unfused (device: cuda)
+  int64_t fuse_attention_from = kFusedAttentionMinKeys;  // 0: unfused (device: cuda in fp32)
+  bool fuse_attention_masks = true;  // false: attention reading a mask stays unfused (device: cuda)
 };
 PlanFile read_plan_file(const std::string& path);  // plan_cmd.cc
 
 // The graph `train` trains (plan/pipeline.h training_form), with each attention over at least
-// fuse_attention_from keys one kernel as on the CPU (0: none, as on a GPU): what `plan` prices,
-// and what `partition --plan` and `schedule --plan` cut and cost, so that all three agree with
-// train. (plan_cmd.cc)
-Graph graph_train_runs(Graph g, const std::vector<std::string>& frozen, bool dropout, int64_t fuse_attention_from);
+// fuse_attention_from keys one kernel (0: none, as on a GPU in fp32; masked false: only those
+// reading no mask, as on a GPU in bf16 or fp16): what `plan` prices, and what `partition --plan`
+// and `schedule --plan` cut and cost, so that all three agree with train. (plan_cmd.cc)
+Graph graph_train_runs(Graph g, const std::vector<std::string>& frozen, bool dropout, int64_t fuse_attention_from,
+                       bool masked = true);
 
 struct InspectArgs {
   ModelArgs model;

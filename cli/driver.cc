@@ -109,7 +109,8 @@ int run_partition(const PartitionArgs& given) {
                     "add --backward, or leave --recompute out");
   const PartitionOptions options = partition_options(a, flag_name);
   Graph g = import_model(a.model.model, import_options(a.model));
-  if (p) g = graph_train_runs(std::move(g), a.bwd.frozen, p->dropout, p->fuse_attention_from);  // as train trains
+  if (p)  // as train trains
+    g = graph_train_runs(std::move(g), a.bwd.frozen, p->dropout, p->fuse_attention_from, p->fuse_attention_masks);
   std::vector<NodeCost> costs = estimate_costs(g);
   PartitionPlan plan = plan_partition(g, costs, options);
   if (p) {  // the devices as the plan's schedule places the chunks

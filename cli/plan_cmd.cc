@@ -138,12 +138,14 @@ PlanFile read_plan_file(const std::string& path) {
   p.frozen = c.frozen;
   p.dropout = c.dropout;
   p.fuse_attention_from = c.attention_fused_from();
+  p.fuse_attention_masks = c.attention_masks_fused();
   return p;
 }
 
-Graph graph_train_runs(Graph g, const std::vector<std::string>& frozen, bool dropout, int64_t fuse_attention_from) {
+Graph graph_train_runs(Graph g, const std::vector<std::string>& frozen, bool dropout, int64_t fuse_attention_from,
+                       bool masked) {
   g = training_form(std::move(g), frozen, dropout);
-  if (fuse_attention_from > 0) fuse_attention(g, fuse_attention_from);
+  if (fuse_attention_from > 0) fuse_attention(g, fuse_attention_from, masked);
   return g;
 }
 

@@ -23,6 +23,7 @@ struct ScheduleArgs {
   int64_t micro_batch = 1;          // --model: binds the batch dimension
   std::vector<std::string> dims;    // --model: NAME=VALUE
   int64_t fuse_attention_from = kFusedAttentionMinKeys;  // --model: attention as one kernel from these keys
+  bool fuse_attention_masks = true;  // --plan of a CUDA config in bf16/fp16: masked attention unfused
   std::string memory_limit;         // micro-batches of a stage; bytes ("8GiB") with --model
   std::string csv;                  // write the schedule here
   std::string from_csv;             // read, check and simulate this schedule

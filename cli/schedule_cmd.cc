@@ -82,7 +82,8 @@ Costs model_costs(const ScheduleArgs& a, int v) {
   ImportOptions io;
   io.batch = a.micro_batch;
   io.dims = model_dims(a.model, a.dims);
-  const Graph g = graph_train_runs(import_model(a.model, io), {}, false, a.fuse_attention_from);
+  const Graph g =
+      graph_train_runs(import_model(a.model, io), {}, false, a.fuse_attention_from, a.fuse_attention_masks);
   PartitionArgs pa;
   pa.stages = a.stages;
   pa.chunks_per_stage = v;
@@ -210,6 +211,7 @@ ScheduleArgs with_plan(const ScheduleArgs& given) {
   a.dims = p.dims;
   a.link = p.link;
   a.fuse_attention_from = p.fuse_attention_from;
+  a.fuse_attention_masks = p.fuse_attention_masks;
   return a;
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/args.h"
 #include "core/error.h"
 #include "onnx_import/attention_fusion.h"
 
@@ -215,6 +216,17 @@ TEST(Config, PrecisionIsFp32Bf16OrFp16OnCuda) {
   EXPECT_EQ(error_of(path, {"precision=fp16", "device=cpu"}),
             "--set precision: fp16 runs on the CUDA backend only; set device: cuda, or precision: fp32");
   EXPECT_TRUE(load_config(path, {"device=cpu"}).attention_masks_fused());
+}
+
+// A plan file is a train config: `schedule --plan` and `partition --plan` fuse attention as that
+// config's train would (read_plan_file): on CUDA in bf16 the maskless attentions alone.
+TEST(Config, APlanFileFusesAttentionAsItsTrainWould) {
+  const std::string path = write("pt_cfg_plan.yaml", "model: samples/mlp/mlp.onnx\ndevice: cuda\nprecision: bf16\n");
+  const PlanFile cuda = read_plan_file(path);
+  EXPECT_EQ(cuda.fuse_attention_from, kFusedAttentionMinKeys);
+  EXPECT_FALSE(cuda.fuse_attention_masks);
+  const PlanFile cpu = read_plan_file(write("pt_cfg_plan_cpu.yaml", "model: samples/mlp/mlp.onnx\n"));
+  EXPECT_TRUE(cpu.fuse_attention_masks);
 }
 
 TEST(ConfigErrors, UnknownKeyNamesTheLine) {

@@ -446,7 +446,8 @@ class Rewriter {
  public:
   Rewriter(Graph& g, std::vector<bool>& gone) : g_(g), gone_(gone) {}
 
-  void rewrite(const Match& m) {
+  // Returns whether the fused node reads a mask.
+  bool rewrite(const Match& m) {
     const std::string base = g_.nodes[static_cast<size_t>(m.pv)].name;
     float scale = 1.f;
     for (const Link& l : m.links) {
@@ -492,6 +493,7 @@ class Rewriter {
       after_[m.pv].push_back(std::move(row));
     }
     g_.nodes[static_cast<size_t>(m.pv)] = std::move(fused);
+    return mask_ != kNoValue;
   }
 
   // Nodes to insert after a node index (the row ops), for fuse_attention's final order.
@@ -643,33 +645,22 @@ void prune_dropped_masks(Graph& g, const std::vector<ValueId>& dropped) {
   g.rebuild_uses();
 }
 
-}  // namespace
-
-int fuse_attention(Graph& g, int64_t min_keys, bool masked) {
-  // Without masks: the fused nodes of a trial on a copy (initializers shared) that read one, by
-  // name (a fused node takes its second MatMul's).
-  std::set<std::string> leave;
-  if (!masked) {
-    Graph trial = g;
-    fuse_attention(trial, min_keys, true);
-    for (const Node& n : trial.nodes)
-      if (n.domain == kPipetrainDomain && n.op_type == "FusedAttention" && n.inputs.size() > 3 &&
-          n.inputs[3] != kNoValue)
-        leave.insert(n.name);
-  }
+// fuse_attention's work: every match but those whose second MatMul's index is in `leave`; where
+// `masked` is given, it receives the indices of the matches whose fused node reads a mask.
+int fuse(Graph& g, int64_t min_keys, const std::set<int>& leave, std::set<int>* masked) {
   std::vector<bool> gone(g.nodes.size(), false);
   std::vector<Match> matches;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Match m;
     if (is_op(&g.nodes[i], "Softmax") && match_at(g, static_cast<int>(i), m).empty() && keys_of(g, m) >= min_keys &&
-        !leave.count(g.nodes[static_cast<size_t>(m.pv)].name))
+        !leave.count(m.pv))
       matches.push_back(m);
   }
   std::map<int, std::vector<Node>> after;
   std::vector<ValueId> dropped;
   for (const Match& m : matches) {
     Rewriter r(g, gone);
-    r.rewrite(m);
+    if (r.rewrite(m) && masked) masked->insert(m.pv);
     for (auto& [i, nodes] : r.after()) after[i] = std::move(nodes);
     dropped.insert(dropped.end(), r.dropped().begin(), r.dropped().end());
   }
@@ -691,6 +682,19 @@ int fuse_attention(Graph& g, int64_t min_keys, bool masked) {
   }
   g.initializers = std::move(initializers);
   return static_cast<int>(matches.size());
+}
+
+}  // namespace
+
+int fuse_attention(Graph& g, int64_t min_keys, bool masked) {
+  // Without masks: the matches that read one after a trial fusion of a copy (initializers shared;
+  // node indices are the same until a fusion rewrites them) are left.
+  std::set<int> leave;
+  if (!masked) {
+    Graph trial = g;
+    fuse(trial, min_keys, {}, &leave);
+  }
+  return fuse(g, min_keys, leave, nullptr);
 }
 
 std::vector<std::string> describe_attention(const Graph& g, int64_t min_keys) {

@@ -30,6 +30,7 @@ struct HalfCopies {
   int64_t a = 0, b = 0;
   size_t a_at = 0, b_at = 0;
   bool on() const { return a > 0; }
+  cudaDataType_t type() const { return !on() ? CUDA_R_32F : bf16 ? CUDA_R_16BF : CUDA_R_16F; }
 };
 
 HalfCopies half_copies(const KernelSpec& s, const CudaContext& ctx, ScratchLayout& layout) {
@@ -49,11 +50,11 @@ struct Operands {
   cudaDataType_t type;
 };
 Operands operands(const HalfCopies& h, Args in, void* scratch, cudaStream_t stream) {
-  if (!h.on()) return {in[0].data, in[1].data, CUDA_R_32F};
+  if (!h.on()) return {in[0].data, in[1].data, h.type()};
   std::byte* base = ScratchLayout::base(scratch);
   launch_to_half(in[0].as<const float>(), base + h.a_at, h.a, h.bf16, stream);
   launch_to_half(in[1].as<const float>(), base + h.b_at, h.b, h.bf16, stream);
-  return {base + h.a_at, base + h.b_at, h.bf16 ? CUDA_R_16BF : CUDA_R_16F};
+  return {base + h.a_at, base + h.b_at, h.type()};
 }
 
 // One column-major GEMM call (cuBLAS's view): C (m x n) = alpha * op(A) op(B) + beta * C,
@@ -147,7 +148,7 @@ class LtBiasGemm final : public Kernel {
   LtBiasGemm(const CudaContext& ctx, const GemmCall& g, const KernelSpec& s) : ctx_(ctx) {
     const CublasApi& blas = cublas_api();
     half_ = half_copies(s, ctx, layout_);
-    const cudaDataType_t ab = !half_.on() ? CUDA_R_32F : half_.bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType_t ab = half_.type();
     PT_CUBLAS_CHECK(blas.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set(CUBLASLT_MATMUL_DESC_TRANSA, g.op_a);
     set(CUBLASLT_MATMUL_DESC_TRANSB, g.op_b);
